@@ -1,0 +1,57 @@
+# sparkfleet — the two commands a fresh Debian 12 machine (as root) needs:
+#   make lab    build the test bed, start a lab fleet of virtual Sparks and run site.yml on it
+#   make test   the whole test suite: lint, unit, integration, Molecule
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+LAB_HOSTS ?= 2
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+export PATH := $(BIN):$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export ANSIBLE_FORCE_COLOR ?= 0
+export PY_COLORS ?= 0
+
+.PHONY: help venv testbed registry lab lab-down test lint unit integration molecule clean
+
+help:
+	@echo "make lab        start LAB_HOSTS (default 2) virtual Sparks and run site.yml on them"
+	@echo "make lab-down   remove the lab"
+	@echo "make test       lint + unit + integration + Molecule"
+	@echo "make lint | unit | integration | molecule   one part of the tests"
+
+venv:
+	@testbed/venv.sh
+
+testbed: venv
+	@testbed/docker.sh
+	@testbed/binfmt.sh
+	@testbed/images.sh
+
+registry:
+	@testbed/registry.sh start
+
+lab: venv
+	@testbed/lab.sh up $(LAB_HOSTS)
+	ansible-playbook site.yml -i inventory/lab
+
+lab-down:
+	@testbed/lab.sh down
+
+lint: venv
+	ruff check src plugins tests collections
+	yamllint --strict .
+	ansible-lint
+
+unit: venv
+	pytest -m "not testbed and not network" tests
+
+integration: testbed registry
+	pytest -m "testbed" tests
+
+molecule: testbed
+	molecule test --all
+
+test: lint unit integration molecule
+
+clean: lab-down
+	rm -rf .cache .venv collections/ansible_collections

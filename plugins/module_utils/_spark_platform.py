@@ -1,0 +1,179 @@
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Pure parsers and the platform classification behind spark_preflight.
+
+Nothing here runs a command or touches a file: the module collects raw text
+and these functions turn it into facts, so every rule is unit-tested on
+recorded outputs at native speed.
+"""
+
+from __future__ import annotations
+
+import re
+
+# What a DGX Spark is, in the terms nvidia-smi and uname use.
+SPARK_ARCH = "aarch64"
+SPARK_GPU_NAME = "GB10"
+SPARK_COMPUTE_CAP = (12, 1)
+SPARK_CUDA_MAJOR = 13
+
+PLATFORM_SPARK = "spark"
+PLATFORM_AARCH64_OTHER = "aarch64-other"
+PLATFORM_NOT_SPARK = "not-spark"
+
+# nvidia-smi prints these where NVML has no value (the Spark's unified memory
+# makes several fields "Not Supported").
+_NA_VALUES = frozenset({"[n/a]", "n/a", "[not supported]", "not supported", "[unknown error]", ""})
+_CUDA_BANNER = re.compile(r"CUDA Version:\s*(\d+)\.(\d+)")
+_CAP = re.compile(r"^(\d+)\.(\d+)$")
+
+QUERY_FIELDS = ("name", "compute_cap", "driver_version")
+QUERY_ARGS = ("--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheader")
+
+
+def parse_key_value_file(text: str) -> dict[str, str]:
+    """Parse os-release style KEY=value lines (used by /etc/os-release and /etc/dgx-release).
+
+    Quotes around values are removed; comments, blank and malformed lines are ignored.
+    """
+    result: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        key = key.strip()
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        result[key] = value
+    return result
+
+
+def parse_os_release(text: str) -> dict[str, str | None]:
+    """The distribution facts later roles key on (ID, ID_LIKE, VERSION_ID, codename)."""
+    kv = parse_key_value_file(text)
+    return {
+        "id": kv.get("ID"),
+        "id_like": kv.get("ID_LIKE"),
+        "version_id": kv.get("VERSION_ID"),
+        "codename": kv.get("VERSION_CODENAME") or kv.get("UBUNTU_CODENAME"),
+        "pretty_name": kv.get("PRETTY_NAME"),
+    }
+
+
+def parse_dgx_release(text: str) -> dict[str, str | None]:
+    """/etc/dgx-release: DGX_NAME, DGX_SWBUILD_VERSION (the DGX OS version) and the rest as-is."""
+    kv = parse_key_value_file(text)
+    return {
+        "name": kv.get("DGX_NAME"),
+        "swbuild_version": kv.get("DGX_SWBUILD_VERSION"),
+        "ota_version": kv.get("DGX_OTA_VERSION"),
+        "raw": kv,
+    }
+
+
+def _na(value: str) -> str | None:
+    value = value.strip()
+    return None if value.lower() in _NA_VALUES else value
+
+
+def parse_compute_cap(value: str | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    match = _CAP.match(value.strip())
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def parse_gpu_query(stdout: str) -> tuple[list[dict], list[str]]:
+    """Parse `nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader`.
+
+    Returns (gpus, problems). A field nvidia-smi reports as [N/A] or
+    [Not Supported] becomes None; a line that is not three fields is reported
+    in problems, never guessed at.
+    """
+    gpus: list[dict] = []
+    problems: list[str] = []
+    for lineno, raw in enumerate(stdout.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        # A GPU name could in principle hold a comma; the last two fields never do.
+        parts = line.rsplit(",", len(QUERY_FIELDS) - 1)
+        if len(parts) != len(QUERY_FIELDS):
+            problems.append(f"line {lineno}: expected {len(QUERY_FIELDS)} comma-separated fields "
+                            f"({', '.join(QUERY_FIELDS)}), got {line!r}")
+            continue
+        name, cap_text, driver = (_na(p) for p in parts)
+        cap = parse_compute_cap(cap_text)
+        if cap_text is not None and cap is None:
+            problems.append(f"line {lineno}: compute capability {cap_text!r} is not MAJOR.MINOR")
+            continue
+        gpus.append({
+            "index": len(gpus),
+            "name": name,
+            "compute_cap": f"{cap[0]}.{cap[1]}" if cap else None,
+            "driver_version": driver,
+        })
+    return gpus, problems
+
+
+def parse_cuda_banner(stdout: str) -> str | None:
+    """The CUDA version the driver supports, from the header of plain `nvidia-smi`."""
+    match = _CUDA_BANNER.search(stdout)
+    return f"{match.group(1)}.{match.group(2)}" if match else None
+
+
+def cuda_major(version: str | None) -> int | None:
+    if not version:
+        return None
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def classify(arch: str, gpus: list[dict], cuda_version: str | None) -> tuple[str, list[str]]:
+    """Classify a host as spark, aarch64-other or not-spark.
+
+    A Spark is aarch64 with a GB10 GPU (compute capability 12.1) and a driver
+    that supports CUDA 13. Returns the class and the reasons a host falls
+    short (empty for a Spark), each naming what was found and what a Spark has.
+    """
+    reasons: list[str] = []
+    if arch != SPARK_ARCH:
+        reasons.append(f"architecture is {arch}, a DGX Spark is {SPARK_ARCH}")
+    want_cap = "{}.{}".format(*SPARK_COMPUTE_CAP)
+    if not gpus:
+        reasons.append("no NVIDIA GPU reported by nvidia-smi, a DGX Spark has one GB10")
+    elif not any(_is_gb10(gpu) for gpu in gpus):
+        found = "; ".join(f"{g['name'] or 'unknown'} (compute capability {g['compute_cap'] or 'unknown'})"
+                          for g in gpus)
+        reasons.append(f"GPU is {found}, a DGX Spark has an NVIDIA GB10 (compute capability {want_cap})")
+    major = cuda_major(cuda_version)
+    if gpus and major != SPARK_CUDA_MAJOR:
+        found = f"CUDA {cuda_version}" if cuda_version else "no CUDA version"
+        reasons.append(f"the driver reports {found}, a DGX Spark's driver supports CUDA {SPARK_CUDA_MAJOR}")
+    if not reasons:
+        return PLATFORM_SPARK, []
+    if arch == SPARK_ARCH:
+        return PLATFORM_AARCH64_OTHER, reasons
+    return PLATFORM_NOT_SPARK, reasons
+
+
+def _is_gb10(gpu: dict) -> bool:
+    """GB10 by compute capability 12.1; by name only where NVML gave no capability."""
+    cap = parse_compute_cap(gpu.get("compute_cap"))
+    if cap is not None:
+        return cap == SPARK_COMPUTE_CAP
+    return SPARK_GPU_NAME in (gpu.get("name") or "")
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    """/proc/meminfo values in bytes (MemTotal, MemAvailable, ...)."""
+    result: dict[str, int] = {}
+    for line in text.splitlines():
+        match = re.match(r"^(\w+):\s+(\d+)(?:\s+kB)?\s*$", line)
+        if match:
+            result[match.group(1)] = int(match.group(2)) * 1024
+    return result

@@ -1,0 +1,281 @@
+#!/usr/bin/python
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Gather the facts every sparkfleet role needs and classify the host."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: spark_preflight_facts
+short_description: Gather DGX Spark platform facts and classify the host
+description:
+  - Reads the architecture, C(/etc/os-release), C(/etc/dgx-release), what
+    C(nvidia-smi) reports (GPU name, compute capability, driver version and
+    the CUDA version the driver supports), the free space on Docker's data
+    root and the memory size.
+  - Classifies the host as C(spark) (aarch64, a GB10 GPU of compute
+    capability 12.1, a CUDA 13 driver), C(aarch64-other) or C(not-spark),
+    with the reasons a host falls short.
+  - Only reads. Never installs, upgrades or holds the GPU driver (DGX OS
+    updates it through OTA).
+  - C(nvidia-smi) fields reported as C([N/A]) or C([Not Supported]) (as NVML
+    does for memory on the Spark's unified memory) become null, never errors.
+version_added: "0.1.0"
+author: sparkfleet contributors
+options:
+  nvidia_smi:
+    description:
+      - Name or path of C(nvidia-smi). A host without it has no GPU facts
+        (and is not a Spark).
+    type: str
+    default: nvidia-smi
+  command_timeout:
+    description:
+      - Seconds to wait for each C(nvidia-smi) or C(docker) call. A hung call
+        is reported in O(ansible_facts.spark_preflight.nvidia_smi.error), not
+        left to hang the play.
+    type: int
+    default: 30
+  docker_data_root:
+    description:
+      - Docker's data root to measure free space on. Default is what
+        C(docker info) reports, else C(data-root) from
+        C(/etc/docker/daemon.json), else C(/var/lib/docker).
+    type: path
+  simulated:
+    description:
+      - Mark the host as simulated (a lab host with an C(nvidia-smi)
+        stand-in). Carried into the facts so every report can say so.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    details: Only reads; runs the same in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details: Never changes anything; always reports C(changed=false).
+notes:
+  - The facts are returned as C(ansible_facts.spark_preflight) and C(ansible_facts.spark_platform).
+"""
+
+EXAMPLES = r"""
+- name: Gather Spark platform facts
+  spark_preflight_facts:
+
+- name: Classify a lab host that carries an nvidia-smi stand-in
+  spark_preflight_facts:
+    simulated: true
+
+- name: Refuse anything that is not a Spark
+  ansible.builtin.assert:
+    that: ansible_facts['spark_platform'] == 'spark'
+    fail_msg: "{{ ansible_facts['spark_preflight']['reasons'] | join('; ') }}"
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts added to the host.
+  returned: always
+  type: dict
+  contains:
+    spark_platform:
+      description: The class of the host.
+      type: str
+      choices: [spark, aarch64-other, not-spark]
+      sample: spark
+    spark_preflight:
+      description: Everything gathered.
+      type: dict
+      contains:
+        platform:
+          description: Same as C(spark_platform).
+          type: str
+        reasons:
+          description: Why the host is not a Spark; empty for a Spark.
+          type: list
+          elements: str
+          sample: ["architecture is x86_64, a DGX Spark is aarch64"]
+        simulated:
+          description: The host is a lab stand-in (option O(simulated)).
+          type: bool
+        arch:
+          description: Machine architecture as C(uname -m) prints it.
+          type: str
+          sample: aarch64
+        os:
+          description: From C(/etc/os-release).
+          type: dict
+          sample: {id: ubuntu, id_like: debian, version_id: "24.04", codename: noble, pretty_name: Ubuntu 24.04.3 LTS}
+        dgx:
+          description: From C(/etc/dgx-release); null when the file is absent.
+          type: dict
+          sample: {name: DGX Spark, swbuild_version: 7.4.0, ota_version: 7.4.0}
+        gpus:
+          description: One entry per GPU C(nvidia-smi) reports; null fields were [N/A] or [Not Supported].
+          type: list
+          elements: dict
+          sample: [{index: 0, name: NVIDIA GB10, compute_cap: "12.1", driver_version: 580.95.05}]
+        cuda_driver_version:
+          description: The CUDA version the driver supports (the C(nvidia-smi) header); null without a driver.
+          type: str
+          sample: "13.0"
+        nvidia_smi:
+          description: How the C(nvidia-smi) calls went.
+          type: dict
+          sample: {path: /usr/bin/nvidia-smi, rc: 0, error: null, problems: []}
+        docker_data_root:
+          description: Docker's data root (measured on its nearest existing parent).
+          type: str
+          sample: /var/lib/docker
+        docker_data_root_free_bytes:
+          description: Bytes free for an unprivileged writer on the data root's file system.
+          type: int
+        memory_total_bytes:
+          description: MemTotal from C(/proc/meminfo).
+          type: int
+        memory_available_bytes:
+          description: MemAvailable from C(/proc/meminfo).
+          type: int
+"""
+
+import json
+import os
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_text
+
+from ansible.module_utils._spark_platform import (
+    QUERY_ARGS,
+    classify,
+    parse_cuda_banner,
+    parse_dgx_release,
+    parse_gpu_query,
+    parse_meminfo,
+    parse_os_release,
+)
+
+_C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _run(argv: list[str], timeout: int) -> tuple[int | None, str, str]:
+    """Run argv with a timeout (run_command has none, and a wedged driver hangs nvidia-smi).
+
+    Returns (rc, stdout, stderr); rc is None when the call timed out.
+    """
+    env = dict(os.environ, **_C_LOCALE)
+    try:
+        proc = subprocess.run(argv, capture_output=True, timeout=timeout, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        return None, "", f"no answer within {timeout} s"
+    except OSError as exc:
+        return 127, "", str(exc)
+    return proc.returncode, to_text(proc.stdout), to_text(proc.stderr)
+
+
+class PreflightFacts:
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.timeout = module.params["command_timeout"]
+
+    def nvidia(self) -> tuple[list[dict], str | None, dict]:
+        path = self.module.get_bin_path(self.module.params["nvidia_smi"])
+        report: dict = {"path": path, "rc": None, "error": None, "problems": []}
+        if path is None:
+            report["error"] = f"{self.module.params['nvidia_smi']} not found on PATH"
+            return [], None, report
+        rc, out, err = _run([path, *QUERY_ARGS], self.timeout)
+        report["rc"] = rc
+        if rc != 0:
+            report["error"] = (err or out).strip() or f"exited {rc}"
+            return [], None, report
+        gpus, problems = parse_gpu_query(out)
+        report["problems"] = problems
+        rc, banner, err = _run([path], self.timeout)
+        cuda = parse_cuda_banner(banner) if rc == 0 else None
+        if cuda is None:
+            report["problems"].append("no 'CUDA Version' in the nvidia-smi header"
+                                      + (f" (rc {rc}: {err.strip()})" if rc else ""))
+        return gpus, cuda, report
+
+    def docker_data_root(self) -> str:
+        if self.module.params["docker_data_root"]:
+            return self.module.params["docker_data_root"]
+        docker = self.module.get_bin_path("docker")
+        if docker:
+            rc, out, _ = _run([docker, "info", "--format", "{{.DockerRootDir}}"], self.timeout)
+            if rc == 0 and out.strip().startswith("/"):
+                return out.strip()
+        try:
+            config = json.loads(_read("/etc/docker/daemon.json") or "{}")
+        except ValueError:
+            config = {}
+        root = config.get("data-root") if isinstance(config, dict) else None
+        return root if isinstance(root, str) and root.startswith("/") else "/var/lib/docker"
+
+    @staticmethod
+    def free_bytes(path: str) -> int | None:
+        probe = path
+        while probe and not os.path.exists(probe):
+            probe = os.path.dirname(probe.rstrip("/")) or "/"
+        try:
+            stat = os.statvfs(probe)
+        except OSError:
+            return None
+        return stat.f_bavail * stat.f_frsize
+
+    def gather(self) -> dict:
+        arch = os.uname().machine
+        gpus, cuda, nvsmi = self.nvidia()
+        platform, reasons = classify(arch, gpus, cuda)
+        dgx_text = _read("/etc/dgx-release")
+        data_root = self.docker_data_root()
+        mem = parse_meminfo(_read("/proc/meminfo") or "")
+        return {
+            "platform": platform,
+            "reasons": reasons,
+            "simulated": self.module.params["simulated"],
+            "arch": arch,
+            "os": parse_os_release(_read("/etc/os-release") or ""),
+            "dgx": parse_dgx_release(dgx_text) if dgx_text is not None else None,
+            "gpus": gpus,
+            "cuda_driver_version": cuda,
+            "nvidia_smi": nvsmi,
+            "docker_data_root": data_root,
+            "docker_data_root_free_bytes": self.free_bytes(data_root),
+            "memory_total_bytes": mem.get("MemTotal"),
+            "memory_available_bytes": mem.get("MemAvailable"),
+        }
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+            "command_timeout": {"type": "int", "default": 30},
+            "docker_data_root": {"type": "path"},
+            "simulated": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    facts = PreflightFacts(module).gather()
+    module.exit_json(
+        changed=False,
+        ansible_facts={"spark_preflight": facts, "spark_platform": facts["platform"]},
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Build and cache the aarch64 host images from debootstrap:
+#   sparkfleet/host-plain  a minimal aarch64 Debian (a non-Spark host)
+#   sparkfleet/host-spark  systemd + docker.io, standing in for DGX OS
+# An image is rebuilt only when its recipe (this script, its package list,
+# overlay and Dockerfile tail) changes: the recipe hash is an image label.
+# Usage: images.sh [plain|spark ...]   (default: both, built in parallel)
+source "$(dirname "$0")/lib.sh"
+
+SUITE=bookworm
+MIRROR="${SPARKFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+CACHE="$STATE_DIR/debootstrap-cache"
+
+recipe_hash() {
+    local name="$1" dir="$TESTBED_DIR/images/$1"
+    {
+        sha256sum "$TESTBED_DIR/images.sh"
+        (cd "$dir" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
+        echo "$SUITE"
+    } | sha256sum | cut -c1-16
+}
+
+image_label() {
+    docker image inspect --format '{{ index .Config.Labels "io.sparkfleet.recipe" }}' "$1" 2>/dev/null || true
+}
+
+build_one() {
+    local name="$1" dir="$TESTBED_DIR/images/$1" image="sparkfleet/host-$1:latest"
+    local hash work include
+    hash="$(recipe_hash "$name")"
+    if [ "$(image_label "$image")" = "$hash" ]; then
+        say "$image is current (recipe $hash)"
+        return 0
+    fi
+    work="$STATE_DIR/image-$name"
+    rm -rf "$work"
+    mkdir -p "$work/rootfs" "$CACHE"
+    include="$(grep -v '^#' "$dir/packages" | grep -v '^$' | paste -sd, -)"
+    say "$image: debootstrap $SUITE arm64 with $include (a few minutes under emulation; log $work.log)"
+    if ! debootstrap --arch=arm64 --variant=minbase --cache-dir="$CACHE" \
+            --include="$include" "$SUITE" "$work/rootfs" "$MIRROR" >"$work.log" 2>&1; then
+        tail -n 20 "$work.log" >&2
+        die "debootstrap for $image failed (log above, $work.log). Check that $MIRROR is reachable and qemu-aarch64 is registered (testbed/binfmt.sh)."
+    fi
+    if [ -d "$dir/overlay" ]; then
+        cp -a "$dir/overlay/." "$work/rootfs/"
+    fi
+    # apt caches and machine identity do not belong in an image.
+    rm -rf "$work/rootfs/var/cache/apt/archives/"*.deb "$work/rootfs/var/lib/apt/lists/"*
+    : > "$work/rootfs/etc/machine-id"
+    tar -C "$work/rootfs" -cf "$work/rootfs.tar" .
+    rm -rf "$work/rootfs"
+    {
+        echo "FROM scratch"
+        echo "ADD rootfs.tar /"
+        echo "LABEL io.sparkfleet.recipe=\"$hash\""
+        cat "$dir/Dockerfile.tail"
+    } > "$work/Dockerfile"
+    say "$image: docker build --platform linux/arm64"
+    # The legacy builder labels a FROM-scratch image with --platform; 'docker
+    # import' would label it amd64 and Molecule's platform check refuses that.
+    DOCKER_BUILDKIT=0 docker build --quiet --platform linux/arm64 -t "$image" "$work" >/dev/null 2>"$work.build.log" \
+        || { cat "$work.build.log" >&2; die "docker build of $image failed (above)."; }
+    rm -rf "$work"
+    say "$image built (recipe $hash, $(docker image inspect --format '{{.Architecture}}' "$image"))"
+}
+
+main() {
+    local names=("$@") pids=() n rc=0
+    [ "${#names[@]}" -gt 0 ] || names=(plain spark)
+    for n in "${names[@]}"; do
+        [ -d "$TESTBED_DIR/images/$n" ] || die "unknown image '$n'; expected one of: $(ls "$TESTBED_DIR/images" | paste -sd' ')"
+    done
+    "$TESTBED_DIR/docker.sh"
+    "$TESTBED_DIR/binfmt.sh"
+    apt_install debootstrap
+    for n in "${names[@]}"; do
+        build_one "$n" &
+        pids+=("$!")
+    done
+    for n in "${pids[@]}"; do
+        wait "$n" || rc=1
+    done
+    [ "$rc" -eq 0 ] || die "an image build failed (see above)."
+}
+
+main "$@"

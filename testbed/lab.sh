@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The lab fleet: emulated aarch64 containers (systemd + Docker, standing in
+# for DGX OS) that site.yml provisions like real Sparks.
+#   lab.sh up [N]   start N hosts (default $LAB_HOSTS or 2), write
+#                   inventory/lab/hosts.yml, install the hardware doubles
+#   lab.sh down     remove every lab host, its Docker volume and the hosts file
+source "$(dirname "$0")/lib.sh"
+
+PREFIX=sparkfleet-lab
+IMAGE=sparkfleet/host-spark:latest
+HOSTS_FILE="$REPO_DIR/inventory/lab/hosts.yml"
+VENV_BIN="$REPO_DIR/.venv/bin"
+# No --privileged on our machines (it needs CAP_SYS_RESOURCE): an explicit list.
+CAPS=(SYS_ADMIN NET_ADMIN SYS_PTRACE IPC_LOCK SYS_NICE MKNOD AUDIT_WRITE SYS_CHROOT)
+
+lab_names() {
+    docker ps -a --filter "label=io.sparkfleet.lab" --format '{{.Names}}' | sort -V
+}
+
+start_host() {
+    local name="$1" state cap_args=() c
+    state="$(docker inspect --format '{{.State.Status}}' "$name" 2>/dev/null || true)"
+    case "$state" in
+        running) say "$name already running"; return 0 ;;
+        "") ;;
+        *) say "$name is $state: starting it"; docker start "$name" >/dev/null; return 0 ;;
+    esac
+    for c in "${CAPS[@]}"; do cap_args+=(--cap-add "$c"); done
+    say "starting $name ($IMAGE, systemd as PID 1)"
+    # Host network: the inner dockerd cannot program iptables under emulation
+    # and must reach the test registry on 127.0.0.1.
+    docker run -d --name "$name" --label io.sparkfleet.lab=1 \
+        --platform linux/arm64 --network host "${cap_args[@]}" \
+        --cgroupns host -v /sys/fs/cgroup:/sys/fs/cgroup:rw \
+        --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
+        -v "$name-docker:/var/lib/docker" \
+        "$IMAGE" >/dev/null
+}
+
+wait_booted() {
+    local name="$1" state=""
+    for _ in $(seq 1 90); do
+        state="$(docker exec "$name" systemctl is-system-running 2>/dev/null || true)"
+        case "$state" in
+            running|degraded) say "$name booted (systemd: $state)"; return 0 ;;
+        esac
+        sleep 2
+    done
+    die "$name did not finish booting in 180 s (systemd says '${state:-nothing}'); see 'docker logs $name' and 'docker exec $name systemctl --failed'."
+}
+
+write_inventory() {
+    local name
+    {
+        echo "---"
+        echo "# Written by testbed/lab.sh for the running lab; do not edit."
+        echo "all:"
+        echo "  children:"
+        echo "    sparks:"
+        echo "      hosts:"
+        for name in $(lab_names); do
+            echo "        $name:"
+        done
+    } > "$HOSTS_FILE"
+    say "wrote $HOSTS_FILE ($(lab_names | wc -l) hosts)"
+}
+
+up() {
+    local count="${1:-${LAB_HOSTS:-2}}" i extra
+    [[ "$count" =~ ^[1-9][0-9]*$ ]] || die "LAB_HOSTS is '$count'; expected a whole number of hosts, 1 or more (e.g. LAB_HOSTS=3)."
+    "$TESTBED_DIR/images.sh" spark
+    for i in $(seq 1 "$count"); do start_host "$PREFIX-$i"; done
+    for extra in $(lab_names); do
+        i="${extra##*-}"
+        if [ "$i" -gt "$count" ]; then
+            say "removing $extra (LAB_HOSTS=$count)"
+            docker rm -f "$extra" >/dev/null
+            docker volume rm -f "$extra-docker" >/dev/null
+        fi
+    done
+    for i in $(seq 1 "$count"); do wait_booted "$PREFIX-$i"; done
+    write_inventory
+    say "installing the hardware doubles (testbed/lab/prepare.yml)"
+    (cd "$REPO_DIR" && "$VENV_BIN/ansible-playbook" -i inventory/lab testbed/lab/prepare.yml) \
+        || die "the lab's prepare step failed (output above)."
+}
+
+down() {
+    local name
+    if ! docker info >/dev/null 2>&1; then
+        rm -f "$HOSTS_FILE"
+        say "no docker engine answers: no lab hosts can be running"
+        return 0
+    fi
+    for name in $(lab_names); do
+        say "removing $name and its volume"
+        docker rm -f "$name" >/dev/null
+        docker volume rm -f "$name-docker" >/dev/null
+    done
+    rm -f "$HOSTS_FILE"
+    say "lab is down"
+}
+
+case "${1:-}" in
+    up) shift; up "$@" ;;
+    down) down ;;
+    *) die "usage: $0 up [N] | down" ;;
+esac

@@ -1,0 +1,57 @@
+"""Shared test helpers: repository paths and a runner for real Ansible commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MODULE_UTILS = REPO / "plugins" / "module_utils"
+DOUBLES = REPO / "testbed" / "doubles"
+NVSMI = DOUBLES / "nvidia-smi"
+BIN = Path(sys.executable).parent
+
+sys.path.insert(0, str(MODULE_UTILS))
+
+
+def ansible_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_NOCOLOR": "1",
+        "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+    })
+    env.update(extra)
+    return env
+
+
+def run_module(module: str, args: dict, *flags: str, **env: str) -> dict:
+    """Run one module natively on localhost through real `ansible` and return its result."""
+    proc = subprocess.run(
+        [str(BIN / "ansible"), "localhost", "-c", "local", "-i", "localhost,", "-m", module,
+         "-a", json.dumps(args), "--one-line", *flags,
+         "-e", f"ansible_python_interpreter={sys.executable}"],
+        cwd=REPO, env=ansible_env(**env), capture_output=True, text=True, check=False,
+    )
+    _, sep, payload = proc.stdout.partition(" => ")
+    try:
+        return json.loads(payload)
+    except ValueError:
+        pytest.fail(f"ansible printed no result (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path):
+    """Write small executables (hardware doubles) into a temporary directory."""
+    def make(name: str, script: str) -> Path:
+        path = tmp_path / name
+        path.write_text("#!/bin/sh\n" + script)
+        path.chmod(0o755)
+        return path
+    return make

@@ -1,0 +1,94 @@
+"""spark_preflight_facts run by real Ansible on this (x86_64, GPU-less) machine.
+
+The only doubles are nvidia-smi stand-ins (the hardware boundary): the
+recorded one from testbed/doubles and small scripts that fail or hang.
+"""
+
+from __future__ import annotations
+
+import platform
+
+from conftest import NVSMI, run_module
+
+
+def _facts(result: dict) -> dict:
+    assert result.get("failed") is not True, result
+    assert result["changed"] is False
+    return result["ansible_facts"]["spark_preflight"]
+
+
+def test_h200_recording_on_this_machine_is_not_a_spark():
+    result = run_module("spark_preflight_facts", {"nvidia_smi": str(NVSMI / "nvidia-smi")},
+                        SPARKFLEET_NVSMI_DIR=str(NVSMI), SPARKFLEET_NVSMI_PROFILE="h200")
+    facts = _facts(result)
+    assert result["ansible_facts"]["spark_platform"] == "not-spark"
+    assert facts["arch"] == platform.machine()
+    assert facts["gpus"][0]["name"] == "NVIDIA H200"
+    assert facts["cuda_driver_version"] == "13.0"
+    assert any("NVIDIA H200 (compute capability 9.0)" in r for r in facts["reasons"])
+    assert facts["os"]["id"] == "debian"
+    assert facts["memory_total_bytes"] > 0
+    assert facts["docker_data_root_free_bytes"] > 0
+    assert facts["simulated"] is False
+
+
+def test_gb10_recording_on_x86_64_is_still_refused_for_the_architecture():
+    facts = _facts(run_module("spark_preflight_facts",
+                              {"nvidia_smi": str(NVSMI / "nvidia-smi"), "simulated": True},
+                              SPARKFLEET_NVSMI_DIR=str(NVSMI)))
+    assert facts["reasons"] == [f"architecture is {platform.machine()}, a DGX Spark is aarch64"]
+    assert facts["simulated"] is True
+
+
+def test_failing_driver_is_reported_with_its_message(fake_bin):
+    nvsmi = fake_bin("nvidia-smi", "echo \"NVIDIA-SMI has failed because it couldn't communicate "
+                                   "with the NVIDIA driver.\"\nexit 9\n")
+    facts = _facts(run_module("spark_preflight_facts", {"nvidia_smi": str(nvsmi)}))
+    assert facts["gpus"] == []
+    assert facts["nvidia_smi"]["rc"] == 9
+    assert "couldn't communicate with the NVIDIA driver" in facts["nvidia_smi"]["error"]
+    assert "no NVIDIA GPU reported by nvidia-smi" in " ".join(facts["reasons"])
+
+
+def test_a_hung_nvidia_smi_does_not_hang_the_play(fake_bin):
+    nvsmi = fake_bin("nvidia-smi", "sleep 30\n")
+    facts = _facts(run_module("spark_preflight_facts", {"nvidia_smi": str(nvsmi), "command_timeout": 1}))
+    assert facts["nvidia_smi"]["rc"] is None
+    assert facts["nvidia_smi"]["error"] == "no answer within 1 s"
+
+
+def test_garbage_output_is_reported(fake_bin):
+    nvsmi = fake_bin("nvidia-smi", "echo 'Segmentation fault'\n")
+    facts = _facts(run_module("spark_preflight_facts", {"nvidia_smi": str(nvsmi)}))
+    assert facts["gpus"] == []
+    assert facts["nvidia_smi"]["problems"][0].startswith("line 1: expected 3 comma-separated fields")
+
+
+def test_no_nvidia_smi_at_all(tmp_path):
+    facts = _facts(run_module("spark_preflight_facts", {"nvidia_smi": str(tmp_path / "nvidia-smi")}))
+    assert facts["nvidia_smi"]["path"] is None
+    assert "not found" in facts["nvidia_smi"]["error"]
+
+
+def test_docker_data_root_that_does_not_exist_yet_is_measured_on_its_parent(tmp_path):
+    facts = _facts(run_module("spark_preflight_facts",
+                              {"nvidia_smi": str(tmp_path / "none"),
+                               "docker_data_root": str(tmp_path / "not" / "yet")}))
+    assert facts["docker_data_root"] == str(tmp_path / "not" / "yet")
+    assert facts["docker_data_root_free_bytes"] > 0
+
+
+def test_check_mode_reads_the_same(fake_bin):
+    result = run_module("spark_preflight_facts",
+                        {"nvidia_smi": str(NVSMI / "nvidia-smi")}, "--check",
+                        SPARKFLEET_NVSMI_DIR=str(NVSMI))
+    assert _facts(result)["gpus"][0]["name"] == "NVIDIA GB10"
+
+
+def test_stand_in_refuses_arguments_it_does_not_know(tmp_path):
+    import subprocess
+
+    proc = subprocess.run([str(NVSMI / "nvidia-smi"), "-q"], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 2
+    assert "Invalid combination of input arguments" in proc.stderr
