@@ -11,13 +11,14 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
 
-.PHONY: help venv testbed registry lab lab-down test lint unit integration molecule clean
+.PHONY: help venv testbed registry lab lab-down test lint unit pytest molecule clean
 
 help:
 	@echo "make lab        start LAB_HOSTS (default 2) virtual Sparks and run site.yml on them"
 	@echo "make lab-down   remove the lab"
 	@echo "make test       lint + unit + integration + Molecule"
-	@echo "make lint | unit | integration | molecule   one part of the tests"
+	@echo "make lint | unit | pytest | molecule   one part of the tests"
+	@echo "  unit: pytest without the test bed; pytest: all of pytest, test bed started"
 
 venv:
 	@testbed/venv.sh
@@ -43,15 +44,15 @@ lint: venv
 	ansible-lint
 
 unit: venv
-	pytest -m "not testbed and not network" tests
+	pytest -m "not testbed" tests
 
-integration: testbed registry
-	pytest -m "testbed" tests
+pytest: testbed registry
+	pytest tests
 
 molecule: testbed
 	molecule test --all
 
-test: lint unit integration molecule
+test: lint pytest molecule
 
 clean: lab-down
 	rm -rf .cache .venv collections/ansible_collections

@@ -19,7 +19,7 @@ def _facts(result: dict) -> dict:
 
 def test_h200_recording_on_this_machine_is_not_a_spark():
     result = run_module("spark_preflight_facts", {"nvidia_smi": str(NVSMI / "nvidia-smi")},
-                        SPARKFLEET_NVSMI_DIR=str(NVSMI), SPARKFLEET_NVSMI_PROFILE="h200")
+                        SPARKFLEET_NVSMI_DIR=str(NVSMI / "recordings"), SPARKFLEET_NVSMI_PROFILE="h200")
     facts = _facts(result)
     assert result["ansible_facts"]["spark_platform"] == "not-spark"
     assert facts["arch"] == platform.machine()
@@ -35,7 +35,7 @@ def test_h200_recording_on_this_machine_is_not_a_spark():
 def test_gb10_recording_on_x86_64_is_still_refused_for_the_architecture():
     facts = _facts(run_module("spark_preflight_facts",
                               {"nvidia_smi": str(NVSMI / "nvidia-smi"), "simulated": True},
-                              SPARKFLEET_NVSMI_DIR=str(NVSMI)))
+                              SPARKFLEET_NVSMI_DIR=str(NVSMI / "recordings")))
     assert facts["reasons"] == [f"architecture is {platform.machine()}, a DGX Spark is aarch64"]
     assert facts["simulated"] is True
 
@@ -81,7 +81,7 @@ def test_docker_data_root_that_does_not_exist_yet_is_measured_on_its_parent(tmp_
 def test_check_mode_reads_the_same(fake_bin):
     result = run_module("spark_preflight_facts",
                         {"nvidia_smi": str(NVSMI / "nvidia-smi")}, "--check",
-                        SPARKFLEET_NVSMI_DIR=str(NVSMI))
+                        SPARKFLEET_NVSMI_DIR=str(NVSMI / "recordings"))
     assert _facts(result)["gpus"][0]["name"] == "NVIDIA GB10"
 
 

@@ -16,10 +16,10 @@ from _spark_platform import (
 )
 from conftest import DOUBLES, NVSMI
 
-GB10_QUERY = (NVSMI / "gb10" / "query.csv").read_text()
-GB10_BANNER = (NVSMI / "gb10" / "banner.txt").read_text()
-H200_QUERY = (NVSMI / "h200" / "query.csv").read_text()
-H200_BANNER = (NVSMI / "h200" / "banner.txt").read_text()
+GB10_QUERY = (NVSMI / "recordings" / "gb10" / "query.csv").read_text()
+GB10_BANNER = (NVSMI / "recordings" / "gb10" / "banner.txt").read_text()
+H200_QUERY = (NVSMI / "recordings" / "h200" / "query.csv").read_text()
+H200_BANNER = (NVSMI / "recordings" / "h200" / "banner.txt").read_text()
 DRIVER_FAILED = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
     "Make sure that the latest NVIDIA driver is installed and running.\n"

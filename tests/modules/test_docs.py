@@ -1,0 +1,49 @@
+"""ansible-doc is the manual: every module's documentation renders and matches its options."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+
+import pytest
+import yaml
+from conftest import BIN, REPO, ansible_env
+
+MODULES = sorted(p.stem for p in (REPO / "plugins" / "modules").glob("*.py"))
+
+
+def _documented(module: str) -> dict:
+    tree = ast.parse((REPO / "plugins" / "modules" / f"{module}.py").read_text())
+    docs = {
+        node.targets[0].id: yaml.safe_load(node.value.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id in {"DOCUMENTATION", "EXAMPLES", "RETURN"}
+    }
+    assert set(docs) == {"DOCUMENTATION", "EXAMPLES", "RETURN"}, module
+    return docs
+
+
+def _argument_spec_keys(module: str) -> set[str]:
+    tree = ast.parse((REPO / "plugins" / "modules" / f"{module}.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "argument_spec":
+            return {k.value for k in node.value.keys}
+    pytest.fail(f"{module}: no argument_spec= found")
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_ansible_doc_renders(module):
+    proc = subprocess.run([str(BIN / "ansible-doc"), "-t", "module", module], cwd=REPO,
+                          env=ansible_env(), capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "OPTIONS" in proc.stdout
+    assert "RETURN VALUES" in proc.stdout
+    assert "EXAMPLES" in proc.stdout
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_documented_options_are_the_argument_spec(module):
+    docs = _documented(module)
+    assert set(docs["DOCUMENTATION"].get("options", {})) == _argument_spec_keys(module)
+    assert {"check_mode", "diff_mode"} <= set(docs["DOCUMENTATION"]["attributes"])

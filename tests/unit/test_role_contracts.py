@@ -1,0 +1,51 @@
+"""Contracts every role keeps: argument specs match defaults, no GPU driver is touched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO
+
+ROLES = sorted(p.name for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir())
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_argument_specs_equal_defaults_key_for_key(role):
+    defaults = yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text()) or {}
+    specs = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())
+    options = specs["argument_specs"]["main"]["options"]
+    assert sorted(options) == sorted(defaults)
+    for name, spec in options.items():
+        assert spec.get("default") == defaults[name], f"{role}: {name} default differs"
+        assert spec.get("description"), f"{role}: {name} has no description"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_public_variable_is_documented_in_the_role_readme(role):
+    readme = (REPO / "roles" / role / "README.md").read_text()
+    defaults = yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text()) or {}
+    missing = [name for name in defaults if name not in readme]
+    assert not missing, f"roles/{role}/README.md does not document {missing}"
+
+
+# DGX OS updates the GPU driver through OTA; provisioning must never install,
+# upgrade or hold it (platform-facts.md).
+DRIVER_PACKAGE_PREFIXES = ("nvidia-driver", "libnvidia-compute", "cuda-drivers", "nvidia-dkms",
+                           "nvidia-kernel")
+
+
+def _yaml_files() -> list[Path]:
+    return [p for p in (REPO / "roles").rglob("*.yml")] + list((REPO / "playbooks").rglob("*.yml")) \
+        + [REPO / "site.yml"]
+
+
+def test_no_task_names_a_gpu_driver_package():
+    offenders = [
+        f"{path.relative_to(REPO)}: {prefix}"
+        for path in _yaml_files()
+        for prefix in DRIVER_PACKAGE_PREFIXES
+        if prefix in path.read_text()
+    ]
+    assert offenders == []
