@@ -11,7 +11,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
 
-.PHONY: help venv testbed registry lab lab-down test lint unit pytest molecule clean
+.PHONY: help venv testbed registry aptrepo lab lab-down test lint unit pytest molecule clean
 
 help:
 	@echo "make lab        start LAB_HOSTS (default 2) virtual Sparks and run site.yml on them"
@@ -31,7 +31,10 @@ testbed: venv
 registry:
 	@testbed/registry.sh start
 
-lab: venv
+aptrepo:
+	@testbed/aptrepo.sh start
+
+lab: venv aptrepo
 	@testbed/lab.sh up $(LAB_HOSTS)
 	ansible-playbook site.yml -i inventory/lab
 
@@ -46,10 +49,10 @@ lint: venv
 unit: venv
 	pytest -m "not testbed" tests
 
-pytest: testbed registry
+pytest: testbed registry aptrepo
 	pytest tests
 
-molecule: testbed
+molecule: testbed aptrepo
 	molecule test --all
 
 test: lint pytest molecule

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,18 +33,27 @@ def ansible_env(**extra: str) -> dict[str, str]:
 
 
 def run_module(module: str, args: dict, *flags: str, **env: str) -> dict:
-    """Run one module natively on localhost through real `ansible` and return its result."""
-    proc = subprocess.run(
-        [str(BIN / "ansible"), "localhost", "-c", "local", "-i", "localhost,", "-m", module,
-         "-a", json.dumps(args), "--one-line", *flags,
-         "-e", f"ansible_python_interpreter={sys.executable}"],
-        cwd=REPO, env=ansible_env(**env), capture_output=True, text=True, check=False,
-    )
-    _, sep, payload = proc.stdout.partition(" => ")
-    try:
-        return json.loads(payload)
-    except ValueError:
-        pytest.fail(f"ansible printed no result (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    """Run one module natively on localhost through real `ansible` and return its whole result.
+
+    The tree callback keeps what the one-line output drops (the diff); the
+    exit status says whether the module failed.
+    """
+    with tempfile.TemporaryDirectory() as tree:
+        proc = subprocess.run(
+            [str(BIN / "ansible"), "localhost", "-c", "local", "-i", "localhost,", "-m", module,
+             "-a", json.dumps(args), *flags,
+             "-e", f"ansible_python_interpreter={sys.executable}"],
+            cwd=REPO, capture_output=True, text=True, check=False,
+            env=ansible_env(ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.tree",
+                            ANSIBLE_CALLBACK_TREE_DIR=tree, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", **env),
+        )
+        try:
+            result = json.loads((Path(tree) / "localhost").read_text())
+        except (OSError, ValueError):
+            pytest.fail(f"ansible gave no result (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    result["failed"] = proc.returncode != 0
+    result["_stdout"] = proc.stdout  # what the user sees, e.g. the --diff output
+    return result
 
 
 @pytest.fixture

@@ -75,8 +75,3 @@ def lost_user_settings(before: dict[str, Any], after: dict[str, Any]) -> list[st
             and after.get("default-runtime") != RUNTIME_NAME:
         lost.append("default-runtime")
     return lost
-
-
-def render(config: dict[str, Any]) -> str:
-    """daemon.json as nvidia-ctk writes it (4-space indent, sorted keys), newline-terminated."""
-    return json.dumps(config, indent=4, sort_keys=True) + "\n"

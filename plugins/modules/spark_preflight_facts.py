@@ -146,9 +146,6 @@ import json
 import os
 import subprocess
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_text
-
 from ansible.module_utils._spark_platform import (
     QUERY_ARGS,
     classify,
@@ -158,6 +155,8 @@ from ansible.module_utils._spark_platform import (
     parse_meminfo,
     parse_os_release,
 )
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_text
 
 _C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 

@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 import yaml
+
 from conftest import BIN, REPO, ansible_env
 
 MODULES = sorted(p.stem for p in (REPO / "plugins" / "modules").glob("*.py"))

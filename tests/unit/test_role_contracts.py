@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from conftest import REPO
 
 ROLES = sorted(p.name for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir())

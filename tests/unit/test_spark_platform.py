@@ -14,6 +14,7 @@ from _spark_platform import (
     parse_meminfo,
     parse_os_release,
 )
+
 from conftest import DOUBLES, NVSMI
 
 GB10_QUERY = (NVSMI / "recordings" / "gb10" / "query.csv").read_text()

@@ -1,0 +1,183 @@
+#!/usr/bin/python
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Fetch an apt signing key, check its fingerprint, install it dearmored."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: spark_apt_keyring
+short_description: Fetch an apt repository's signing key, check its fingerprint and install it as a keyring
+description:
+  - Downloads the key from O(url) with Ansible's own HTTP client, reads its
+    fingerprint with C(gpg --show-keys) (in a throwaway GnuPG home, nothing is
+    imported), optionally refuses a key whose fingerprint is not
+    O(fingerprint), dearmors an ASCII-armored key and installs it at O(dest)
+    atomically for an apt C(signed-by=) option. No C(apt-key).
+  - A refused or unreadable key leaves O(dest) as it was.
+version_added: "0.1.0"
+author: sparkfleet contributors
+options:
+  url:
+    description: Where the key is published (ASCII-armored or binary).
+    type: str
+    required: true
+  dest:
+    description: The keyring file apt's C(signed-by=) names.
+    type: path
+    required: true
+  fingerprint:
+    description:
+      - Expected fingerprint of the key (spaces and case ignored). When set, a
+        key with another fingerprint is refused.
+    type: str
+  timeout:
+    description: Seconds for the download.
+    type: int
+    default: 30
+  validate_certs:
+    description: Check the server's TLS certificate.
+    type: bool
+    default: true
+requirements:
+  - gpg on the target host
+attributes:
+  check_mode:
+    support: full
+    details: Downloads and checks the key, writes nothing.
+  diff_mode:
+    support: full
+    details: Shows the keyring's fingerprints before and after.
+  idempotent:
+    support: full
+    details: An installed keyring with the same bytes reports C(changed=false).
+"""
+
+EXAMPLES = r"""
+- name: Install NVIDIA's container toolkit signing key
+  spark_apt_keyring:
+    url: https://nvidia.github.io/libnvidia-container/gpgkey
+    dest: /usr/share/keyrings/nvidia-container-toolkit-keyring.gpg
+    fingerprint: "{{ expected_fingerprint }}"
+"""
+
+RETURN = r"""
+fingerprints:
+  description: Fingerprints of the primary keys in the downloaded key.
+  returned: success
+  type: list
+  elements: str
+  sample: ["70F0903611435845A14A6E1932140EED742619B1"]
+"""
+
+import os
+import shutil
+import tempfile
+
+from ansible.module_utils._gpg import normalize_fingerprint, primary_fingerprints
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import fetch_url
+
+_ARMOR = b"-----BEGIN PGP PUBLIC KEY BLOCK-----"
+
+
+class Keyring:
+    def __init__(self, module: AnsibleModule, gpg: str, home: str) -> None:
+        self.module = module
+        self.gpg = gpg
+        self.home = home
+
+    def gpg_run(self, *args: str) -> str:
+        cmd = [self.gpg, "--batch", "--no-tty", "--homedir", self.home, *args]
+        rc, out, err = self.module.run_command(cmd, environ_update={"LC_ALL": "C"})
+        if rc != 0:
+            self.module.fail_json(msg=f"gpg could not read the key from {self.module.params['url']}: "
+                                      f"{err.strip() or out.strip()}; {self.module.params['dest']} "
+                                      f"was left as it was.", cmd=cmd, rc=rc, stdout=out, stderr=err)
+        return out
+
+    def fetch(self) -> bytes:
+        url = self.module.params["url"]
+        response, info = fetch_url(self.module, url, timeout=self.module.params["timeout"])
+        if info["status"] != 200 or response is None:
+            self.module.fail_json(msg=f"could not download the signing key from {url}: "
+                                      f"HTTP {info['status']} {info.get('msg', '')}".rstrip()
+                                  + f"; {self.module.params['dest']} was left as it was.")
+        return response.read()
+
+    def fingerprints_of(self, path: str) -> list[str]:
+        return primary_fingerprints(self.gpg_run("--with-colons", "--show-keys", path))
+
+    def run(self) -> dict:
+        params = self.module.params
+        raw = self.fetch()
+        downloaded = os.path.join(self.home, "key")
+        with open(downloaded, "wb") as handle:
+            handle.write(raw)
+        found = self.fingerprints_of(downloaded)
+        if not found:
+            self.module.fail_json(msg=f"{params['url']} served no OpenPGP public key; "
+                                      f"{params['dest']} was left as it was.")
+        if params["fingerprint"]:
+            want = normalize_fingerprint(params["fingerprint"])
+            if want not in found:
+                self.module.fail_json(
+                    msg=f"the key at {params['url']} has fingerprint {', '.join(found)}, expected {want}; "
+                        f"refused, {params['dest']} was left as it was. If the publisher rotated its key, "
+                        f"verify the new fingerprint from a trusted source and set it.",
+                    fingerprints=found)
+        keyring = os.path.join(self.home, "keyring.gpg")
+        if raw.lstrip().startswith(_ARMOR):
+            self.gpg_run("--yes", "--output", keyring, "--dearmor", downloaded)
+        else:
+            shutil.copyfile(downloaded, keyring)
+        with open(keyring, "rb") as handle:
+            new = handle.read()
+        dest = params["dest"]
+        old = None
+        if os.path.exists(dest):
+            with open(dest, "rb") as handle:
+                old = handle.read()
+        result = {"changed": old != new, "fingerprints": found}
+        if result["changed"]:
+            before = ", ".join(self.fingerprints_of(dest)) if old else "(absent)"
+            result["diff"] = {"before": f"{dest}: {before}\n", "after": f"{dest}: {', '.join(found)}\n"}
+            if not self.module.check_mode:
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                os.chmod(keyring, 0o644)
+                self.module.atomic_move(keyring, dest)
+        return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "url": {"type": "str", "required": True},
+            "dest": {"type": "path", "required": True},
+            "fingerprint": {"type": "str"},
+            "timeout": {"type": "int", "default": 30},
+            "validate_certs": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    if module.params["fingerprint"]:
+        try:
+            normalize_fingerprint(module.params["fingerprint"])
+        except ValueError as exc:
+            module.fail_json(msg=f"fingerprint: {exc}; set the key's full fingerprint, e.g. from "
+                                 f"'gpg --show-keys KEYFILE'.")
+    gpg = module.get_bin_path("gpg")
+    if gpg is None:
+        module.fail_json(msg="gpg not found on the host; it is needed to check and dearmor the signing "
+                             "key. Install the 'gpg' package.")
+    home = tempfile.mkdtemp(prefix="spark-keyring-")
+    try:
+        os.chmod(home, 0o700)
+        module.exit_json(**Keyring(module, gpg, home).run())
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

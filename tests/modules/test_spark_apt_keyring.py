@@ -1,0 +1,70 @@
+"""spark_apt_keyring against the test bed's signed apt repository on 127.0.0.1."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from conftest import REPO, run_module
+
+pytestmark = pytest.mark.testbed
+
+APT = "http://127.0.0.1:5080"
+
+
+@pytest.fixture(scope="module")
+def fingerprint() -> str:
+    subprocess.run([str(REPO / "testbed" / "aptrepo.sh"), "start"], check=True, capture_output=True)
+    return subprocess.run([str(REPO / "testbed" / "aptrepo.sh"), "fingerprint"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def _show(path) -> str:
+    return subprocess.run(["gpg", "--batch", "--with-colons", "--show-keys", str(path)],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_installs_the_dearmored_key_once(tmp_path, fingerprint):
+    dest = tmp_path / "keyrings" / "nvidia.gpg"
+    first = run_module("spark_apt_keyring", {"url": f"{APT}/gpgkey", "dest": str(dest),
+                                             "fingerprint": " ".join([fingerprint[:4], fingerprint[4:]])})
+    assert first["changed"] is True, first
+    assert first["fingerprints"] == [fingerprint]
+    assert not dest.read_bytes().startswith(b"-----BEGIN")
+    assert fingerprint in _show(dest)
+    second = run_module("spark_apt_keyring", {"url": f"{APT}/gpgkey", "dest": str(dest)})
+    assert second["changed"] is False
+
+
+def test_a_key_with_another_fingerprint_is_refused_and_the_keyring_kept(tmp_path, fingerprint):
+    dest = tmp_path / "nvidia.gpg"
+    dest.write_bytes(b"previous keyring")
+    wrong = "0" * 40
+    result = run_module("spark_apt_keyring", {"url": f"{APT}/gpgkey", "dest": str(dest), "fingerprint": wrong})
+    assert result["failed"] is True
+    assert f"has fingerprint {fingerprint}, expected {wrong}" in result["msg"]
+    assert dest.read_bytes() == b"previous keyring"
+
+
+def test_check_mode_writes_nothing(tmp_path, fingerprint):
+    dest = tmp_path / "nvidia.gpg"
+    result = run_module("spark_apt_keyring", {"url": f"{APT}/gpgkey", "dest": str(dest)}, "--check", "--diff")
+    assert result["changed"] is True
+    assert f"{dest}: {fingerprint}" in result["_stdout"]
+    assert not dest.exists()
+
+
+def test_a_missing_key_says_what_came_back(tmp_path, fingerprint):
+    dest = tmp_path / "nvidia.gpg"
+    result = run_module("spark_apt_keyring", {"url": f"{APT}/no-such-key", "dest": str(dest)})
+    assert result["failed"] is True
+    assert f"could not download the signing key from {APT}/no-such-key: HTTP 404" in result["msg"]
+    assert not dest.exists()
+
+
+def test_a_page_that_is_not_a_key_is_refused(tmp_path, fingerprint):
+    result = run_module("spark_apt_keyring", {"url": f"{APT}/stable/deb/arm64/Packages",
+                                              "dest": str(tmp_path / "k.gpg")})
+    assert result["failed"] is True
+    assert "k.gpg was left as it was" in result["msg"]
