@@ -24,6 +24,7 @@ venv:
 	@testbed/venv.sh
 
 testbed: venv
+	@testbed/tools.sh
 	@testbed/docker.sh
 	@testbed/binfmt.sh
 	@testbed/images.sh

@@ -17,7 +17,10 @@ DOUBLES = REPO / "testbed" / "doubles"
 NVSMI = DOUBLES / "nvidia-smi"
 BIN = Path(sys.executable).parent
 
-sys.path.insert(0, str(MODULE_UTILS))
+# Tests import the module_utils the way modules do (ansible.module_utils._x).
+import ansible.module_utils  # noqa: E402
+
+ansible.module_utils.__path__.append(str(MODULE_UTILS))
 
 
 def ansible_env(**extra: str) -> dict[str, str]:

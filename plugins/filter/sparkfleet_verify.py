@@ -1,0 +1,100 @@
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Filters that turn spark_verify's registered results into the state and the judgement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+DOCUMENTATION = r"""
+name: spark_verification
+short_description: Summarise spark_gpu_verify and spark_abi_scan results for the state file and the verdict
+description:
+  - Takes the registered loop results of spark_gpu_verify (images, interpreters) and spark_abi_scan, and
+    returns C(state) (what the state file records), C(failures) (one line per failed check) and C(lines)
+    (one line per check, for the run's output).
+  - A check that could not run (simulated host) is recorded as C(not verified) with the reason, never as a pass.
+positional: _input
+options:
+  _input:
+    description: Dict with keys images, pythons, abi (registered loop results), platform (spark_preflight facts)
+      and gpu_not_verifiable (a reason, or empty).
+    type: dict
+    required: true
+"""
+
+
+def _results(registered: Any) -> list[dict]:
+    if isinstance(registered, dict):
+        return [r for r in registered.get("results", []) if not r.get("skipped")]
+    return []
+
+
+def _gpu_entry(kind: str, result: dict) -> dict:
+    entry = {
+        "kind": kind,
+        "target": result.get("item"),
+        "verdict": result.get("verdict", "error"),
+        "line": result.get("line"),
+        "torch": result.get("torch_version"),
+        "torch_cuda": result.get("torch_cuda"),
+        "device": (result.get("device") or {}).get("name"),
+        "capability": (result.get("device") or {}).get("capability"),
+        "notes": result.get("notes", []),
+    }
+    if entry["verdict"] != "ok":
+        entry.update(hypothesis=result.get("hypothesis"), evidence=result.get("evidence") or result.get("msg"),
+                     fix=result.get("fix"))
+    return entry
+
+
+def spark_verification(data: dict) -> dict:
+    platform = data.get("platform") or {}
+    reason = (data.get("gpu_not_verifiable") or "").strip()
+    gpu = [_gpu_entry("image", r) for r in _results(data.get("images"))]
+    gpu += [_gpu_entry("python", r) for r in _results(data.get("pythons"))]
+    abi = [{"target": r.get("item"), "verdict": r.get("verdict", "error"), "findings": r.get("findings", []),
+            "shared_objects": r.get("shared_objects_scanned"), "unreadable": len(r.get("unreadable", []))}
+           for r in _results(data.get("abi"))]
+    wanted = list(data.get("wanted_images") or []) + list(data.get("wanted_pythons") or [])
+    not_verified = [{"target": t, "reason": reason} for t in wanted] if reason else []
+    failures = [f"{g['kind']} {g['target']}: {g['line'] or 'no answer'} - {g.get('hypothesis')}: {g.get('evidence')}. "
+                f"Fix: {g.get('fix')}" for g in gpu if g["verdict"] != "ok"]
+    failures += [f"ABI {a['target']}: {'; '.join(a['findings'])}" for a in abi if a["verdict"] != "ok"]
+    lines = [f"GPU {g['kind']} {g['target']}: {g['verdict'].upper()} {g['line'] or ''}".rstrip()
+             + (f" ({'; '.join(g['notes'])})" if g["notes"] else "")
+             + (f" - {g.get('hypothesis')}: {g.get('evidence')}" if g["verdict"] != "ok" else "")
+             for g in gpu]
+    lines += [f"ABI {a['target']}: {a['verdict'].upper()}"
+              + (f" - {'; '.join(a['findings'])}" if a["findings"] else f" ({a['shared_objects']} shared objects)")
+              for a in abi]
+    lines += [f"NOT VERIFIED {n['target']}: {n['reason']}" for n in not_verified]
+    if not lines:
+        lines = [f"nothing to verify yet (no images or interpreters provisioned){'; ' + reason if reason else ''}"]
+    if platform.get("simulated"):
+        lines = [f"SIMULATED host: {line}" for line in lines]
+    state = {
+        "platform": platform.get("platform"),
+        "simulated": bool(platform.get("simulated")),
+        "gpu": gpu,
+        "abi": abi,
+        "not_verified": not_verified,
+        "gpu_not_verifiable": reason or None,
+        "verdict": "failed" if failures else ("not verified" if not_verified or not (gpu or abi) else "ok"),
+    }
+    return {"state": state, "failures": failures, "lines": lines}
+
+
+def spark_verification_row(pair: list) -> str:
+    """One row of the fleet table from (spark_verify_result, host)."""
+    result, host = pair
+    state = (result or {}).get("state") or {}
+    platform = f"{state.get('platform') or '?'}{' SIMULATED' if state.get('simulated') else ''}"
+    details = "; ".join((result or {}).get("lines") or ["no result (the host failed earlier)"])
+    details = details.replace("SIMULATED host: ", "")
+    return f"{host:<24} {platform:<20} {state.get('verdict', 'unknown'):<13} {details}"
+
+
+class FilterModule:
+    def filters(self):
+        return {"spark_verification": spark_verification, "spark_verification_row": spark_verification_row}

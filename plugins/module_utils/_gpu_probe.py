@@ -1,0 +1,212 @@
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""The GPU probe and the ordered diagnosis behind spark_gpu_verify.
+
+PROBE is a self-contained Python program run by the interpreter under test
+(on the host, or inside a container started with the container-workflow
+flags). It prints one JSON object per line as it goes -- the environment
+evidence first, then what torch says -- so a probe that hangs in torch still
+leaves the evidence behind. diagnose() turns those lines into a verdict,
+walking the user's hypotheses in their order.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+PROBE = r'''
+import glob, json, os, subprocess, sys
+def emit(kind, **data):
+    data["kind"] = kind
+    print(json.dumps(data), flush=True)
+smi = {"found": False}
+for cand in ("nvidia-smi", "/usr/bin/nvidia-smi"):
+    try:
+        proc = subprocess.run([cand, "-L"], capture_output=True, text=True, timeout=20)
+    except FileNotFoundError:
+        continue
+    except subprocess.TimeoutExpired:
+        smi = {"found": True, "rc": None, "output": "nvidia-smi did not answer within 20 s"}
+        break
+    smi = {"found": True, "rc": proc.returncode, "output": (proc.stdout + proc.stderr).strip()[-2000:]}
+    break
+devices = []
+for path in sorted(glob.glob("/dev/nvidia*")):
+    if os.path.isdir(path):
+        continue
+    devices.append({"path": path, "access": os.access(path, os.R_OK | os.W_OK),
+                    "mode": oct(os.stat(path).st_mode & 0o777)})
+emit("env", python=sys.version.split()[0], executable=sys.executable, uid=os.getuid(),
+     cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), nvidia_smi=smi, devices=devices)
+try:
+    import torch
+except Exception as exc:
+    emit("torch", imported=False, error="%s: %s" % (type(exc).__name__, exc))
+    sys.exit(0)
+emit("torch", imported=True, version=str(torch.__version__), cuda=torch.version.cuda)
+info = {}
+try:
+    info["available"] = bool(torch.cuda.is_available())
+except Exception as exc:
+    info["available"] = False
+    info["available_error"] = "%s: %s" % (type(exc).__name__, exc)
+info["line"] = "%s %s" % (info["available"], torch.version.cuda)
+emit("cuda", **info)
+if info["available"]:
+    result = {"device_count": torch.cuda.device_count(), "name": torch.cuda.get_device_name(0),
+              "capability": list(torch.cuda.get_device_capability(0)), "arch_list": list(torch.cuda.get_arch_list())}
+    try:
+        x = torch.arange(1, 65, device="cuda", dtype=torch.float32)
+        result["compute"] = float((x * x).sum().item()) == 89440.0
+    except Exception as exc:
+        result["compute"] = False
+        result["compute_error"] = "%s: %s" % (type(exc).__name__, exc)
+    emit("device", **result)
+'''
+
+CONTAINER_FLAGS = ("--runtime=nvidia", "--gpus", "all", "--ipc=host", "--ulimit", "memlock=-1",
+                   "--ulimit", "stack=67108864")
+
+RUNTIME_FLAGS = "runtime/flags"
+VISIBILITY = "device visibility"
+PERMISSIONS = "permissions"
+STUCK = "stuck process"
+ABI = "ABI mismatch"
+NO_TORCH = "torch not importable"
+NOT_SPARK_GPU = "not a Spark GPU"
+UNKNOWN = "unexplained"
+
+
+def parse_probe_output(stdout: str) -> dict[str, dict]:
+    """The probe's JSON lines by kind; lines that are not the probe's are ignored."""
+    found: dict[str, dict] = {}
+    for line in stdout.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and "kind" in data:
+            found[data.pop("kind")] = data
+    return found
+
+
+def cuda_major(version: str | None) -> int | None:
+    match = re.match(r"^(\d+)\.", version or "")
+    return int(match.group(1)) if match else None
+
+
+def _visibility_problem(value: str | None) -> str | None:
+    if value is None:
+        return None
+    stripped = value.strip()
+    if stripped == "":
+        return "CUDA_VISIBLE_DEVICES is set but empty, which hides every GPU"
+    if stripped in {"-1", "NoDevFiles", "none", "void"}:
+        return f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU"
+    first = stripped.split(",")[0]
+    if first.isdigit() and int(first) > 0:
+        return (f"CUDA_VISIBLE_DEVICES={value!r} starts at device {first}; a DGX Spark has one GPU, "
+                f"device 0")
+    return None
+
+
+def diagnose(probe: dict[str, dict], *, launch_error: str | None = None, timed_out: bool = False,
+             expected_cuda_major: int = 13, spark: bool = True, container: bool = False) -> dict:
+    """Verdict and, when not ok, the first of the user's hypotheses that holds.
+
+    Order (spark-environment-setup.md, "Verification"): 1. nvidia-smi fails
+    (runtime/flags), 2. CUDA_VISIBLE_DEVICES, 3. /dev/nvidia* permissions,
+    4. a stuck process, 5. torch.version.cuda not 13.x (ABI). A wheel
+    reinstall is only ever suggested under 5.
+    """
+    env = probe.get("env", {})
+    torch = {**probe.get("torch", {}), **probe.get("cuda", {})}
+    device = probe.get("device", {})
+    where = "inside the container" if container else "on the host"
+    result = {
+        "verdict": "failed",
+        "line": torch.get("line"),
+        "torch_version": torch.get("version"),
+        "torch_cuda": torch.get("cuda"),
+        "available": torch.get("available"),
+        "device": device or None,
+        "hypothesis": None,
+        "evidence": None,
+        "fix": None,
+        "notes": [],
+    }
+    cap = tuple(device.get("capability") or ()) or None
+    major = cuda_major(torch.get("cuda"))
+    if torch.get("available") and major == expected_cuda_major and device.get("compute", False):
+        if spark and cap != (12, 1):
+            return {**result, "hypothesis": NOT_SPARK_GPU,
+                    "evidence": f"device {device.get('name')} has compute capability {cap}, a DGX Spark's GB10 "
+                                f"has (12, 1)",
+                    "fix": "check that this host is a DGX Spark and that the right device is visible"}
+        if not spark:
+            result["notes"].append(f"compute capability {cap}: not a Spark ({device.get('name')})")
+        return {**result, "verdict": "ok"}
+
+    smi = env.get("nvidia_smi") or {}
+    if launch_error is not None:
+        return {**result, "hypothesis": RUNTIME_FLAGS,
+                "evidence": f"the container did not start: {launch_error.strip()}",
+                "fix": "register the nvidia runtime with Docker (role spark_container_runtime) and start the "
+                       "container with --runtime=nvidia --gpus all"}
+    if env and (not smi.get("found") or smi.get("rc") != 0):
+        evidence = (f"nvidia-smi is not present {where}" if not smi.get("found")
+                    else f"nvidia-smi {where} failed (rc {smi.get('rc')}): {smi.get('output')}")
+        fix = ("start the container with --runtime=nvidia --gpus all (the launchers do); without them the "
+               "container sees no GPU" if container else
+               "the driver or its device nodes are not working on the host: check 'nvidia-smi' and the DGX OS "
+               "driver (updated through OTA only); leave the Python packages alone until it works")
+        return {**result, "hypothesis": RUNTIME_FLAGS, "evidence": evidence, "fix": fix}
+    visibility = _visibility_problem(env.get("cuda_visible_devices"))
+    if visibility:
+        return {**result, "hypothesis": VISIBILITY, "evidence": visibility,
+                "fix": "unset CUDA_VISIBLE_DEVICES (or set it to 0)"}
+    devices = env.get("devices")
+    if env and not devices:
+        return {**result, "hypothesis": PERMISSIONS, "evidence": f"no /dev/nvidia* device nodes {where}",
+                "fix": "the device nodes must exist and be passed into containers (--gpus all)"}
+    denied = [d for d in devices or [] if not d.get("access")]
+    if denied:
+        listing = ", ".join(f"{d['path']} ({d['mode']})" for d in denied)
+        return {**result, "hypothesis": PERMISSIONS,
+                "evidence": f"uid {env.get('uid')} cannot open {listing}",
+                "fix": "give the user read/write access to /dev/nvidia* (DGX OS: the video group)"}
+    if timed_out:
+        stage = ("importing torch" if "torch" not in probe else
+                 "asking torch for CUDA" if "cuda" not in probe else "querying the device")
+        return {**result, "hypothesis": STUCK, "evidence": f"the probe hung while {stage}",
+                "fix": "a stuck process holds the GPU: reopen the shell or restart the container, then "
+                       "check for leftover processes in nvidia-smi"}
+    if torch and not torch.get("imported"):
+        error = torch.get("error", "")
+        if re.search(r"libcu\w*\.so\.\d+|undefined symbol|libnvrtc|libnvJitLink", error):
+            return {**result, "hypothesis": ABI,
+                    "evidence": f"torch does not import: {error}",
+                    "fix": f"a wheel needs a CUDA library this system does not have: install torch from the "
+                           f"cu130 index (https://download.pytorch.org/whl/cu130) and run spark_abi_scan for "
+                           f"other wheels built for CUDA != {expected_cuda_major}"}
+        return {**result, "hypothesis": NO_TORCH, "evidence": f"torch does not import: {error}",
+                "fix": "use the NGC PyTorch container, or build the pinned venv (role spark_venv)"}
+    if torch and major != expected_cuda_major:
+        built = f"CUDA {torch.get('cuda')}" if torch.get("cuda") else "no CUDA (a CPU-only build)"
+        return {**result, "hypothesis": ABI,
+                "evidence": f"torch {torch.get('version')} is built for {built}, expected CUDA "
+                            f"{expected_cuda_major}.x",
+                "fix": "reinstall torch from the cu130 index (https://download.pytorch.org/whl/cu130); "
+                       "the ABI is confirmed as the cause (nvidia-smi, visibility and permissions are fine)"}
+    if device and not device.get("compute"):
+        return {**result, "hypothesis": UNKNOWN,
+                "evidence": f"the device answers but a computation on it failed: {device.get('compute_error')}",
+                "fix": "check dmesg and nvidia-smi for GPU errors"}
+    return {**result, "hypothesis": UNKNOWN,
+            "evidence": f"torch.cuda.is_available() is {torch.get('available')} with nvidia-smi, visibility, "
+                        f"permissions and the CUDA build all fine ({torch.get('available_error') or 'no error'})",
+            "fix": "check 'dmesg' and 'nvidia-smi -q' on the host"}

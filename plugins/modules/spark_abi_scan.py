@@ -1,0 +1,232 @@
+#!/usr/bin/python
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Find CUDA ABI mismatches in the wheels of a Python environment."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: spark_abi_scan
+short_description: Find wheels linked against the wrong CUDA major in a Python environment
+description:
+  - Walks a Python environment's site-packages for ELF shared objects, reads
+    only their dynamic sections (C(DT_NEEDED), C(DT_SONAME)) and maps each
+    file to its installed distribution through the dist-info C(RECORD).
+  - Reports, per distribution, the CUDA libraries it links and provides, and
+    flags every distribution whose CUDA major differs from
+    O(expected_cuda_major), for example C(bitsandbytes 0.49.2 - links libcudart.so.12 (expected 13)) in
+    the form RV(findings) gives.
+    pip checks version constraints, not this; the failure otherwise shows up
+    at run time as a missing symbol or a segfault.
+  - A CUDA major is only inferred from libraries whose soname major is the
+    CUDA major (libcudart, libcublas, libcublasLt, libnvrtc, libnvJitLink,
+    libcupti). Others (libcudnn, libnccl, libcufft, libcurand, libcusparse,
+    ...) are reported with their own soname major and never flagged.
+  - Also reports which CUDA runtimes the system provides (the ldconfig cache
+    and the toolkit under O(cuda_home)).
+  - Reads headers only, a few kilobytes per file. Truncated, non-ELF, 32-bit,
+    big-endian or unreadable files are listed in RV(unreadable) with a reason.
+version_added: "0.1.0"
+author: sparkfleet contributors
+options:
+  path:
+    description:
+      - A virtual environment (a directory with C(pyvenv.cfg)) or a
+        site-packages directory to scan. Exactly one of O(path) and O(python).
+    type: path
+  python:
+    description:
+      - A Python interpreter; its purelib and platlib directories are scanned.
+    type: path
+  expected_cuda_major:
+    description: The CUDA major every CUDA wheel must link (13 on a DGX Spark).
+    type: int
+    default: 13
+  cuda_home:
+    description: The CUDA toolkit whose runtime libraries count as system-provided.
+    type: path
+    default: /usr/local/cuda
+attributes:
+  check_mode:
+    support: full
+    details: Only reads; runs the same in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details: Never changes anything.
+"""
+
+EXAMPLES = r"""
+- name: Scan the bare-pip venv
+  spark_abi_scan:
+    path: /opt/sparkfleet/venv
+  register: abi
+
+- name: Fail on any CUDA 12 leftover
+  ansible.builtin.assert:
+    that: abi.verdict == 'ok'
+    fail_msg: "{{ abi.findings | join('; ') }}"
+
+- name: Scan the environment of a given interpreter
+  spark_abi_scan:
+    python: /usr/bin/python3
+"""
+
+RETURN = r"""
+verdict:
+  description: C(ok) when no distribution links or provides another CUDA major, else C(mismatch).
+  returned: success
+  type: str
+  sample: mismatch
+findings:
+  description: "One line per mismatching library: C(<dist> <version>: links|provides <soname> (expected <major>))."
+  returned: success
+  type: list
+  elements: str
+  sample: ["bitsandbytes 0.49.2: links libcudart.so.12 (expected 13)"]
+distributions:
+  description: Every distribution that links or provides a CUDA library, with what and which majors.
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - name: torch
+      version: 2.14.1
+      shared_objects: 60
+      links: [{library: cudart, soname: libcudart.so.13, major: 13, tracks_cuda_major: true}]
+      provides: []
+      cuda_majors: [13]
+      mismatches: []
+site_packages:
+  description: The directories scanned.
+  returned: success
+  type: list
+  elements: str
+shared_objects_scanned:
+  description: ELF shared objects read.
+  returned: success
+  type: int
+header_bytes_read:
+  description: Bytes read from them in all (headers only).
+  returned: success
+  type: int
+unreadable:
+  description: Files named like shared objects that could not be read as 64-bit little-endian ELF, and why.
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - path: /venv/lib/python3.12/site-packages/x/broken.so
+      reason: "truncated: 12 bytes, an ELF header needs 64"
+system:
+  description: CUDA libraries the system provides.
+  returned: success
+  type: dict
+  contains:
+    ldconfig:
+      description: CUDA sonames in the ldconfig cache and where they are.
+      type: dict
+    cuda_home:
+      description: O(cuda_home), its runtime sonames and the toolkit version from version.json.
+      type: dict
+    cudart_majors:
+      description: libcudart majors available system-wide.
+      type: list
+      elements: int
+"""
+
+import glob
+import json
+import os
+
+from ansible.module_utils._cuda_abi import parse_ldconfig, scan, system_cuda_majors
+from ansible.module_utils.basic import AnsibleModule
+
+
+def _unique(paths: list[str]) -> list[str]:
+    """One entry per real directory (a venv's lib64 is a link to lib)."""
+    seen: dict[str, str] = {}
+    for path in paths:
+        seen.setdefault(os.path.realpath(path), path)
+    return list(seen.values())
+
+
+def site_packages_of(module: AnsibleModule) -> list[str]:
+    path, python = module.params["path"], module.params["python"]
+    if python:
+        code = ("import json, sysconfig; p = sysconfig.get_paths(); "
+                "print(json.dumps(sorted({p['purelib'], p['platlib']})))")
+        rc, out, err = module.run_command([python, "-c", code], environ_update={"LC_ALL": "C"})
+        if rc != 0:
+            module.fail_json(msg=f"{python} could not say where its packages are (rc {rc}): {err.strip()}; "
+                                 f"expected a working Python interpreter.", rc=rc, stderr=err)
+        return _unique([p for p in json.loads(out) if os.path.isdir(p)])
+    if os.path.isfile(os.path.join(path, "pyvenv.cfg")):
+        found = _unique(sorted(glob.glob(os.path.join(path, "lib*", "python3*", "site-packages"))))
+        if found:
+            return found
+        module.fail_json(msg=f"{path} is a virtual environment without lib/python3*/site-packages; "
+                             f"is it complete? Recreate it.")
+    if os.path.isdir(path) and glob.glob(os.path.join(path, "*.dist-info")):
+        return [path]
+    module.fail_json(msg=f"{path} is neither a virtual environment (no pyvenv.cfg) nor a site-packages "
+                         f"directory (no *.dist-info); expected one of them.")
+
+
+def system_cuda(module: AnsibleModule) -> dict:
+    ldconfig = module.get_bin_path("ldconfig", opt_dirs=["/sbin", "/usr/sbin"])
+    cache: dict[str, list[str]] = {}
+    if ldconfig:
+        rc, out, _ = module.run_command([ldconfig, "-p"], environ_update={"LC_ALL": "C"})
+        if rc == 0:
+            cache = parse_ldconfig(out)
+    home = module.params["cuda_home"]
+    sonames = sorted({os.path.basename(p) for p in glob.glob(os.path.join(home, "lib*", "libcudart.so.*"))
+                      + glob.glob(os.path.join(home, "targets", "*", "lib", "libcudart.so.*"))})
+    version = None
+    try:
+        with open(os.path.join(home, "version.json"), encoding="utf-8") as handle:
+            version = json.load(handle).get("cuda", {}).get("version")
+    except (OSError, ValueError, AttributeError):
+        version = None
+    return {
+        "ldconfig": cache,
+        "cuda_home": {"path": home, "exists": os.path.isdir(home), "cudart": sonames, "version": version},
+        "cudart_majors": system_cuda_majors(cache, sonames),
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path"},
+            "python": {"type": "path"},
+            "expected_cuda_major": {"type": "int", "default": 13},
+            "cuda_home": {"type": "path", "default": "/usr/local/cuda"},
+        },
+        required_one_of=[["path", "python"]],
+        mutually_exclusive=[["path", "python"]],
+        supports_check_mode=True,
+    )
+    expected = module.params["expected_cuda_major"]
+    trees = site_packages_of(module)
+    results = [scan(tree, expected) for tree in trees]
+    findings = [f for r in results for f in r["findings"]]
+    module.exit_json(
+        changed=False,
+        verdict="mismatch" if findings else "ok",
+        findings=findings,
+        distributions=[d for r in results for d in r["distributions"]],
+        site_packages=trees,
+        expected_cuda_major=expected,
+        shared_objects_scanned=sum(r["shared_objects_scanned"] for r in results),
+        header_bytes_read=sum(r["header_bytes_read"] for r in results),
+        unreadable=[s for r in results for s in r["unreadable"]],
+        system=system_cuda(module),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+#!/usr/bin/python
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Verify that torch sees the GPU with CUDA 13 -- or say, in order, why not."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: spark_gpu_verify
+short_description: Verify that PyTorch sees the GPU with CUDA 13, with an ordered diagnosis when it does not
+description:
+  - Runs a probe under a Python interpreter on the host (O(python), e.g. a
+    venv) or in a container image (O(image)) started with the
+    container-workflow flags (C(--runtime=nvidia --gpus all --ipc=host
+    --ulimit memlock=-1 --ulimit stack=67108864)) right after it starts,
+    before any project package is installed.
+  - The probe reports the torch version, C(torch.version.cuda),
+    C(torch.cuda.is_available()), the device name, capability and arch list,
+    and runs a tiny real computation on the GPU. RV(line) is the user's own
+    check, C(print(torch.cuda.is_available(), torch.version.cuda)), e.g. C(True 13.0).
+  - RV(verdict) is C(ok) only when the GPU is available, torch is built for
+    CUDA O(expected_cuda_major), the computation is right, and, with
+    O(spark=true), the capability is (12, 1). An NGC build without a C(+cu130)
+    local version tag is not a failure; only C(torch.version.cuda) counts.
+  - When not ok, walks the hypotheses in this order and reports the first
+    that holds, with its evidence and fix - 1. C(nvidia-smi) fails on the
+    host or in the container (runtime/flags), 2. C(CUDA_VISIBLE_DEVICES) hides
+    the device, 3. C(/dev/nvidia*) missing or not accessible, 4. the probe hung
+    (a stuck process), 5. torch built for another CUDA major (ABI mismatch).
+    A wheel reinstall is only suggested once the ABI is the confirmed cause.
+  - The probe runs under O(timeout); a hang is a diagnosis, not a stuck play.
+version_added: "0.1.0"
+author: sparkfleet contributors
+options:
+  python:
+    description: Interpreter to probe on the host. Exactly one of O(python) and O(image).
+    type: path
+  image:
+    description:
+      - Image (by digest, e.g. C(nvcr.io/nvidia/pytorch@sha256:...)) to probe
+        in a fresh container run with the container-workflow flags and no network.
+    type: str
+  docker:
+    description: Docker CLI to start the container with.
+    type: path
+    default: docker
+  timeout:
+    description: Seconds the probe may take before it counts as hung.
+    type: int
+    default: 180
+  expected_cuda_major:
+    description: The CUDA major torch must be built for.
+    type: int
+    default: 13
+  spark:
+    description:
+      - Require the DGX Spark's compute capability (12, 1). Set false on other
+        hardware; the capability is then reported as "not a Spark".
+    type: bool
+    default: true
+  environment:
+    description: Extra environment variables for the probe (host or container).
+    type: dict
+    default: {}
+attributes:
+  check_mode:
+    support: full
+    details: Only reads (a container it starts is removed); runs the same in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details: Never changes anything on the host.
+"""
+
+EXAMPLES = r"""
+- name: Verify the pinned NGC image
+  spark_gpu_verify:
+    image: "nvcr.io/nvidia/pytorch@sha256:{{ digest }}"
+  register: gpu
+
+- name: Fail with the diagnosis
+  ansible.builtin.assert:
+    that: gpu.verdict == 'ok'
+    fail_msg: "{{ gpu.line }}: {{ gpu.hypothesis }}: {{ gpu.evidence }}. Fix: {{ gpu.fix }}"
+
+- name: Verify a venv on another GPU machine (not a Spark)
+  spark_gpu_verify:
+    python: /opt/venv/bin/python
+    spark: false
+"""
+
+RETURN = r"""
+verdict:
+  description: C(ok) or C(failed).
+  returned: success
+  type: str
+  sample: ok
+line:
+  description: What C(print(torch.cuda.is_available(), torch.version.cuda)) prints; null when torch did not answer.
+  returned: success
+  type: str
+  sample: True 13.0
+hypothesis:
+  description: The first hypothesis that holds, when not ok.
+  returned: success
+  type: str
+  sample: runtime/flags
+  choices: [runtime/flags, device visibility, permissions, stuck process, ABI mismatch, torch not importable,
+            not a Spark GPU, unexplained]
+evidence:
+  description: What was found that makes the hypothesis hold.
+  returned: success
+  type: str
+  sample: "nvidia-smi is not present inside the container"
+fix:
+  description: The one thing to do next.
+  returned: success
+  type: str
+torch_version:
+  description: C(torch.__version__).
+  returned: success
+  type: str
+  sample: 2.9.0a0+50eac811a6.nv25.09
+torch_cuda:
+  description: C(torch.version.cuda).
+  returned: success
+  type: str
+  sample: "13.0"
+available:
+  description: C(torch.cuda.is_available()).
+  returned: success
+  type: bool
+device:
+  description: Device name, capability, arch list, device count and whether the computation was right.
+  returned: success
+  type: dict
+  sample: {name: NVIDIA GB10, capability: [12, 1], arch_list: [sm_121], device_count: 1, compute: true}
+notes:
+  description: Remarks that do not fail the verdict (e.g. "not a Spark").
+  returned: success
+  type: list
+  elements: str
+target:
+  description: What was probed.
+  returned: success
+  type: dict
+  sample: {kind: container, image: "nvcr.io/nvidia/pytorch@sha256:...", command: [docker, run, "..."]}
+probe:
+  description: The probe's raw evidence (environment, torch, device).
+  returned: success
+  type: dict
+timed_out:
+  description: The probe did not finish within O(timeout).
+  returned: success
+  type: bool
+"""
+
+import os
+import subprocess
+import uuid
+
+from ansible.module_utils._gpu_probe import CONTAINER_FLAGS, PROBE, diagnose, parse_probe_output
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_text
+
+_DOCKER_LAUNCH_FAILED = 125  # docker run's own exit status when the container could not start
+
+
+def run_probe(argv: list[str], env: dict[str, str], timeout: int, on_timeout=None) -> tuple[int | None, str, str]:
+    try:
+        proc = subprocess.run(argv, input=PROBE.encode(), capture_output=True, timeout=timeout, env=env,
+                              check=False)
+    except subprocess.TimeoutExpired as exc:
+        if on_timeout:
+            on_timeout()
+        return None, to_text(exc.stdout or b""), to_text(exc.stderr or b"")
+    except OSError as exc:
+        return 127, "", str(exc)
+    return proc.returncode, to_text(proc.stdout), to_text(proc.stderr)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "path"},
+            "image": {"type": "str"},
+            "docker": {"type": "path", "default": "docker"},
+            "timeout": {"type": "int", "default": 180},
+            "expected_cuda_major": {"type": "int", "default": 13},
+            "spark": {"type": "bool", "default": True},
+            "environment": {"type": "dict", "default": {}},
+        },
+        required_one_of=[["python", "image"]],
+        mutually_exclusive=[["python", "image"]],
+        supports_check_mode=True,
+    )
+    params = module.params
+    extra = {str(k): str(v) for k, v in params["environment"].items()}
+    env = dict(os.environ, LC_ALL="C", **extra)
+    launch_error = None
+    if params["image"]:
+        docker = module.get_bin_path(params["docker"], required=True)
+        name = f"sparkfleet-verify-{uuid.uuid4().hex[:12]}"
+        env_args = [arg for key, value in extra.items() for arg in ("--env", f"{key}={value}")]
+        argv = [docker, "run", "--rm", "-i", "--name", name, "--network", "none", *CONTAINER_FLAGS, *env_args,
+                "--entrypoint", "python3", params["image"], "-"]
+        target = {"kind": "container", "image": params["image"], "command": argv}
+
+        def remove_container() -> None:
+            subprocess.run([docker, "rm", "-f", name], capture_output=True, check=False)
+
+        rc, out, err = run_probe(argv, env, params["timeout"], remove_container)
+        if rc == _DOCKER_LAUNCH_FAILED and not out.strip():
+            launch_error = err.strip() or "docker run exited 125"
+    else:
+        argv = [params["python"], "-"]
+        target = {"kind": "python", "python": params["python"], "command": argv}
+        rc, out, err = run_probe(argv, env, params["timeout"])
+    probe = parse_probe_output(out)
+    if rc not in (0, None) and launch_error is None and "torch" not in probe and "env" not in probe:
+        module.fail_json(msg=f"the probe could not run under {target.get('python') or target.get('image')} "
+                             f"(rc {rc}): {(err or out).strip()[-1000:]}; expected a Python 3 interpreter there.",
+                         rc=rc, stdout=out, stderr=err)
+    result = diagnose(probe, launch_error=launch_error, timed_out=rc is None,
+                      expected_cuda_major=params["expected_cuda_major"], spark=params["spark"],
+                      container=bool(params["image"]))
+    module.exit_json(changed=False, target=target, probe=probe, timed_out=rc is None, **result)
+
+
+if __name__ == "__main__":
+    main()

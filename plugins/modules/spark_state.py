@@ -1,0 +1,112 @@
+#!/usr/bin/python
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Write the host's sparkfleet state file, only when its content changed."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: spark_state
+short_description: Record what sparkfleet provisioned and verified on a host
+description:
+  - Writes O(content) as JSON to O(path) (atomically, mode 0644), with
+    C(written_at) and C(first_written_at) timestamps. When the content is the
+    same as the file's, nothing is written and the timestamp is kept, so a
+    converged re-run reports C(changed=false).
+  - Returns the previous state, so later runs and reports can tell a fresh
+    host (no state before) from a converged one (same state) from one whose
+    state changed.
+version_added: "0.1.0"
+author: sparkfleet contributors
+options:
+  path:
+    description: The state file.
+    type: path
+    default: /var/lib/sparkfleet/state.json
+  content:
+    description: What to record (digests, verdicts, versions).
+    type: dict
+    required: true
+attributes:
+  check_mode:
+    support: full
+    details: Reports whether the file would change, writes nothing.
+  diff_mode:
+    support: full
+    details: Shows the file before and after.
+  idempotent:
+    support: full
+    details: Same content, same file (timestamps kept).
+"""
+
+EXAMPLES = r"""
+- name: Record the verification
+  spark_state:
+    content:
+      platform: spark
+      verification: {verdict: ok, line: True 13.0}
+"""
+
+RETURN = r"""
+status:
+  description: C(created) (no state before), C(updated) or C(unchanged).
+  returned: success
+  type: str
+  sample: unchanged
+previous:
+  description: The state before this run; null when there was none.
+  returned: success
+  type: dict
+state:
+  description: The state now recorded.
+  returned: success
+  type: dict
+"""
+
+import datetime
+import os
+import tempfile
+
+from ansible.module_utils._state import merge, parse, render
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "path": {"type": "path", "default": "/var/lib/sparkfleet/state.json"},
+            "content": {"type": "dict", "required": True},
+        },
+        supports_check_mode=True,
+    )
+    path = module.params["path"]
+    try:
+        with open(path, encoding="utf-8") as handle:
+            before_text = handle.read()
+    except FileNotFoundError:
+        before_text = None
+    except OSError as exc:
+        module.fail_json(msg=f"cannot read the state file {path}: {exc.strerror}; expected a readable file "
+                             f"or none. Check its permissions.")
+    previous = parse(before_text)
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
+    state, status = merge(previous, module.params["content"], now)
+    changed = status != "unchanged" or before_text != render(state)
+    result = {"changed": changed, "status": status, "previous": previous, "state": state}
+    if changed:
+        result["diff"] = {"before": before_text or "", "after": render(state), "before_header": path,
+                          "after_header": path}
+        if not module.check_mode:
+            directory = os.path.dirname(path)
+            os.makedirs(directory, mode=0o755, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".state.", dir=directory)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(render(state))
+            os.chmod(tmp, 0o644)
+            module.atomic_move(tmp, path)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

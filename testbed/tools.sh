@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Host tools the tests use natively: gcc (builds real ELF files linked
+# against stub CUDA runtimes), binutils (readelf, the ground truth for the
+# ELF reader), util-linux (unshare/setpriv: /dev/nvidia* laid out in a
+# private mount namespace) and gnupg.
+source "$(dirname "$0")/lib.sh"
+apt_install gcc binutils util-linux gnupg python3
+say "host tools present (gcc $(gcc -dumpversion), $(readelf --version | head -n 1))"

@@ -1,0 +1,40 @@
+"""spark_state: the host's record, written only when it changes."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run_module
+
+
+def test_created_then_unchanged_then_updated(tmp_path):
+    path = tmp_path / "sub" / "state.json"
+    first = run_module("spark_state", {"path": str(path), "content": {"verdict": "ok"}})
+    assert (first["changed"], first["status"], first["previous"]) == (True, "created", None)
+    written = json.loads(path.read_text())
+    assert written["verdict"] == "ok"
+    assert written["written_at"] == written["first_written_at"]
+    mtime = path.stat().st_mtime_ns
+    second = run_module("spark_state", {"path": str(path), "content": {"verdict": "ok"}})
+    assert (second["changed"], second["status"]) == (False, "unchanged")
+    assert path.stat().st_mtime_ns == mtime
+    third = run_module("spark_state", {"path": str(path), "content": {"verdict": "failed"}}, "--diff")
+    assert (third["changed"], third["status"]) == (True, "updated")
+    assert third["previous"]["verdict"] == "ok"
+    assert json.loads(path.read_text())["first_written_at"] == written["first_written_at"]
+    assert '-  "verdict": "ok"' in third["_stdout"]
+
+
+def test_check_mode_writes_nothing(tmp_path):
+    path = tmp_path / "state.json"
+    result = run_module("spark_state", {"path": str(path), "content": {"verdict": "ok"}}, "--check")
+    assert result["changed"] is True
+    assert not path.exists()
+
+
+def test_a_damaged_state_file_is_replaced(tmp_path):
+    path = tmp_path / "state.json"
+    path.write_text("{half")
+    result = run_module("spark_state", {"path": str(path), "content": {"verdict": "ok"}})
+    assert result["status"] == "created"
+    assert json.loads(path.read_text())["verdict"] == "ok"

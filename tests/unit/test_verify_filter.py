@@ -1,0 +1,66 @@
+"""spark_verify's judgement: what is recorded, what fails a host, what a simulated host shows."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from conftest import REPO
+
+_spec = importlib.util.spec_from_file_location("sparkfleet_verify", REPO / "plugins/filter/sparkfleet_verify.py")
+verify = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(verify)
+
+OK = {"item": "/opt/venv/bin/python", "verdict": "ok", "line": "True 13.0", "torch_version": "2.10.0+cu130",
+      "torch_cuda": "13.0", "device": {"name": "NVIDIA GB10", "capability": [12, 1]}, "notes": []}
+FAILED = {"item": "nvcr.io/nvidia/pytorch@sha256:" + "a" * 64, "verdict": "failed", "line": "False 13.0",
+          "hypothesis": "runtime/flags", "evidence": "nvidia-smi is not present inside the container",
+          "fix": "start the container with --runtime=nvidia --gpus all"}
+SPARK = {"platform": "spark", "simulated": False}
+
+
+def test_all_ok():
+    out = verify.spark_verification({"images": {"results": []}, "pythons": {"results": [OK]},
+                                     "abi": {"results": [{"item": OK["item"], "verdict": "ok", "findings": [],
+                                                          "shared_objects_scanned": 40, "unreadable": []}]},
+                                     "platform": SPARK})
+    assert out["failures"] == []
+    assert out["state"]["verdict"] == "ok"
+    assert out["lines"] == ["GPU python /opt/venv/bin/python: OK True 13.0",
+                            "ABI /opt/venv/bin/python: OK (40 shared objects)"]
+
+
+def test_a_failure_carries_the_diagnosis_into_the_failure_and_the_state():
+    out = verify.spark_verification({"images": {"results": [FAILED]}, "platform": SPARK})
+    assert out["state"]["verdict"] == "failed"
+    assert out["state"]["gpu"][0]["hypothesis"] == "runtime/flags"
+    assert out["failures"] == [f"image {FAILED['item']}: False 13.0 - runtime/flags: nvidia-smi is not present "
+                               f"inside the container. Fix: start the container with --runtime=nvidia --gpus all"]
+
+
+def test_abi_findings_fail():
+    finding = "bnb 0.49.2: links libcudart.so.12 (expected 13)"
+    abi = {"results": [{"item": "/v/bin/python", "verdict": "mismatch", "findings": [finding]}]}
+    out = verify.spark_verification({"abi": abi, "platform": SPARK})
+    assert out["failures"] == ["ABI /v/bin/python: bnb 0.49.2: links libcudart.so.12 (expected 13)"]
+
+
+def test_a_simulated_host_is_never_shown_as_a_pass():
+    out = verify.spark_verification({"images": {"results": [{"skipped": True}]},
+                                     "platform": {**SPARK, "simulated": True},
+                                     "gpu_not_verifiable": "simulated host: no GPU", "wanted_images": ["img@sha256:x"]})
+    assert out["state"]["verdict"] == "not verified"
+    assert out["failures"] == []
+    assert out["lines"] == ["SIMULATED host: NOT VERIFIED img@sha256:x: simulated host: no GPU"]
+    assert all("OK" not in line for line in out["lines"])
+
+
+def test_nothing_provisioned_is_not_verified_rather_than_ok():
+    out = verify.spark_verification({"platform": SPARK})
+    assert out["state"]["verdict"] == "not verified"
+
+
+def test_table_row():
+    out = verify.spark_verification({"pythons": {"results": [OK]}, "platform": SPARK})
+    row = verify.spark_verification_row([out, "spark-01"])
+    assert row.split()[:3] == ["spark-01", "spark", "ok"]
+    assert verify.spark_verification_row([{}, "spark-02"]).split()[:3] == ["spark-02", "?", "unknown"]
