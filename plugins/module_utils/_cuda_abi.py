@@ -218,6 +218,27 @@ def parse_ldconfig(text: str) -> dict[str, list[str]]:
     return result
 
 
+def system_cuda(cuda_home: str, ldconfig_output: str) -> dict:
+    """CUDA libraries the system provides: the ldconfig cache and the toolkit under cuda_home."""
+    import glob
+    import json
+
+    cache = parse_ldconfig(ldconfig_output)
+    sonames = sorted({os.path.basename(p) for p in glob.glob(os.path.join(cuda_home, "lib*", "libcudart.so.*"))
+                      + glob.glob(os.path.join(cuda_home, "targets", "*", "lib", "libcudart.so.*"))})
+    version = None
+    try:
+        with open(os.path.join(cuda_home, "version.json"), encoding="utf-8") as handle:
+            version = json.load(handle).get("cuda", {}).get("version")
+    except (OSError, ValueError, AttributeError):
+        version = None
+    return {
+        "ldconfig": cache,
+        "cuda_home": {"path": cuda_home, "exists": os.path.isdir(cuda_home), "cudart": sonames, "version": version},
+        "cudart_majors": system_cuda_majors(cache, sonames),
+    }
+
+
 def system_cuda_majors(ldconfig: dict[str, list[str]], cuda_home_sonames: list[str]) -> list[int]:
     """CUDA runtime majors the system provides (libcudart in the ldconfig cache or the toolkit)."""
     majors = set()
@@ -226,3 +247,28 @@ def system_cuda_majors(ldconfig: dict[str, list[str]], cuda_home_sonames: list[s
         if link and link.library == "cudart":
             majors.add(link.major)
     return sorted(majors)
+
+
+# Run inside a container by spark_abi_scan's image mode: this module and _elf,
+# concatenated, then this entry point. Prints one JSON object.
+CONTAINER_MAIN = r"""
+def _container_main(expected_major, cuda_home):
+    import json, os, site, subprocess, sys, sysconfig
+    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    try:
+        paths += site.getsitepackages()
+    except AttributeError:
+        pass
+    seen, trees = set(), []
+    for path in paths:
+        real = os.path.realpath(path)
+        if os.path.isdir(real) and real not in seen:
+            seen.add(real)
+            trees.append(path)
+    try:
+        ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        ldconfig = ""
+    print(json.dumps({"python": sys.version.split()[0], "trees": [scan(t, expected_major) for t in trees],
+                      "system": system_cuda(cuda_home, ldconfig)}))
+"""

@@ -10,7 +10,9 @@ DOCUMENTATION = r"""
 module: spark_abi_scan
 short_description: Find wheels linked against the wrong CUDA major in a Python environment
 description:
-  - Walks a Python environment's site-packages for ELF shared objects, reads
+  - Walks a Python environment's site-packages (a venv, a site-packages
+    path, an interpreter's, or those of an image's python3 inside a
+    container) for ELF shared objects, reads
     only their dynamic sections (C(DT_NEEDED), C(DT_SONAME)) and maps each
     file to its installed distribution through the dist-info C(RECORD).
   - Reports, per distribution, the CUDA libraries it links and provides, and
@@ -33,12 +35,22 @@ options:
   path:
     description:
       - A virtual environment (a directory with C(pyvenv.cfg)) or a
-        site-packages directory to scan. Exactly one of O(path) and O(python).
+        site-packages directory to scan. Exactly one of O(path), O(python) and O(image).
     type: path
   python:
     description:
       - A Python interpreter; its purelib and platlib directories are scanned.
     type: path
+  image:
+    description:
+      - An image (by digest); its python3's site-packages are scanned inside a
+        throwaway container (no network, no GPU needed), and RV(system) describes
+        the image, not the host.
+    type: str
+  docker:
+    description: Docker CLI for O(image).
+    type: path
+    default: docker
   expected_cuda_major:
     description: The CUDA major every CUDA wheel must link (13 on a DGX Spark).
     type: int
@@ -72,6 +84,10 @@ EXAMPLES = r"""
 - name: Scan the environment of a given interpreter
   spark_abi_scan:
     python: /usr/bin/python3
+
+- name: Scan the pinned NGC image
+  spark_abi_scan:
+    image: "nvcr.io/nvidia/pytorch@sha256:{{ digest }}"
 """
 
 RETURN = r"""
@@ -138,10 +154,12 @@ system:
 """
 
 import glob
+import inspect
 import json
 import os
 
-from ansible.module_utils._cuda_abi import parse_ldconfig, scan, system_cuda_majors
+from ansible.module_utils import _cuda_abi, _elf
+from ansible.module_utils._cuda_abi import scan, system_cuda
 from ansible.module_utils.basic import AnsibleModule
 
 
@@ -175,27 +193,40 @@ def site_packages_of(module: AnsibleModule) -> list[str]:
                          f"directory (no *.dist-info); expected one of them.")
 
 
-def system_cuda(module: AnsibleModule) -> dict:
+def host_system_cuda(module: AnsibleModule) -> dict:
     ldconfig = module.get_bin_path("ldconfig", opt_dirs=["/sbin", "/usr/sbin"])
-    cache: dict[str, list[str]] = {}
+    output = ""
     if ldconfig:
         rc, out, _ = module.run_command([ldconfig, "-p"], environ_update={"LC_ALL": "C"})
-        if rc == 0:
-            cache = parse_ldconfig(out)
-    home = module.params["cuda_home"]
-    sonames = sorted({os.path.basename(p) for p in glob.glob(os.path.join(home, "lib*", "libcudart.so.*"))
-                      + glob.glob(os.path.join(home, "targets", "*", "lib", "libcudart.so.*"))})
-    version = None
+        output = out if rc == 0 else ""
+    return system_cuda(module.params["cuda_home"], output)
+
+
+def container_script(expected_major: int, cuda_home: str) -> str:
+    """_elf and _cuda_abi as one self-contained program for the image's own python3."""
+    parts = []
+    for module in (_elf, _cuda_abi):
+        source = inspect.getsource(module)
+        source = source.replace("from __future__ import annotations\n", "")
+        source = source.replace("from ansible.module_utils._elf import ElfSkip, read_dynamic_path\n", "")
+        parts.append(source)
+    return ("from __future__ import annotations\n" + "\n".join(parts) + _cuda_abi.CONTAINER_MAIN
+            + f"\n_container_main({expected_major!r}, {cuda_home!r})\n")
+
+
+def scan_image(module: AnsibleModule) -> tuple[list[dict], dict]:
+    docker = module.get_bin_path(module.params["docker"], required=True)
+    image = module.params["image"]
+    cmd = [docker, "run", "--rm", "-i", "--network", "none", "--entrypoint", "python3", image, "-"]
+    rc, out, err = module.run_command(cmd, data=container_script(module.params["expected_cuda_major"],
+                                                                 module.params["cuda_home"]),
+                                      binary_data=True, environ_update={"LC_ALL": "C"})
     try:
-        with open(os.path.join(home, "version.json"), encoding="utf-8") as handle:
-            version = json.load(handle).get("cuda", {}).get("version")
-    except (OSError, ValueError, AttributeError):
-        version = None
-    return {
-        "ldconfig": cache,
-        "cuda_home": {"path": home, "exists": os.path.isdir(home), "cudart": sonames, "version": version},
-        "cudart_majors": system_cuda_majors(cache, sonames),
-    }
+        report = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        module.fail_json(msg=f"could not scan inside {image} (rc {rc}): {(err or out).strip()[-1000:]}; "
+                             f"expected the image to start and have python3.", cmd=cmd, rc=rc, stderr=err)
+    return report["trees"], report["system"]
 
 
 def main() -> None:
@@ -203,16 +234,23 @@ def main() -> None:
         argument_spec={
             "path": {"type": "path"},
             "python": {"type": "path"},
+            "image": {"type": "str"},
+            "docker": {"type": "path", "default": "docker"},
             "expected_cuda_major": {"type": "int", "default": 13},
             "cuda_home": {"type": "path", "default": "/usr/local/cuda"},
         },
-        required_one_of=[["path", "python"]],
-        mutually_exclusive=[["path", "python"]],
+        required_one_of=[["path", "python", "image"]],
+        mutually_exclusive=[["path", "python", "image"]],
         supports_check_mode=True,
     )
     expected = module.params["expected_cuda_major"]
-    trees = site_packages_of(module)
-    results = [scan(tree, expected) for tree in trees]
+    if module.params["image"]:
+        results, system = scan_image(module)
+        trees = [r["site_packages"] for r in results]
+    else:
+        trees = site_packages_of(module)
+        results = [scan(tree, expected) for tree in trees]
+        system = host_system_cuda(module)
     findings = [f for r in results for f in r["findings"]]
     module.exit_json(
         changed=False,
@@ -224,7 +262,7 @@ def main() -> None:
         shared_objects_scanned=sum(r["shared_objects_scanned"] for r in results),
         header_bytes_read=sum(r["header_bytes_read"] for r in results),
         unreadable=[s for r in results for s in r["unreadable"]],
-        system=system_cuda(module),
+        system=system,
     )
 
 

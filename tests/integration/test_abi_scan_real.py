@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import re
 import subprocess
 import sys
@@ -165,3 +166,29 @@ def test_real_wheels_against_readelf(real_venv):
     assert by_name["torch"]["mismatches"] == []
     assert result["findings"] == ["nvidia-cuda-runtime-cu12 12.8.90: provides libcudart.so.12 (expected 13)"]
     assert result["unreadable"] == []
+
+
+@pytest.mark.testbed
+def test_inside_an_image(built_venv, tmp_path):
+    """The same wheels inside an aarch64 image, scanned by the image's own python3 in a container."""
+    site = next(built_venv.glob("lib/python3*/site-packages"))
+    context = tmp_path / "context"
+    (context / "pkgs").mkdir(parents=True)
+    for entry in site.iterdir():
+        if entry.name.startswith(("bitsandbytes", "goodkernels", "cudart", "leftover")):
+            subprocess.run(["cp", "-a", str(entry), str(context / "pkgs")], check=True)
+    (context / "Dockerfile").write_text("FROM sparkfleet/host-plain:latest\n"
+                                        "COPY pkgs/ /usr/local/lib/python3.11/dist-packages/\n")
+    tag = "sparkfleet-test/abi-scan:latest"
+    subprocess.run(["docker", "build", "-q", "--platform", "linux/arm64", "-t", tag, str(context)], check=True,
+                   capture_output=True, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    try:
+        result = run_module("spark_abi_scan", {"image": tag})
+    finally:
+        subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True, check=False)
+    assert result["findings"] == [
+        "bitsandbytes 0.49.2: links libcudart.so.12 (expected 13)",
+        "cudart-cu12-leftover 12.4.127: provides libcudart.so.12 (expected 13)",
+    ]
+    assert "/usr/local/lib/python3.11/dist-packages" in result["site_packages"]
+    assert result["system"]["cuda_home"]["exists"] is False
