@@ -41,6 +41,8 @@ lab: venv aptrepo
 
 lab-down:
 	@testbed/lab.sh down
+	@testbed/aptrepo.sh stop
+	@testbed/registry.sh stop
 
 lint: venv
 	ruff check src plugins tests collections
