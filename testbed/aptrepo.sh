@@ -16,7 +16,8 @@ VERSIONS=(1.17.8-1 1.18.0-1)
 ARCH=arm64
 
 recipe_hash() {
-    { sha256sum "$0"; (cd "$DOUBLE" && find . -type f -print0 | sort -z | xargs -0 sha256sum); } \
+    # Contents only: the same recipe in another checkout hashes the same.
+    { sha256sum < "$0"; (cd "$DOUBLE" && find . -type f -print0 | sort -z | xargs -0 sha256sum); } \
         | sha256sum | cut -c1-16
 }
 
@@ -93,19 +94,19 @@ start() {
         say "apt repository answers on http://127.0.0.1:$port"
         return 0
     fi
-    say "serving the apt repository on http://127.0.0.1:$port (log: $ROOT/http-$port.log)"
+    say "serving the apt repository on http://127.0.0.1:$port (log: $STATE_DIR/aptrepo-$port.log)"
     setsid python3 -m http.server --bind 127.0.0.1 --directory "$ROOT/www" "$port" \
-        >>"$ROOT/http-$port.log" 2>&1 < /dev/null &
-    echo $! > "$ROOT/http-$port.pid"
+        >>"$STATE_DIR/aptrepo-$port.log" 2>&1 < /dev/null &
+    echo $! > "$STATE_DIR/aptrepo-$port.pid"
     for _ in $(seq 1 20); do
         answers && return 0
         sleep 0.5
     done
-    die "the apt repository did not answer on 127.0.0.1:$port (log $ROOT/http-$port.log); is the port taken?"
+    die "the apt repository did not answer on 127.0.0.1:$port (log $STATE_DIR/aptrepo-$port.log); is the port taken?"
 }
 
 stop() {
-    local pidfile="$ROOT/http-$port.pid"
+    local pidfile="$STATE_DIR/aptrepo-$port.pid"
     if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
         kill "$(cat "$pidfile")"
         say "apt repository on 127.0.0.1:$port stopped"
