@@ -9,7 +9,6 @@ source "$(dirname "$0")/lib.sh"
 
 SUITE=bookworm
 MIRROR="${SPARKFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-CACHE="$STATE_DIR/debootstrap-cache"
 
 recipe_hash() {
     local name="$1" dir="$TESTBED_DIR/images/$1"
@@ -27,22 +26,33 @@ image_label() {
 
 build_one() {
     local name="$1" dir="$TESTBED_DIR/images/$1" image="sparkfleet/host-$1:latest"
-    local hash work include
+    local hash work include cache
     hash="$(recipe_hash "$name")"
     if [ "$(image_label "$image")" = "$hash" ]; then
         say "$image is current (recipe $hash)"
         return 0
     fi
     work="$STATE_DIR/image-$name"
+    # One package cache per image: two debootstraps filling one cache at
+    # once corrupt each other's downloads.
+    cache="$STATE_DIR/debootstrap-cache-$name"
     rm -rf "$work"
-    mkdir -p "$work/rootfs" "$CACHE"
+    mkdir -p "$work/rootfs" "$cache"
     include="$(grep -v '^#' "$dir/packages" | grep -v '^$' | paste -sd, -)"
     say "$image: debootstrap $SUITE arm64 with $include (a few minutes under emulation; log $work.log)"
-    if ! debootstrap --arch=arm64 --variant=minbase --cache-dir="$CACHE" \
-            --include="$include" "$SUITE" "$work/rootfs" "$MIRROR" >"$work.log" 2>&1; then
-        tail -n 20 "$work.log" >&2
-        die "debootstrap for $image failed (log above, $work.log). Check that $MIRROR is reachable and qemu-aarch64 is registered (testbed/binfmt.sh)."
-    fi
+    local attempt
+    for attempt in 1 2; do
+        if debootstrap --arch=arm64 --variant=minbase --cache-dir="$cache" \
+                --include="$include" "$SUITE" "$work/rootfs" "$MIRROR" >"$work.log" 2>&1; then
+            break
+        fi
+        if [ "$attempt" -eq 2 ]; then
+            tail -n 20 "$work.log" >&2
+            die "debootstrap for $image failed twice (log above, $work.log). Check that $MIRROR is reachable and qemu-aarch64 is registered (testbed/binfmt.sh)."
+        fi
+        say "$image: debootstrap failed (a download, most often); retrying once"
+        rm -rf "$work/rootfs" && mkdir -p "$work/rootfs"
+    done
     if [ -d "$dir/overlay" ]; then
         cp -a "$dir/overlay/." "$work/rootfs/"
     fi

@@ -1,0 +1,150 @@
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Pure parts of the OCI distribution protocol: references, challenges, manifests, the lock.
+
+No network here; spark_image_resolve does the HTTP with Ansible's helpers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DOCKER_HUB = "docker.io"
+DOCKER_HUB_API = "registry-1.docker.io"
+
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+# All four, always: a registry answers a list the client did not accept with
+# the linux/amd64 manifest (and its digest), an OCI index with 404.
+ACCEPT = ", ".join((OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
+INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_LIST})
+
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+
+
+class BadReference(ValueError):
+    """An image reference that cannot be parsed; the message says why."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    registry: str  # as written by users: docker.io, nvcr.io, 127.0.0.1:5000
+    repository: str  # library/ubuntu, nvidia/pytorch
+    tag: str | None = None
+    digest: str | None = None
+
+    @property
+    def api_host(self) -> str:
+        return DOCKER_HUB_API if self.registry == DOCKER_HUB else self.registry
+
+    @property
+    def name(self) -> str:
+        return f"{self.registry}/{self.repository}"
+
+    def __str__(self) -> str:
+        out = self.name
+        if self.tag:
+            out += f":{self.tag}"
+        if self.digest:
+            out += f"@{self.digest}"
+        return out
+
+
+def is_digest(value: str | None) -> bool:
+    return bool(value) and bool(_DIGEST.match(value))
+
+
+def parse_reference(text: str) -> Reference:
+    """Parse registry/namespace/name:tag@digest with Docker Hub's defaults.
+
+    'ubuntu' is docker.io/library/ubuntu:latest; the first component is a
+    registry when it has a '.' or ':' or is 'localhost'.
+    """
+    ref = text.strip()
+    if not ref or any(c.isspace() for c in ref):
+        raise BadReference(f"{text!r} is not an image reference (empty or contains spaces)")
+    digest = None
+    if "@" in ref:
+        ref, digest = ref.split("@", 1)
+        if not is_digest(digest):
+            raise BadReference(f"{text!r}: digest {digest!r} is not sha256: followed by 64 lowercase hex digits")
+    tag = None
+    last = ref.rsplit("/", 1)[-1]
+    if ":" in last:
+        ref, tag = ref.rsplit(":", 1)
+        if not _TAG.match(tag):
+            raise BadReference(f"{text!r}: tag {tag!r} is not a valid tag")
+    parts = ref.split("/")
+    if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
+        registry, path = parts[0], parts[1:]
+    else:
+        registry, path = DOCKER_HUB, parts
+    if registry in {"index.docker.io", "registry-1.docker.io"}:
+        registry = DOCKER_HUB
+    if registry == DOCKER_HUB and len(path) == 1:
+        path = ["library", *path]
+    if not path or not all(_COMPONENT.match(p) for p in path):
+        raise BadReference(f"{text!r}: repository {'/'.join(path)!r} must be lowercase components "
+                              f"separated by '/'")
+    if tag is None and digest is None:
+        tag = "latest"
+    return Reference(registry, "/".join(path), tag, digest)
+
+
+def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
+    """Parse a WWW-Authenticate header: ('bearer', {'realm': ..., 'service': ..., 'scope': ...}).
+
+    Generic: nvcr.io sends a realm and no service, values may be quoted and
+    contain commas (scope="repository:a:pull,push").
+    """
+    header = header.strip()
+    scheme, _, rest = header.partition(" ")
+    params: dict[str, str] = {}
+    for match in re.finditer(r'([A-Za-z_][A-Za-z0-9_-]*)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^,\s]*))', rest):
+        value = match.group(2) if match.group(2) is not None else match.group(3)
+        params[match.group(1).lower()] = re.sub(r"\\(.)", r"\1", value)
+    return scheme.lower(), params
+
+
+def select_platform(index: dict, architecture: str = "arm64", os_name: str = "linux") -> tuple[str | None, list[str]]:
+    """The digest of the os/architecture manifest in an index, and every platform listed."""
+    found = None
+    platforms = []
+    for entry in index.get("manifests") or []:
+        platform = entry.get("platform") or {}
+        label = "/".join(p for p in (platform.get("os"), platform.get("architecture"), platform.get("variant")) if p)
+        if label:
+            platforms.append(label)
+        if found is None and platform.get("os") == os_name and platform.get("architecture") == architecture:
+            found = entry.get("digest")
+    return found, platforms
+
+
+LOCK_FIELDS = ("requested", "registry", "repository", "tag", "index_digest", "arm64_digest", "media_type",
+               "resolved_at")
+
+
+def validate_lock(lock: object, path: str) -> list[str]:
+    """Problems with a lock as loaded from YAML, each naming the file and the entry."""
+    if lock is None:
+        return []
+    if not isinstance(lock, dict):
+        return [f"{path}: spark_image_lock must be a mapping of image name to entry, found {type(lock).__name__}"]
+    problems = []
+    for name, entry in lock.items():
+        if not isinstance(entry, dict):
+            problems.append(f"{path}: entry {name!r} must be a mapping, found {type(entry).__name__}")
+            continue
+        missing = [f for f in ("registry", "repository", "index_digest", "arm64_digest") if not entry.get(f)]
+        if missing:
+            problems.append(f"{path}: entry {name!r} lacks {', '.join(missing)}")
+        for field in ("index_digest", "arm64_digest"):
+            value = entry.get(field)
+            if value and not is_digest(str(value)):
+                problems.append(f"{path}: entry {name!r} {field} is {value!r}, expected sha256: and 64 hex digits")
+    return problems
