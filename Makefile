@@ -35,8 +35,10 @@ registry:
 aptrepo:
 	@testbed/aptrepo.sh start
 
-lab: venv aptrepo
+lab: venv aptrepo registry
 	@testbed/lab.sh up $(LAB_HOSTS)
+	@testbed/standins.sh
+	ansible-playbook playbooks/pin.yml -i inventory/lab
 	ansible-playbook site.yml -i inventory/lab
 
 lab-down:
@@ -45,7 +47,7 @@ lab-down:
 	@testbed/registry.sh stop
 
 lint: venv
-	ruff check src plugins tests collections
+	ruff check src plugins tests collections testbed bench
 	yamllint --strict .
 	ansible-lint
 
@@ -55,7 +57,8 @@ unit: venv
 pytest: testbed registry aptrepo
 	pytest tests
 
-molecule: testbed aptrepo
+molecule: testbed aptrepo registry
+	@testbed/standins.sh
 	molecule test --all
 
 test: lint pytest molecule

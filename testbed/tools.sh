@@ -2,7 +2,8 @@
 # Host tools the tests use natively: gcc (builds real ELF files linked
 # against stub CUDA runtimes), binutils (readelf, the ground truth for the
 # ELF reader), util-linux (unshare/setpriv: /dev/nvidia* laid out in a
-# private mount namespace) and gnupg.
+# private mount namespace), gnupg, and real registries for the tests
+# (docker-registry; htpasswd from apache2-utils).
 source "$(dirname "$0")/lib.sh"
-apt_install gcc binutils util-linux gnupg python3
+apt_install gcc binutils util-linux gnupg python3 docker-registry apache2-utils
 say "host tools present (gcc $(gcc -dumpversion), $(readelf --version | head -n 1))"

@@ -68,3 +68,13 @@ def fake_bin(tmp_path: Path):
         path.chmod(0o755)
         return path
     return make
+
+
+@pytest.fixture(scope="session")
+def anon(tmp_path_factory):
+    """An anonymous registry of the tests' own (Debian's docker-registry) on 127.0.0.1:5110."""
+    from registries import Registry
+
+    registry = Registry(tmp_path_factory.mktemp("anon"), 5110)
+    yield registry
+    registry.stop()

@@ -65,9 +65,6 @@ if info["available"]:
     emit("device", **result)
 '''
 
-CONTAINER_FLAGS = ("--runtime=nvidia", "--gpus", "all", "--ipc=host", "--ulimit", "memlock=-1",
-                   "--ulimit", "stack=67108864")
-
 RUNTIME_FLAGS = "runtime/flags"
 VISIBILITY = "device visibility"
 PERMISSIONS = "permissions"

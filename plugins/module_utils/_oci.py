@@ -134,7 +134,7 @@ def validate_lock(lock: object, path: str) -> list[str]:
     if lock is None:
         return []
     if not isinstance(lock, dict):
-        return [f"{path}: spark_image_lock must be a mapping of image name to entry, found {type(lock).__name__}"]
+        return [f"{path}: spark_images_lock must be a mapping of image name to entry, found {type(lock).__name__}"]
     problems = []
     for name, entry in lock.items():
         if not isinstance(entry, dict):

@@ -11,10 +11,12 @@ module: spark_gpu_verify
 short_description: Verify that PyTorch sees the GPU with CUDA 13, with an ordered diagnosis when it does not
 description:
   - Runs a probe under a Python interpreter on the host (O(python), e.g. a
-    venv) or in a container image (O(image)) started with the
-    container-workflow flags (C(--runtime=nvidia --gpus all --ipc=host
-    --ulimit memlock=-1 --ulimit stack=67108864)) right after it starts,
-    before any project package is installed.
+    venv), or in a fresh container started by an image's launcher
+    (O(launcher), e.g. C(/usr/local/bin/spark-ngc), which runs the pinned
+    digest with the container-workflow flags C(--runtime=nvidia --gpus all
+    --ipc=host --ulimit memlock=-1 --ulimit stack=67108864)) right after it
+    starts, before any project package is installed. Going through the
+    launcher verifies exactly what users run.
   - The probe reports the torch version, C(torch.version.cuda),
     C(torch.cuda.is_available()), the device name, capability and arch list,
     and runs a tiny real computation on the GPU. RV(line) is the user's own
@@ -34,15 +36,16 @@ version_added: "0.1.0"
 author: sparkfleet contributors
 options:
   python:
-    description: Interpreter to probe on the host. Exactly one of O(python) and O(image).
+    description: Interpreter to probe on the host. Exactly one of O(python) and O(launcher).
     type: path
-  image:
+  launcher:
     description:
-      - Image (by digest, e.g. C(nvcr.io/nvidia/pytorch@sha256:...)) to probe
-        in a fresh container run with the container-workflow flags and no network.
-    type: str
+      - A launcher installed by spark_images; it is run as C(LAUNCHER python3 -)
+        with the probe on stdin and C(SPARK_CONTAINER_NAME) set, so a hung
+        container can be removed.
+    type: path
   docker:
-    description: Docker CLI to start the container with.
+    description: Docker CLI (to remove a hung container).
     type: path
     default: docker
   timeout:
@@ -60,13 +63,13 @@ options:
     type: bool
     default: true
   environment:
-    description: Extra environment variables for the probe (host or container).
+    description: Extra environment variables for the probe (O(python)) or the launcher (O(launcher)).
     type: dict
     default: {}
 attributes:
   check_mode:
     support: full
-    details: Only reads (a container it starts is removed); runs the same in check mode.
+    details: Only reads (the container it starts is removed); runs the same in check mode.
   diff_mode:
     support: none
   idempotent:
@@ -75,9 +78,9 @@ attributes:
 """
 
 EXAMPLES = r"""
-- name: Verify the pinned NGC image
+- name: Verify the pinned NGC image through its launcher
   spark_gpu_verify:
-    image: "nvcr.io/nvidia/pytorch@sha256:{{ digest }}"
+    launcher: /usr/local/bin/spark-ngc
   register: gpu
 
 - name: Fail with the diagnosis
@@ -146,7 +149,7 @@ target:
   description: What was probed.
   returned: success
   type: dict
-  sample: {kind: container, image: "nvcr.io/nvidia/pytorch@sha256:...", command: [docker, run, "..."]}
+  sample: {kind: container, launcher: /usr/local/bin/spark-ngc, command: [/usr/local/bin/spark-ngc, python3, "-"]}
 probe:
   description: The probe's raw evidence (environment, torch, device).
   returned: success
@@ -161,7 +164,7 @@ import os
 import subprocess
 import uuid
 
-from ansible.module_utils._gpu_probe import CONTAINER_FLAGS, PROBE, diagnose, parse_probe_output
+from ansible.module_utils._gpu_probe import PROBE, diagnose, parse_probe_output
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 
@@ -185,28 +188,27 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "python": {"type": "path"},
-            "image": {"type": "str"},
+            "launcher": {"type": "path"},
             "docker": {"type": "path", "default": "docker"},
             "timeout": {"type": "int", "default": 180},
             "expected_cuda_major": {"type": "int", "default": 13},
             "spark": {"type": "bool", "default": True},
             "environment": {"type": "dict", "default": {}},
         },
-        required_one_of=[["python", "image"]],
-        mutually_exclusive=[["python", "image"]],
+        required_one_of=[["python", "launcher"]],
+        mutually_exclusive=[["python", "launcher"]],
         supports_check_mode=True,
     )
     params = module.params
     extra = {str(k): str(v) for k, v in params["environment"].items()}
     env = dict(os.environ, LC_ALL="C", **extra)
     launch_error = None
-    if params["image"]:
+    if params["launcher"]:
         docker = module.get_bin_path(params["docker"], required=True)
         name = f"sparkfleet-verify-{uuid.uuid4().hex[:12]}"
-        env_args = [arg for key, value in extra.items() for arg in ("--env", f"{key}={value}")]
-        argv = [docker, "run", "--rm", "-i", "--name", name, "--network", "none", *CONTAINER_FLAGS, *env_args,
-                "--entrypoint", "python3", params["image"], "-"]
-        target = {"kind": "container", "image": params["image"], "command": argv}
+        env["SPARK_CONTAINER_NAME"] = name
+        argv = [params["launcher"], "python3", "-"]
+        target = {"kind": "container", "launcher": params["launcher"], "command": argv}
 
         def remove_container() -> None:
             subprocess.run([docker, "rm", "-f", name], capture_output=True, check=False)
@@ -220,12 +222,12 @@ def main() -> None:
         rc, out, err = run_probe(argv, env, params["timeout"])
     probe = parse_probe_output(out)
     if rc not in (0, None) and launch_error is None and "torch" not in probe and "env" not in probe:
-        module.fail_json(msg=f"the probe could not run under {target.get('python') or target.get('image')} "
+        module.fail_json(msg=f"the probe could not run under {target.get('python') or target.get('launcher')} "
                              f"(rc {rc}): {(err or out).strip()[-1000:]}; expected a Python 3 interpreter there.",
                          rc=rc, stdout=out, stderr=err)
     result = diagnose(probe, launch_error=launch_error, timed_out=rc is None,
                       expected_cuda_major=params["expected_cuda_major"], spark=params["spark"],
-                      container=bool(params["image"]))
+                      container=bool(params["launcher"]))
     module.exit_json(changed=False, target=target, probe=probe, timed_out=rc is None, **result)
 
 

@@ -54,6 +54,9 @@ options:
         type: list
         elements: str
         required: true
+      launcher:
+        description: Not used here; accepted so that spark_images' catalog can be passed as it is.
+        type: str
   credentials:
     description:
       - Per registry host, C(username) and C(password) (e.g. C($oauthtoken)
@@ -302,6 +305,7 @@ def main() -> None:
                 "registry": {"type": "str", "required": True},
                 "repository": {"type": "str", "required": True},
                 "tags": {"type": "list", "elements": "str", "required": True},
+                "launcher": {"type": "str"},
             }},
             "credentials": {"type": "dict", "default": {}, "no_log": True},
             "plain_http": {"type": "list", "elements": "str", "default": []},

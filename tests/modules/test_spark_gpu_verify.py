@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from conftest import DOUBLES, run_module
+from conftest import BIN, DOUBLES, REPO, ansible_env, run_module
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 SPARK_TORCH = {"version": "2.10.0+cu130", "cuda": "13.0", "available": True, "name": "NVIDIA GB10",
@@ -197,15 +198,37 @@ def test_an_interpreter_that_does_not_run_fails_clearly(tmp_path):
     assert "the probe could not run under" in result["msg"]
 
 
+def render_launcher(directory: Path, ref: str) -> Path:
+    """Install the real launcher (role spark_images, launchers.yml) for `ref` into `directory`."""
+    playbook = directory / "launcher.yml"
+    pinned = [{"name": "test", "registry": "local", "repository": "test", "tag": "latest", "resolved_at": "now",
+               "ref": ref, "launcher": "spark-test"}]
+    playbook.write_text(json.dumps([{
+        "hosts": "localhost", "gather_facts": False, "connection": "local",
+        "tasks": [{"ansible.builtin.include_role": {"name": "spark_images", "tasks_from": "launchers.yml"},
+                   "vars": {"spark_images_pinned": pinned, "spark_images_launcher_dir": str(directory)}}],
+    }]))
+    subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", str(playbook),
+                    "-e", f"ansible_python_interpreter={sys.executable}"], cwd=REPO,
+                   env=ansible_env(), check=True, capture_output=True)
+    return directory / "spark-test"
+
+
 @pytest.mark.testbed
-def test_container_without_the_nvidia_runtime_is_runtime_flags():
-    """The host's real dockerd has no nvidia runtime: docker refuses the launch flags."""
+def test_container_without_the_nvidia_runtime_is_runtime_flags(tmp_path):
+    """The launcher's flags on this machine's real dockerd, which has no nvidia runtime: docker refuses them."""
     image = "sparkfleet/host-plain:latest"
     subprocess.run(["docker", "image", "inspect", image], check=True, capture_output=True)
-    result = run_module("spark_gpu_verify", {"image": image, "timeout": 120})
+    launcher = render_launcher(tmp_path, image)
+    text = launcher.read_text()
+    assert "--runtime=nvidia --gpus all --ipc=host --ulimit memlock=-1 --ulimit stack=67108864" in text
+    assert "TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas" in text
+    result = run_module("spark_gpu_verify", {"launcher": str(launcher), "timeout": 120})
     assert result["verdict"] == "failed"
     assert result["hypothesis"] == "runtime/flags"
     assert "the container did not start" in result["evidence"]
     assert "nvidia" in result["evidence"]
     assert "--runtime=nvidia --gpus all" in result["fix"]
-    assert result["target"]["command"][:3] == [shutil.which("docker") or result["target"]["command"][0], "run", "--rm"]
+    leftover = subprocess.run(["docker", "ps", "-aq", "--filter", "name=sparkfleet-verify-"], capture_output=True,
+                              text=True, check=True).stdout
+    assert leftover.strip() == ""

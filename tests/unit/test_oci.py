@@ -76,7 +76,7 @@ def test_lock_validation_names_file_and_entry():
     assert validate_lock({"ngc": good}, "lock.yml") == []
     assert validate_lock(None, "lock.yml") == []
     assert validate_lock(["x"], "lock.yml") == [
-        "lock.yml: spark_image_lock must be a mapping of image name to entry, found list"]
+        "lock.yml: spark_images_lock must be a mapping of image name to entry, found list"]
     assert validate_lock({"ngc": {**good, "index_digest": "sha256:123"}}, "lock.yml") == [
         "lock.yml: entry 'ngc' index_digest is 'sha256:123', expected sha256: and 64 hex digits"]
     assert validate_lock({"unsloth": {"registry": "docker.io"}}, "lock.yml") == [

@@ -24,7 +24,7 @@ class _Tensor:
         self.device = device
 
     def __mul__(self, other):
-        return _Tensor([a * b for a, b in zip(self.values, other.values)], self.device)
+        return _Tensor([a * b for a, b in zip(self.values, other.values, strict=True)], self.device)
 
     def sum(self):
         total = sum(self.values)

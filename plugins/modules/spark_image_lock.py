@@ -1,0 +1,207 @@
+#!/usr/bin/python
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Read (plan) or write the image lock kept in the inventory (controller side)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: spark_image_lock
+short_description: Plan pulls from the image lock, or write the lock from resolved digests
+description:
+  - The lock is a YAML file inside the inventory (C(group_vars/all/spark_images_lock.yml)),
+    so it is versioned with the inventory and loaded like any inventory variable
+    (C(spark_images_lock)). Run this module on the controller, once.
+  - With O(state=plan), checks the loaded lock (O(lock)) against the configured
+    images and returns what each host pulls, by digest. A malformed entry or a
+    digest that is not C(sha256:) and 64 hex digits fails with the file and the
+    entry. An image whose tag is moving (O(moving_tags)) and has no entry fails
+    before any pull, telling the user to run C(playbooks/pin.yml). Other unlocked
+    images are listed in RV(unlocked), to be resolved for this run.
+  - With O(state=write), writes O(resolved) (from spark_image_resolve) as the new
+    lock, in a stable key order so the diff of the file is the review of a
+    refresh. An entry whose digest did not change keeps its C(resolved_at). In
+    check mode it shows the diff and writes nothing.
+version_added: "0.1.0"
+author: sparkfleet contributors
+options:
+  state:
+    description: C(plan) reads, C(write) writes.
+    type: str
+    choices: [plan, write]
+    default: plan
+  path:
+    description: The lock file.
+    type: path
+    required: true
+  images:
+    description: The configured images (name, registry, repository, tags).
+    type: list
+    elements: dict
+    required: true
+  lock:
+    description: The lock as loaded by the inventory (O(state=plan)); null when there is none.
+    type: raw
+  moving_tags:
+    description: Tags that move under the same name; such images are never pulled without a lock entry.
+    type: list
+    elements: str
+    default: [latest]
+  resolved:
+    description: The images as spark_image_resolve returned them (O(state=write)).
+    type: list
+    elements: dict
+    default: []
+attributes:
+  check_mode:
+    support: full
+    details: Plans the same; a write shows its diff and writes nothing.
+  diff_mode:
+    support: full
+    details: The lock file before and after.
+  idempotent:
+    support: full
+    details: The same digests write the same file.
+"""
+
+EXAMPLES = r"""
+- name: Plan the pulls
+  spark_image_lock:
+    path: "{{ spark_images_lock_file }}"
+    images: "{{ spark_images }}"
+    lock: "{{ spark_images_lock | default(none) }}"
+    moving_tags: "{{ spark_images_moving_tags }}"
+  run_once: true
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+plan:
+  description: Per locked image, what to pull (O(state=plan)).
+  returned: success
+  type: list
+  elements: dict
+  sample: [{name: ngc, registry: nvcr.io, repository: nvidia/pytorch, tag: 25.11-py3, index_digest: "sha256:...",
+            arm64_digest: "sha256:...", fallback: null}]
+unlocked:
+  description: Configured images without a lock entry whose tags do not move (O(state=plan)).
+  returned: success
+  type: list
+  elements: dict
+changes:
+  description: One line per image whose pin changed, C(name tag old -> new) (O(state=write)).
+  returned: success
+  type: list
+  elements: str
+  sample: ["unsloth dgxspark-latest sha256:aaa... -> sha256:bbb..."]
+"""
+
+import datetime
+import os
+import tempfile
+
+import yaml
+from ansible.module_utils._oci import validate_lock
+from ansible.module_utils.basic import AnsibleModule
+
+_ORDER = ("requested", "registry", "repository", "tag", "index_digest", "arm64_digest", "media_type",
+          "platforms", "fallback", "resolved_at")
+HEADER = ("# Written by playbooks/pin.yml: the images every host pulls, by digest.\n"
+          "# Review a refresh by its diff; edit only through pin.yml.\n")
+
+
+def render(lock: dict) -> str:
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    Dumper.add_representer(dict, lambda d, data: d.represent_mapping("tag:yaml.org,2002:map", data.items()))
+    body = yaml.dump({"spark_images_lock": lock}, Dumper=Dumper, sort_keys=False, default_flow_style=False,
+                     width=200)
+    return "---\n" + HEADER + body
+
+
+def plan(module: AnsibleModule) -> dict:
+    path = module.params["path"]
+    lock = module.params["lock"]
+    problems = validate_lock(lock, path)
+    if problems:
+        module.fail_json(msg="; ".join(problems) + ". Fix the entry or run playbooks/pin.yml again.",
+                         problems=problems)
+    lock = lock or {}
+    planned, unlocked = [], []
+    for image in module.params["images"]:
+        entry = lock.get(image["name"])
+        if entry is None:
+            moving = [t for t in image["tags"] if t in module.params["moving_tags"]]
+            if moving:
+                module.fail_json(msg=f"{image['registry']}/{image['repository']}:{moving[0]} is a moving tag and "
+                                     f"{path} has no entry '{image['name']}' for it; nothing was pulled. Run "
+                                     f"'ansible-playbook playbooks/pin.yml -i <inventory>' to resolve and pin it.")
+            unlocked.append(image)
+            continue
+        if (entry["registry"], entry["repository"]) != (image["registry"], image["repository"]):
+            module.fail_json(msg=f"{path}: entry '{image['name']}' pins {entry['registry']}/{entry['repository']} "
+                                 f"but the image is configured as {image['registry']}/{image['repository']}; run "
+                                 f"playbooks/pin.yml again.")
+        planned.append({"name": image["name"], **{k: entry.get(k) for k in _ORDER if k != "requested"}})
+    return {"changed": False, "plan": planned, "unlocked": unlocked}
+
+
+def write(module: AnsibleModule) -> dict:
+    path = module.params["path"]
+    try:
+        with open(path, encoding="utf-8") as handle:
+            before_text = handle.read()
+        old = (yaml.safe_load(before_text) or {}).get("spark_images_lock") or {}
+    except FileNotFoundError:
+        before_text, old = "", {}
+    except (OSError, yaml.YAMLError, AttributeError) as exc:
+        module.fail_json(msg=f"{path} cannot be read as a lock ({exc}); it was left untouched. Fix or remove it.")
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
+    new, changes = {}, []
+    for image in module.params["resolved"]:
+        previous = old.get(image["name"]) if isinstance(old, dict) else None
+        same = isinstance(previous, dict) and previous.get("index_digest") == image["index_digest"]
+        entry = {k: image.get(k) for k in _ORDER if k != "resolved_at"}
+        entry["resolved_at"] = previous.get("resolved_at") if same and previous.get("resolved_at") else now
+        new[image["name"]] = entry
+        if not same:
+            before = previous.get("index_digest") if isinstance(previous, dict) else "(none)"
+            changes.append(f"{image['name']} {image['tag']} {before} -> {image['index_digest']}")
+    for name in old if isinstance(old, dict) else {}:
+        if name not in new:
+            changes.append(f"{name} removed (no longer configured)")
+    after_text = render(new)
+    changed = after_text != before_text
+    result = {"changed": changed, "changes": changes, "lock": new}
+    if changed:
+        result["diff"] = {"before": before_text, "after": after_text, "before_header": path, "after_header": path}
+        if not module.check_mode:
+            directory = os.path.dirname(path)
+            os.makedirs(directory, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".lock.", dir=directory)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(after_text)
+            os.chmod(tmp, 0o644)
+            module.atomic_move(tmp, path)
+    return result
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "state": {"type": "str", "choices": ["plan", "write"], "default": "plan"},
+            "path": {"type": "path", "required": True},
+            "images": {"type": "list", "elements": "dict", "required": True},
+            "lock": {"type": "raw"},
+            "moving_tags": {"type": "list", "elements": "str", "default": ["latest"]},
+            "resolved": {"type": "list", "elements": "dict", "default": []},
+        },
+        supports_check_mode=True,
+    )
+    module.exit_json(**(plan(module) if module.params["state"] == "plan" else write(module)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+#!/usr/bin/python
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Pull an image by digest, only when absent, and verify what arrived."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: spark_image_pull
+short_description: Pull an image by digest for linux/arm64, only when the host does not have it, and verify it
+description:
+  - Looks the digest up in the local engine first; a host that has it pulls
+    nothing (C(changed=false), no byte fetched).
+  - Otherwise runs C(docker pull --platform linux/arm64 REPO@DIGEST) and then
+    checks that the image's C(RepoDigests) contain the locked digest. If they
+    do not, it fails closed - the image is not recorded as pinned and nothing
+    refers to it.
+  - Records each C(REPO@DIGEST) it pulled in O(record) (a JSON list), so that
+    only images this project pulled can ever be pruned.
+  - O(source) lets hosts pull through a mirror (C(<mirror>/<repo>@<digest>));
+    digests are the same there, so the lock stays the upstream truth.
+version_added: "0.1.0"
+author: sparkfleet contributors
+options:
+  repository:
+    description: The image's name as locked, e.g. C(nvcr.io/nvidia/pytorch).
+    type: str
+    required: true
+  digest:
+    description: The locked index digest.
+    type: str
+    required: true
+  source:
+    description: Where to pull from instead (a mirror), e.g. C(mirror.lan:5000/nvidia/pytorch).
+    type: str
+  platform:
+    description: The platform to pull.
+    type: str
+    default: linux/arm64
+  record:
+    description: The file listing the images (C(REPO@DIGEST)) this project pulled.
+    type: path
+    default: /var/lib/sparkfleet/pulled-images.json
+  docker:
+    description: Docker CLI.
+    type: path
+    default: docker
+attributes:
+  check_mode:
+    support: full
+    details: Says whether it would pull; pulls nothing.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details: A present digest is never pulled again.
+"""
+
+EXAMPLES = r"""
+- name: Pull the pinned NGC image
+  spark_image_pull:
+    repository: nvcr.io/nvidia/pytorch
+    digest: "{{ spark_images_lock.ngc.index_digest }}"
+"""
+
+RETURN = r"""
+ref:
+  description: What the host runs, C(REPO@DIGEST).
+  returned: success
+  type: str
+pulled:
+  description: Whether the image was pulled in this run.
+  returned: success
+  type: bool
+repo_digests:
+  description: The image's RepoDigests after the run.
+  returned: success
+  type: list
+  elements: str
+"""
+
+import json
+import os
+import re
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def short_name(repository: str) -> str:
+    """How Docker writes a name in RepoDigests (Docker Hub's prefix and library/ dropped)."""
+    for prefix in ("docker.io/library/", "docker.io/"):
+        if repository.startswith(prefix):
+            return repository[len(prefix):]
+    return repository
+
+
+def repo_digests(module: AnsibleModule, docker: str, ref: str) -> list[str] | None:
+    rc, out, _ = module.run_command([docker, "image", "inspect", "--format", "{{json .RepoDigests}}", ref],
+                                    environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        return None
+    try:
+        return json.loads(out) or []
+    except ValueError:
+        return []
+
+
+def record(path: str, ref: str) -> None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            known = json.load(handle)
+    except (OSError, ValueError):
+        known = []
+    if ref in known:
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".pulled.", dir=os.path.dirname(path))
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(sorted({*known, ref}), handle, indent=2)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "repository": {"type": "str", "required": True},
+            "digest": {"type": "str", "required": True},
+            "source": {"type": "str"},
+            "platform": {"type": "str", "default": "linux/arm64"},
+            "record": {"type": "path", "default": "/var/lib/sparkfleet/pulled-images.json"},
+            "docker": {"type": "path", "default": "docker"},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    digest = params["digest"]
+    if not _DIGEST.match(digest):
+        module.fail_json(msg=f"digest {digest!r} is not sha256: and 64 hex digits; run playbooks/pin.yml again.")
+    docker = module.get_bin_path(params["docker"], required=True)
+    source = params["source"] or params["repository"]
+    ref = f"{source}@{digest}"
+    wanted = {f"{short_name(source)}@{digest}", f"{source}@{digest}"}
+    present = repo_digests(module, docker, ref)
+    if present is not None and wanted & set(present):
+        module.exit_json(changed=False, pulled=False, ref=ref, repo_digests=present)
+    if module.check_mode:
+        module.exit_json(changed=True, pulled=False, ref=ref, repo_digests=present or [])
+    cmd = [docker, "pull", "--platform", params["platform"], ref]
+    rc, out, err = module.run_command(cmd, environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        module.fail_json(msg=f"docker pull {ref} failed (rc {rc}): {(err or out).strip()[-800:]}. The previously "
+                             f"pinned image, if any, is untouched.", cmd=cmd, rc=rc, stdout=out, stderr=err)
+    after = repo_digests(module, docker, ref) or []
+    if not wanted & set(after):
+        module.fail_json(msg=f"pulled {ref} but its RepoDigests are {after}, expected {sorted(wanted)[0]}; the "
+                             f"registry served other content than the lock pins. Not used: check the registry "
+                             f"or run playbooks/pin.yml to review the change.", repo_digests=after)
+    record(params["record"], ref)
+    module.exit_json(changed=True, pulled=True, ref=ref, repo_digests=after)
+
+
+if __name__ == "__main__":
+    main()

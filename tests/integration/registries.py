@@ -1,0 +1,139 @@
+"""Real registries for the tests: Debian's docker-registry (CNCF distribution) on private loopback ports.
+
+Anonymous, htpasswd (Basic) and token auth - the Bearer flow nvcr.io and
+Docker Hub use - with a small token server of the tests' own that signs
+JWTs the way distribution verifies them (an x5c certificate chain to the
+configured rootcertbundle).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import http.server
+import json
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from cryptography.x509.oid import NameOID
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class Registry:
+    def __init__(self, workdir: Path, port: int, auth: dict | None = None) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.host = f"127.0.0.1:{port}"
+        self.log = workdir / f"registry-{port}.log"
+        config = {
+            "version": 0.1,
+            "log": {"level": "info", "accesslog": {"disabled": False}},
+            "storage": {"filesystem": {"rootdirectory": str(workdir / f"data-{port}")}, "delete": {"enabled": True}},
+            "http": {"addr": f"127.0.0.1:{port}"},
+        }
+        if auth:
+            config["auth"] = auth
+        path = workdir / f"registry-{port}.yml"
+        path.write_text(json.dumps(config))
+        self.proc = subprocess.Popen(["docker-registry", "serve", str(path)], stdout=self.log.open("w"),
+                                     stderr=subprocess.STDOUT)
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"{self.url}/v2/", timeout=1)
+                return
+            except urllib.error.HTTPError:
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"docker-registry did not start on {self.url}: {self.log.read_text()[-2000:]}")
+
+    def requests(self, method: str, path: str) -> int:
+        """Requests in the registry's access log, e.g. requests("HEAD", "/v2/a/b/manifests/v1")."""
+        return self.log.read_text().count(f'"{method} {path} HTTP/')
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+class TokenServer:
+    """Issues registry tokens; requires Basic credentials when `users` is given."""
+
+    def __init__(self, workdir: Path, port: int, service: str, users: dict[str, str] | None = None) -> None:
+        self.port = port
+        self.realm = f"http://127.0.0.1:{port}/token"
+        self.service = service
+        self.issuer = "sparkfleet-test-issuer"
+        self.users = users
+        self.requests: list[str] = []
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sparkfleet test token issuer")])
+        now = datetime.datetime.now(datetime.UTC)
+        self.cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                     .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
+                     .not_valid_before(now - datetime.timedelta(hours=1))
+                     .not_valid_after(now + datetime.timedelta(days=1))
+                     .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                     .sign(self.key, hashes.SHA256()))
+        self.bundle = workdir / f"token-{port}.pem"
+        self.bundle.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                server.requests.append(self.path)
+                query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
+                if server.users is not None:
+                    given = self.headers.get("Authorization", "")
+                    ok = given.startswith("Basic ") and base64.b64decode(given[6:]).decode() in {
+                        f"{u}:{p}" for u, p in server.users.items()}
+                    if not ok:
+                        self.send_response(401)
+                        self.end_headers()
+                        return
+                token = server.token(query.get("scope", [""])[0])
+                body = json.dumps({"token": token, "access_token": token, "expires_in": 300}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def token(self, scope: str) -> str:
+        access = []
+        if scope.startswith("repository:"):
+            _, name, actions = scope.split(":", 2)
+            access.append({"type": "repository", "name": name, "actions": actions.split(",")})
+        now = int(time.time())
+        header = {"typ": "JWT", "alg": "RS256",
+                  "x5c": [base64.b64encode(self.cert.public_bytes(serialization.Encoding.DER)).decode()]}
+        claims = {"iss": self.issuer, "sub": "sparkfleet", "aud": self.service, "exp": now + 300, "nbf": now - 10,
+                  "iat": now, "jti": uuid.uuid4().hex, "access": access}
+        signing_input = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
+        signature = self.key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
+        return f"{signing_input}.{_b64(signature)}"
+
+    def registry_auth(self) -> dict:
+        return {"token": {"realm": self.realm, "service": self.service, "issuer": self.issuer,
+                          "rootcertbundle": str(self.bundle)}}
+
+    def stop(self) -> None:
+        self.httpd.shutdown()

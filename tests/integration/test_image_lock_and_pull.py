@@ -1,0 +1,109 @@
+"""The lock (plan and write) and pulling by digest through this machine's real dockerd."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import yaml
+from oci_push import push
+
+from conftest import run_module
+
+D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+CATALOG = [{"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch", "tags": ["25.11-py3", "25.09-py3"]},
+           {"name": "unsloth", "registry": "docker.io", "repository": "unsloth/unsloth", "tags": ["dgxspark-latest"]}]
+
+
+def resolved(name: str, digest: str, tag: str) -> dict:
+    image = next(i for i in CATALOG if i["name"] == name)
+    return {"name": name, "requested": f"{image['registry']}/{image['repository']}:{image['tags'][0]}",
+            "registry": image["registry"], "repository": image["repository"], "tag": tag, "index_digest": digest,
+            "arm64_digest": D2, "media_type": "application/vnd.oci.image.index.v1+json",
+            "platforms": ["linux/amd64", "linux/arm64"], "fallback": None}
+
+
+def write(path, *images, check=False):
+    return run_module("spark_image_lock", {"state": "write", "path": str(path), "images": CATALOG,
+                                           "resolved": list(images)}, *(["--check", "--diff"] if check else []))
+
+
+def test_the_lock_is_written_in_a_stable_order_and_rewritten_only_on_change(tmp_path):
+    path = tmp_path / "group_vars" / "all" / "spark_images_lock.yml"
+    first = write(path, resolved("ngc", D1, "25.11-py3"), resolved("unsloth", D1, "dgxspark-latest"))
+    assert first["changed"] is True
+    text = path.read_text()
+    assert text.startswith("---\n# Written by playbooks/pin.yml")
+    lock = yaml.safe_load(text)["spark_images_lock"]
+    assert list(lock) == ["ngc", "unsloth"]
+    assert list(lock["ngc"])[:6] == ["requested", "registry", "repository", "tag", "index_digest", "arm64_digest"]
+    again = write(path, resolved("ngc", D1, "25.11-py3"), resolved("unsloth", D1, "dgxspark-latest"))
+    assert (again["changed"], again["changes"]) == (False, [])
+    assert path.read_text() == text
+    moved = write(path, resolved("ngc", D1, "25.11-py3"), resolved("unsloth", D2, "dgxspark-latest"), check=True)
+    assert moved["changes"] == [f"unsloth dgxspark-latest {D1} -> {D2}"]
+    assert f"-    index_digest: {D1}" in moved["_stdout"] and f"+    index_digest: {D2}" in moved["_stdout"]
+    assert path.read_text() == text  # check mode wrote nothing
+
+
+def plan(lock, **extra):
+    return run_module("spark_image_lock", {"state": "plan", "path": "inv/group_vars/all/spark_images_lock.yml",
+                                           "images": CATALOG, "lock": lock,
+                                           "moving_tags": ["latest", "dgxspark-latest"], **extra})
+
+
+def test_plan_refuses_a_moving_tag_without_an_entry():
+    result = plan({"ngc": {k: v for k, v in resolved("ngc", D1, "25.11-py3").items()}})
+    assert result["failed"] is True
+    assert result["msg"].startswith("docker.io/unsloth/unsloth:dgxspark-latest is a moving tag and "
+                                    "inv/group_vars/all/spark_images_lock.yml has no entry 'unsloth'")
+    assert "playbooks/pin.yml" in result["msg"]
+
+
+def test_plan_names_the_file_and_the_entry_of_a_bad_digest():
+    lock = {"ngc": {**resolved("ngc", D1, "25.11-py3"), "arm64_digest": "sha256:short"},
+            "unsloth": resolved("unsloth", D1, "dgxspark-latest")}
+    result = plan(lock)
+    assert result["failed"] is True
+    assert ("inv/group_vars/all/spark_images_lock.yml: entry 'ngc' arm64_digest is 'sha256:short', expected "
+            "sha256: and 64 hex digits") in result["msg"]
+
+
+def test_plan_lists_unlocked_dated_tags_and_plans_locked_ones():
+    result = plan({"unsloth": resolved("unsloth", D1, "dgxspark-latest")})
+    assert [i["name"] for i in result["unlocked"]] == ["ngc"]
+    assert [(p["name"], p["index_digest"]) for p in result["plan"]] == [("unsloth", D1)]
+
+
+@pytest.mark.testbed
+def test_pull_by_digest_once_and_verify(anon, tmp_path):
+    pushed = push(anon.url, "pulltest/img:v1", ["amd64", "arm64"], seed="pull")
+    record = tmp_path / "pulled.json"
+    args = {"repository": f"{anon.host}/pulltest/img", "digest": pushed["digest"], "record": str(record)}
+    ref = f"{anon.host}/pulltest/img@{pushed['digest']}"
+    subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True, check=False)
+    try:
+        check = run_module("spark_image_pull", args, "--check")
+        assert (check["changed"], check["pulled"]) == (True, False)
+        first = run_module("spark_image_pull", args)
+        assert (first["changed"], first["pulled"]) == (True, True)
+        assert ref in first["repo_digests"]
+        arch = subprocess.run(["docker", "image", "inspect", "--format", "{{.Architecture}}", ref],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        assert arch == "arm64"
+        second = run_module("spark_image_pull", args)
+        assert (second["changed"], second["pulled"]) == (False, False)
+        assert json.loads(record.read_text()) == [ref]
+    finally:
+        subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True, check=False)
+
+
+@pytest.mark.testbed
+def test_a_digest_the_registry_does_not_serve_fails_closed(anon, tmp_path):
+    missing = "sha256:" + "3" * 64
+    result = run_module("spark_image_pull", {"repository": f"{anon.host}/pulltest/img", "digest": missing,
+                                             "record": str(tmp_path / "pulled.json")})
+    assert result["failed"] is True
+    assert f"docker pull {anon.host}/pulltest/img@{missing} failed" in result["msg"]
+    assert not (tmp_path / "pulled.json").exists()

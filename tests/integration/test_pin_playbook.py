@@ -1,0 +1,98 @@
+"""playbooks/pin.yml and the spark_images plan against a real registry, with inventories of the tests' own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from oci_push import push
+
+from conftest import BIN, REPO, ansible_env
+
+pytestmark = pytest.mark.testbed
+
+
+def inventory(tmp_path: Path, registry: str, hosts: int = 0) -> Path:
+    inv = tmp_path / "inventory"
+    (inv / "group_vars" / "all").mkdir(parents=True)
+    (inv / "group_vars" / "all" / "main.yml").write_text(yaml.safe_dump({
+        "spark_images_registry_overrides": {"nvcr.io": registry, "docker.io": registry},
+        "spark_images_catalog": [
+            {"name": "ngc", "registry": "nvcr.io", "repository": "pintest/pytorch", "tags": ["25.11-py3", "25.09-py3"],
+             "launcher": "spark-ngc"},
+            {"name": "unsloth", "registry": "docker.io", "repository": "pintest/unsloth", "tags": ["dgxspark-latest"],
+             "launcher": "spark-unsloth"}],
+    }))
+    (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sparks": {"hosts": {
+        f"spark-{i}": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+        for i in range(1, hosts + 1)}}}}}))
+    return inv
+
+
+def playbook(path: Path, inv: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), str(path), *args,
+                           "-e", f"ansible_python_interpreter={sys.executable}"],
+                          cwd=REPO, env=ansible_env(), capture_output=True, text=True, check=False)
+
+
+def flat(text: str) -> str:
+    """Output with the callback's line wrapping undone."""
+    return " ".join(text.split())
+
+
+def test_pin_writes_the_lock_and_a_moved_tag_shows_old_and_new(anon, tmp_path):
+    push(anon.url, "pintest/pytorch:25.09-py3", ["amd64", "arm64"])
+    first = push(anon.url, "pintest/unsloth:dgxspark-latest", ["amd64", "arm64"], list_type="docker", seed="one")
+    inv = inventory(tmp_path, anon.host)
+    lock_file = inv / "group_vars" / "all" / "spark_images_lock.yml"
+    run = playbook(REPO / "playbooks" / "pin.yml", inv)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lock = yaml.safe_load(lock_file.read_text())["spark_images_lock"]
+    assert lock["unsloth"]["index_digest"] == first["digest"]
+    assert lock["ngc"]["tag"] == "25.09-py3"
+    assert lock["ngc"]["fallback"]["wanted"] == "25.11-py3"
+    assert "FALLBACK from 25.11-py3" in flat(run.stdout)
+    assert anon.requests("HEAD", "/v2/pintest/unsloth/manifests/dgxspark-latest") == 1
+
+    moved = push(anon.url, "pintest/unsloth:dgxspark-latest", ["amd64", "arm64"], list_type="docker", seed="two")
+    check = playbook(REPO / "playbooks" / "pin.yml", inv, "--check", "--diff")
+    assert f"changed: unsloth dgxspark-latest {first['digest']} -> {moved['digest']}" in flat(check.stdout)
+    assert yaml.safe_load(lock_file.read_text())["spark_images_lock"]["unsloth"]["index_digest"] == first["digest"]
+    again = playbook(REPO / "playbooks" / "pin.yml", inv)
+    assert yaml.safe_load(lock_file.read_text())["spark_images_lock"]["unsloth"]["index_digest"] == moved["digest"]
+    assert f"{first['digest']} -> {moved['digest']}" in flat(again.stdout)
+
+
+def test_a_registry_that_is_down_leaves_the_lock_as_it_was(tmp_path):
+    inv = inventory(tmp_path, "127.0.0.1:5119")
+    lock_file = inv / "group_vars" / "all" / "spark_images_lock.yml"
+    lock_file.write_text("---\nspark_images_lock: {}\n")
+    run = playbook(REPO / "playbooks" / "pin.yml", inv)
+    assert run.returncode != 0
+    assert "cannot reach http://127.0.0.1:5119" in run.stdout
+    assert lock_file.read_text() == "---\nspark_images_lock: {}\n"
+
+
+def test_an_unlocked_dated_tag_is_resolved_once_for_the_whole_fleet(anon, tmp_path):
+    push(anon.url, "pintest/pytorch:25.11-py3", ["amd64", "arm64"], seed="fleet")
+    push(anon.url, "pintest/unsloth:dgxspark-latest", ["amd64", "arm64"], list_type="docker", seed="fleet")
+    inv = inventory(tmp_path, anon.host, hosts=3)
+    # Lock only the moving tag; the dated one is resolved for this run.
+    assert playbook(REPO / "playbooks" / "pin.yml", inv).returncode == 0
+    lock_file = inv / "group_vars" / "all" / "spark_images_lock.yml"
+    lock = yaml.safe_load(lock_file.read_text())
+    del lock["spark_images_lock"]["ngc"]
+    lock_file.write_text(yaml.safe_dump(lock))
+    before = anon.requests("HEAD", "/v2/pintest/pytorch/manifests/25.11-py3")
+    plan = tmp_path / "plan.yml"
+    plan.write_text(json.dumps([{"hosts": "sparks", "gather_facts": False, "tasks": [
+        {"ansible.builtin.include_role": {"name": "spark_images", "tasks_from": "plan.yml"}},
+        {"ansible.builtin.debug": {"msg": "{{ __spark_images_unlocked.images | map(attribute='index_digest') }}"}}]}]))
+    run = playbook(plan, inv)
+    assert run.returncode == 0, run.stdout
+    assert "not locked, resolved for this run only: ngc" in flat(run.stdout)
+    assert anon.requests("HEAD", "/v2/pintest/pytorch/manifests/25.11-py3") - before == 1

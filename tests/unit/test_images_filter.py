@@ -1,0 +1,44 @@
+"""spark_images' filters: what a host runs, what may be pruned, the lab's registry overrides."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from conftest import REPO
+
+_spec = importlib.util.spec_from_file_location("sparkfleet_images", REPO / "plugins/filter/sparkfleet_images.py")
+images = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(images)
+
+D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+CATALOG = [{"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch", "tags": ["25.11-py3"],
+            "launcher": "spark-ngc"}]
+
+
+def test_pinned_entries_carry_the_ref_and_the_launcher_path():
+    pulled = {"results": [{"item": {"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch",
+                                    "tag": "25.11-py3", "index_digest": D1, "arm64_digest": D2},
+                           "ref": f"nvcr.io/nvidia/pytorch@{D1}", "pulled": True}]}
+    (entry,) = images.spark_images_pinned(pulled, CATALOG, "/usr/local/bin/")
+    assert entry["ref"] == f"nvcr.io/nvidia/pytorch@{D1}"
+    assert entry["launcher_path"] == "/usr/local/bin/spark-ngc"
+    assert entry["unlocked"] is False
+
+
+def test_only_images_this_project_pulled_and_no_longer_pins_are_stale():
+    recorded = [f"nvcr.io/nvidia/pytorch@{D1}", f"nvcr.io/nvidia/pytorch@{D2}"]
+    assert images.spark_images_stale(recorded, [{"index_digest": D2}]) == [f"nvcr.io/nvidia/pytorch@{D1}"]
+    assert images.spark_images_stale(None, [{"index_digest": D2}]) == []
+
+
+def test_registry_overrides_keep_the_catalog_otherwise():
+    assert images.spark_images_effective(CATALOG, {"nvcr.io": "127.0.0.1:5000"})[0]["registry"] == "127.0.0.1:5000"
+    assert images.spark_images_effective(CATALOG, {}) == CATALOG
+
+
+def test_pin_line_shows_a_fallback():
+    line = images.spark_images_pin_line({"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch",
+                                         "tag": "25.09-py3", "index_digest": D1, "arm64_digest": D2,
+                                         "fallback": {"wanted": "25.11-py3", "reasons": ["404 manifest unknown"]}})
+    assert line == (f"ngc: nvcr.io/nvidia/pytorch:25.09-py3 @ {D1} (arm64 {D2}), FALLBACK from 25.11-py3: "
+                    f"404 manifest unknown")
