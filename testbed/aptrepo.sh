@@ -4,7 +4,6 @@
 # names and two versions; see testbed/doubles/nvidia-container-toolkit/.
 #   aptrepo.sh start [PORT]   build (if its recipe changed) and serve (default 5080)
 #   aptrepo.sh stop [PORT]
-#   aptrepo.sh fingerprint    the signing key's fingerprint
 # Layout: http://127.0.0.1:PORT/stable/deb/arm64/ (flat) and /gpgkey.
 source "$(dirname "$0")/lib.sh"
 
@@ -117,6 +116,5 @@ stop() {
 case "${1:-}" in
     start) start ;;
     stop) stop ;;
-    fingerprint) build; GNUPGHOME="$ROOT/gnupg" gpg --batch --with-colons --list-keys | awk -F: '/^fpr:/ {print $10; exit}' ;;
-    *) die "usage: $0 start|stop [PORT] | fingerprint" ;;
+    *) die "usage: $0 start|stop [PORT]" ;;
 esac

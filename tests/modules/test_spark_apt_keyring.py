@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
+import urllib.request
 
 import pytest
 
@@ -14,10 +16,12 @@ APT = "http://127.0.0.1:5080"
 
 
 @pytest.fixture(scope="module")
-def fingerprint() -> str:
+def fingerprint(tmp_path_factory) -> str:
+    """The fingerprint of the key the repository serves, as gpg itself reads it."""
     subprocess.run([str(REPO / "testbed" / "aptrepo.sh"), "start"], check=True, capture_output=True)
-    return subprocess.run([str(REPO / "testbed" / "aptrepo.sh"), "fingerprint"], check=True,
-                          capture_output=True, text=True).stdout.strip()
+    key = tmp_path_factory.mktemp("key") / "gpgkey"
+    key.write_bytes(urllib.request.urlopen(f"{APT}/gpgkey", timeout=10).read())
+    return re.search(r"^fpr:+([0-9A-F]{40}):", _show(key), re.MULTILINE).group(1)
 
 
 def _show(path) -> str:
