@@ -98,10 +98,9 @@ changes:
 """
 
 import datetime
-import os
-import tempfile
 
 import yaml
+from ansible.module_utils._files import atomic_write
 from ansible.module_utils._oci import validate_lock
 from ansible.module_utils.basic import AnsibleModule
 
@@ -178,13 +177,7 @@ def write(module: AnsibleModule) -> dict:
     if changed:
         result["diff"] = {"before": before_text, "after": after_text, "before_header": path, "after_header": path}
         if not module.check_mode:
-            directory = os.path.dirname(path)
-            os.makedirs(directory, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".lock.", dir=directory)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(after_text)
-            os.chmod(tmp, 0o644)
-            module.atomic_move(tmp, path)
+            atomic_write(path, after_text)
     return result
 
 

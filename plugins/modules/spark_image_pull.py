@@ -81,10 +81,9 @@ repo_digests:
 """
 
 import json
-import os
 import re
-import tempfile
 
+from ansible.module_utils._files import atomic_write
 from ansible.module_utils.basic import AnsibleModule
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -115,14 +114,8 @@ def record(path: str, ref: str) -> None:
             known = json.load(handle)
     except (OSError, ValueError):
         known = []
-    if ref in known:
-        return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".pulled.", dir=os.path.dirname(path))
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(sorted({*known, ref}), handle, indent=2)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    if ref not in known:
+        atomic_write(path, json.dumps(sorted({*known, ref}), indent=2) + "\n")
 
 
 def main() -> None:

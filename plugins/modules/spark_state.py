@@ -65,9 +65,8 @@ state:
 """
 
 import datetime
-import os
-import tempfile
 
+from ansible.module_utils._files import atomic_write
 from ansible.module_utils._state import merge, parse, render
 from ansible.module_utils.basic import AnsibleModule
 
@@ -98,13 +97,7 @@ def main() -> None:
         result["diff"] = {"before": before_text or "", "after": render(state), "before_header": path,
                           "after_header": path}
         if not module.check_mode:
-            directory = os.path.dirname(path)
-            os.makedirs(directory, mode=0o755, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".state.", dir=directory)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(render(state))
-            os.chmod(tmp, 0o644)
-            module.atomic_move(tmp, path)
+            atomic_write(path, render(state))
     module.exit_json(**result)
 
 
