@@ -135,7 +135,14 @@ import json
 import time
 from urllib.parse import urlencode
 
-from ansible.module_utils._oci import ACCEPT, INDEX_TYPES, parse_challenge, select_platform
+from ansible.module_utils._oci import (
+    ACCEPT,
+    INDEX_TYPES,
+    BadReference,
+    parse_challenge,
+    parse_reference,
+    select_platform,
+)
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.urls import open_url
@@ -319,8 +326,13 @@ def main() -> None:
     resolved = []
     for image in module.params["images"]:
         host = image["registry"]
-        api_host = "registry-1.docker.io" if host == "docker.io" else host
-        registry = registries.setdefault(host, Registry(module, host, api_host))
+        try:
+            refs = [parse_reference(f"{host}/{image['repository']}:{tag}") for tag in image["tags"]]
+        except BadReference as exc:
+            module.fail_json(msg=f"image '{image['name']}': {exc}. Fix it in spark_images_catalog.")
+        if not refs:
+            module.fail_json(msg=f"image '{image['name']}' lists no tags; expected blessed tags, newest first.")
+        registry = registries.setdefault(host, Registry(module, host, refs[0].api_host))
         wanted = image["tags"][0]
         reasons: list[str] = []
         found = None

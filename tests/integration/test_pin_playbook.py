@@ -96,3 +96,32 @@ def test_an_unlocked_dated_tag_is_resolved_once_for_the_whole_fleet(anon, tmp_pa
     assert run.returncode == 0, run.stdout
     assert "not locked, resolved for this run only: ngc" in flat(run.stdout)
     assert anon.requests("HEAD", "/v2/pintest/pytorch/manifests/25.11-py3") - before == 1
+
+
+def test_registry_login_keeps_the_password_off_argv_and_out_of_the_output(tmp_path):
+    """docker login --password-stdin against a real htpasswd registry: logged in once, secret nowhere in -vvv output."""
+    from registries import Registry
+
+    secret = "planted-s3cret-9f2c"
+    htpasswd = tmp_path / "htpasswd"
+    htpasswd.write_text(subprocess.run(["htpasswd", "-Bbn", "fleet", secret], capture_output=True, text=True,
+                                       check=True).stdout)
+    registry = Registry(tmp_path, 5114, {"htpasswd": {"realm": "sparkfleet", "path": str(htpasswd)}})
+    config = tmp_path / "docker" / "config.json"
+    try:
+        inv = inventory(tmp_path, registry.host, hosts=1)
+        (inv / "group_vars" / "all" / "secrets.yml").write_text(yaml.safe_dump({
+            "spark_images_registry_credentials": {registry.host: {"username": "fleet", "password": secret}},
+            "spark_images_docker_config": str(config)}))
+        play = tmp_path / "login.yml"
+        play.write_text(json.dumps([{"hosts": "sparks", "gather_facts": False, "tasks": [
+            {"ansible.builtin.include_role": {"name": "spark_images", "tasks_from": "login.yml"}}]}]))
+        first = playbook(play, inv, "-vvv")
+        assert first.returncode == 0, first.stdout
+        assert secret not in first.stdout + first.stderr
+        assert registry.host in json.loads(config.read_text())["auths"]
+        assert (config.stat().st_mode & 0o777) == 0o600
+        second = playbook(play, inv)
+        assert "changed=0" in second.stdout
+    finally:
+        registry.stop()
