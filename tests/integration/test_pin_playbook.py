@@ -125,3 +125,35 @@ def test_registry_login_keeps_the_password_off_argv_and_out_of_the_output(tmp_pa
         assert "changed=0" in second.stdout
     finally:
         registry.stop()
+
+
+def test_prune_removes_only_images_this_project_pulled_and_no_longer_pins(anon, tmp_path):
+    old = push(anon.url, "pintest/pytorch:25.11-py3", ["amd64", "arm64"], seed="prune-old")
+    push(anon.url, "pintest/unsloth:dgxspark-latest", ["amd64", "arm64"], list_type="docker", seed="prune")
+    inv = inventory(tmp_path, anon.host, hosts=1)
+    record = tmp_path / "pulled.json"
+    play = tmp_path / "pull.yml"
+    play.write_text(json.dumps([{"hosts": "sparks", "gather_facts": False, "tasks": [
+        {"ansible.builtin.include_role": {"name": "spark_images", "tasks_from": "plan.yml"}},
+        {"ansible.builtin.include_role": {"name": "spark_images", "tasks_from": "pull.yml"}}]}]))
+    old_ref = f"{anon.host}/pintest/pytorch@{old['digest']}"
+    try:
+        assert playbook(REPO / "playbooks" / "pin.yml", inv).returncode == 0
+        first = playbook(play, inv, "-e", f"__spark_images_record={record}")
+        assert first.returncode == 0, first.stdout
+        new = push(anon.url, "pintest/pytorch:25.11-py3", ["amd64", "arm64"], seed="prune-new")
+        assert playbook(REPO / "playbooks" / "pin.yml", inv).returncode == 0
+        kept = playbook(play, inv, "-e", f"__spark_images_record={record}")
+        assert kept.returncode == 0, kept.stdout
+        inspect = ["docker", "image", "inspect", old_ref]
+        assert subprocess.run(inspect, capture_output=True, check=False).returncode == 0  # kept without the flag
+        pruned = playbook(play, inv, "-e", f"__spark_images_record={record}", "-e", "spark_images_prune=true")
+        assert pruned.returncode == 0, pruned.stdout
+        assert subprocess.run(inspect, capture_output=True, check=False).returncode != 0
+        new_ref = f"{anon.host}/pintest/pytorch@{new['digest']}"
+        assert subprocess.run(["docker", "image", "inspect", new_ref], capture_output=True, check=False).returncode == 0
+        assert subprocess.run(["docker", "image", "inspect", "sparkfleet/host-plain:latest"], capture_output=True,
+                              check=False).returncode == 0
+    finally:
+        for ref in json.loads(record.read_text()) if record.exists() else []:
+            subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True, check=False)
