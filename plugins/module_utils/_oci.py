@@ -42,17 +42,6 @@ class Reference:
     def api_host(self) -> str:
         return DOCKER_HUB_API if self.registry == DOCKER_HUB else self.registry
 
-    @property
-    def name(self) -> str:
-        return f"{self.registry}/{self.repository}"
-
-    def __str__(self) -> str:
-        out = self.name
-        if self.tag:
-            out += f":{self.tag}"
-        if self.digest:
-            out += f"@{self.digest}"
-        return out
 
 
 def is_digest(value: str | None) -> bool:
@@ -125,8 +114,9 @@ def select_platform(index: dict, architecture: str = "arm64", os_name: str = "li
     return found, platforms
 
 
+# The lock entry's fields, in the order the file is written (its diff is the review).
 LOCK_FIELDS = ("requested", "registry", "repository", "tag", "index_digest", "arm64_digest", "media_type",
-               "resolved_at")
+               "platforms", "fallback", "resolved_at")
 
 
 def validate_lock(lock: object, path: str) -> list[str]:

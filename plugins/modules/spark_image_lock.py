@@ -101,11 +101,9 @@ import datetime
 
 import yaml
 from ansible.module_utils._files import atomic_write
-from ansible.module_utils._oci import validate_lock
+from ansible.module_utils._oci import LOCK_FIELDS, validate_lock
 from ansible.module_utils.basic import AnsibleModule
 
-_ORDER = ("requested", "registry", "repository", "tag", "index_digest", "arm64_digest", "media_type",
-          "platforms", "fallback", "resolved_at")
 HEADER = ("# Written by playbooks/pin.yml: the images every host pulls, by digest.\n"
           "# Review a refresh by its diff; edit only through pin.yml.\n")
 
@@ -143,7 +141,7 @@ def plan(module: AnsibleModule) -> dict:
             module.fail_json(msg=f"{path}: entry '{image['name']}' pins {entry['registry']}/{entry['repository']} "
                                  f"but the image is configured as {image['registry']}/{image['repository']}; run "
                                  f"playbooks/pin.yml again.")
-        planned.append({"name": image["name"], **{k: entry.get(k) for k in _ORDER if k != "requested"}})
+        planned.append({"name": image["name"], **{k: entry.get(k) for k in LOCK_FIELDS if k != "requested"}})
     return {"changed": False, "plan": planned, "unlocked": unlocked}
 
 
@@ -162,7 +160,7 @@ def write(module: AnsibleModule) -> dict:
     for image in module.params["resolved"]:
         previous = old.get(image["name"]) if isinstance(old, dict) else None
         same = isinstance(previous, dict) and previous.get("index_digest") == image["index_digest"]
-        entry = {k: image.get(k) for k in _ORDER if k != "resolved_at"}
+        entry = {k: image.get(k) for k in LOCK_FIELDS if k != "resolved_at"}
         entry["resolved_at"] = previous.get("resolved_at") if same and previous.get("resolved_at") else now
         new[image["name"]] = entry
         if not same:

@@ -81,12 +81,10 @@ repo_digests:
 """
 
 import json
-import re
 
 from ansible.module_utils._files import atomic_write
+from ansible.module_utils._oci import is_digest
 from ansible.module_utils.basic import AnsibleModule
-
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 def short_name(repository: str) -> str:
@@ -132,7 +130,7 @@ def main() -> None:
     )
     params = module.params
     digest = params["digest"]
-    if not _DIGEST.match(digest):
+    if not is_digest(digest):
         module.fail_json(msg=f"digest {digest!r} is not sha256: and 64 hex digits; run playbooks/pin.yml again.")
     docker = module.get_bin_path(params["docker"], required=True)
     source = params["source"] or params["repository"]
