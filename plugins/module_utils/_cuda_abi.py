@@ -123,39 +123,61 @@ def shared_objects(root: str):
                 yield entry.path
 
 
+# The folder NVIDIA's CUDA wheels share (nvidia/cuda_runtime/lib, nvidia/cu13/lib):
+# other wheels reach it through their RPATH ($ORIGIN/../../nvidia/...), so a
+# library there is loaded by whoever asks for its soname.
+SHARED_CUDA_DIR = "nvidia"
+
+
 @dataclass
 class Distribution:
     name: str
     version: str
     needs: dict[str, CudaLink] = field(default_factory=dict)
     provides: dict[str, CudaLink] = field(default_factory=dict)
+    private: set[str] = field(default_factory=set)  # provided sonames outside the shared nvidia/ folder
     files: int = 0
 
-    def _bundled(self, link: CudaLink, expected_major: int) -> bool:
-        """A library also provided at the expected major: a multi-version bundle picked at run time.
+    def _bundled(self, link: CudaLink, expected_major: int, linked: set[str]) -> bool:
+        """A provided library of another CUDA major that nothing is built to load.
 
-        (triton ships libcupti.so.12 and libcupti.so.13 side by side.)
+        Either it sits beside the same library at the expected major (a
+        multi-version bundle picked at run time: triton >= 3.7 ships
+        libcupti.so.12 and .13), or it is the distribution's private copy
+        (not in the shared nvidia/ folder) and no shared object here links
+        it (triton 3.6 ships only libcupti.so.12, which its profiler alone
+        opens; torch 2.11+cu130 with it verifies True 13.0 on real hardware).
         """
+        if link.soname not in linked and link.soname in self.private:
+            return True
         return any(other.library == link.library and other.major == expected_major
                    for other in self.provides.values())
 
-    def mismatches(self, expected_major: int) -> list[str]:
-        found = []
-        for kind, links in (("links", self.needs), ("provides", self.provides)):
-            for link in sorted(links.values(), key=lambda lk: lk.soname):
-                if not link.tracks_cuda or link.major == expected_major:
-                    continue
-                if kind == "provides" and self._bundled(link, expected_major):
-                    continue
-                found.append(f"{self.name} {self.version}: {kind} {link.soname} (expected {expected_major})")
+    def _foreign(self, links: dict[str, CudaLink], expected_major: int) -> list[CudaLink]:
+        return [lk for lk in sorted(links.values(), key=lambda lk: lk.soname)
+                if lk.tracks_cuda and lk.major != expected_major]
+
+    def mismatches(self, expected_major: int, linked: set[str]) -> list[str]:
+        found = [f"{self.name} {self.version}: links {lk.soname} (expected {expected_major})"
+                 for lk in self._foreign(self.needs, expected_major)]
+        found += [f"{self.name} {self.version}: provides {lk.soname} (expected {expected_major})"
+                  for lk in self._foreign(self.provides, expected_major)
+                  if not self._bundled(lk, expected_major, linked)]
         return found
 
-    def bundles(self, expected_major: int) -> list[str]:
-        return [f"{self.name} {self.version}: provides {link.soname} beside lib{link.library}.so.{expected_major}"
-                for link in sorted(self.provides.values(), key=lambda lk: lk.soname)
-                if link.tracks_cuda and link.major != expected_major and self._bundled(link, expected_major)]
+    def bundles(self, expected_major: int, linked: set[str]) -> list[str]:
+        notes = []
+        for link in self._foreign(self.provides, expected_major):
+            if not self._bundled(link, expected_major, linked):
+                continue
+            beside = f"lib{link.library}.so.{expected_major}"
+            if any(other.soname == beside for other in self.provides.values()):
+                notes.append(f"{self.name} {self.version}: provides {link.soname} beside {beside}")
+            else:
+                notes.append(f"{self.name} {self.version}: provides {link.soname} privately, linked by nothing here")
+        return notes
 
-    def as_dict(self, expected_major: int) -> dict:
+    def as_dict(self, expected_major: int, linked: set[str]) -> dict:
         return {
             "name": self.name,
             "version": self.version,
@@ -164,8 +186,8 @@ class Distribution:
             "provides": [lk.as_dict() for lk in sorted(self.provides.values(), key=lambda lk: lk.soname)],
             "cuda_majors": sorted({lk.major for lk in (*self.needs.values(), *self.provides.values())
                                    if lk.tracks_cuda}),
-            "mismatches": self.mismatches(expected_major),
-            "bundles": self.bundles(expected_major),
+            "mismatches": self.mismatches(expected_major, linked),
+            "bundles": self.bundles(expected_major, linked),
         }
 
 
@@ -194,12 +216,16 @@ def scan(site_packages: str, expected_major: int) -> dict:
             link = cuda_link(info.soname)
             if link:
                 dist.provides[info.soname] = link
-    cuda_dists = [d for d in dists.values() if d.needs or d.provides]
-    findings = [m for d in sorted(cuda_dists, key=lambda d: d.name.lower()) for m in d.mismatches(expected_major)]
+                top = os.path.relpath(path, site_packages).split(os.sep, 1)[0]
+                if top != SHARED_CUDA_DIR:
+                    dist.private.add(info.soname)
+    linked = {soname for d in dists.values() for soname in d.needs}
+    cuda_dists = sorted((d for d in dists.values() if d.needs or d.provides), key=lambda d: d.name.lower())
+    findings = [m for d in cuda_dists for m in d.mismatches(expected_major, linked)]
     return {
         "site_packages": site_packages,
         "expected_cuda_major": expected_major,
-        "distributions": [d.as_dict(expected_major) for d in sorted(cuda_dists, key=lambda d: d.name.lower())],
+        "distributions": [d.as_dict(expected_major, linked) for d in cuda_dists],
         "findings": findings,
         "verdict": "mismatch" if findings else "ok",
         "shared_objects_scanned": scanned,

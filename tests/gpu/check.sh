@@ -7,7 +7,8 @@
 # so carry .cache/gpu-wheels made with `pip download -d .cache/gpu-wheels
 # "ansible-core>=2.19,<2.20"`). Expected there: GPU
 # verification ok with CUDA 13 and capability (9, 0) reported as "not a
-# Spark"; the ABI scan of torch's site-packages clean for CUDA 13; and the
+# Spark"; the ABI scan of torch's site-packages clean for CUDA 13 (triton's private
+# libcupti.so.12 listed as a bundle, not a finding); and the
 # preflight classifying the box as not-spark (x86_64, H200).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,13 +17,17 @@ echo "== machine: $(uname -m), $("$py" --version), torch from: $("$py" -c 'impor
 nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader || true
 work="$(mktemp -d)"
 "$py" -m venv --system-site-packages "$work/venv" >/dev/null
-"$work/venv/bin/pip" install -q "ansible-core>=2.19,<2.20" >/dev/null 2>&1 \
-    || "$work/venv/bin/pip" install -q --no-index --find-links .cache/gpu-wheels "ansible-core>=2.19,<2.20"
+if [ -d .cache/gpu-wheels ]; then  # that machine reaches no index: never wait on one
+    "$work/venv/bin/pip" install -q --no-index --find-links .cache/gpu-wheels "ansible-core>=2.19,<2.20"
+else
+    "$work/venv/bin/pip" install -q "ansible-core>=2.19,<2.20"
+fi
 export ANSIBLE_CONFIG="$PWD/ansible.cfg" ANSIBLE_NOCOLOR=1 ANSIBLE_LOAD_CALLBACK_PLUGINS=1 \
     ANSIBLE_CALLBACKS_ENABLED=ansible.builtin.tree ANSIBLE_CALLBACK_TREE_DIR="$work/tree"
 run() {  # run MODULE JSON-ARGS PYTHON-EXPRESSION-OVER-d
     rm -rf "$work/tree"
-    "$work/venv/bin/ansible" localhost -c local -i localhost, -m "$1" -a "$2" \
+    local args=(); [ "$2" = "{}" ] || args=(-a "$2")  # 2.19 reads a bare '{}' as raw params
+    "$work/venv/bin/ansible" localhost -c local -i localhost, -m "$1" "${args[@]}" \
         -e "ansible_python_interpreter=$work/venv/bin/python" >/dev/null 2>&1 || true
     "$work/venv/bin/python" -c "import json, sys; d = json.load(open('$work/tree/localhost')); print($3)"
 }

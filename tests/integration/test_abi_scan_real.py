@@ -64,6 +64,9 @@ def built_venv(tmp_path_factory) -> Path:
         stub.mkdir()
         gcc("-shared", "-fPIC", f"-Wl,-soname,libcudart.so.{major}", "-o", str(stub / f"libcudart.so.{major}"),
             str(runtime))
+    cupti = work / "cupti.c"
+    cupti.write_text("int cuptiGetVersion(unsigned *v) { *v = 24; return 0; }\n")
+    gcc("-shared", "-fPIC", "-Wl,-soname,libcupti.so.12", "-o", str(work / "libcupti.so.12"), str(cupti))
 
     def consumer(major: int, name: str) -> bytes:
         out = work / f"{name}-cu{major}.so"
@@ -76,8 +79,15 @@ def built_venv(tmp_path_factory) -> Path:
                                                      "bitsandbytes/__init__.py": b""}),
         build_wheel(work, "goodkernels", "1.0.0", {"goodkernels/_C.so": consumer(13, "good"),
                                                    "goodkernels/__init__.py": b""}),
+        # Where NVIDIA's CUDA wheels put their libraries: the shared nvidia/ folder other wheels' RPATHs reach.
         build_wheel(work, "cudart-cu12-leftover", "12.4.127",
-                    {"leftover/lib/libcudart.so.12": (work / "stub12" / "libcudart.so.12").read_bytes()}),
+                    {"nvidia/cuda_runtime/lib/libcudart.so.12": (work / "stub12" / "libcudart.so.12").read_bytes()}),
+        # A private copy that something here links (bitsandbytes asks for libcudart.so.12): flagged.
+        build_wheel(work, "vendored", "0.1.0",
+                    {"vendored/lib/libcudart.so.12": (work / "stub12" / "libcudart.so.12").read_bytes()}),
+        # Like triton 3.6.0 (torch 2.11's): only libcupti.so.12, private, opened by its profiler alone.
+        build_wheel(work, "tritonlike", "3.6.0",
+                    {"tritonlike/backends/nvidia/lib/cupti/libcupti.so.12": (work / "libcupti.so.12").read_bytes()}),
         # Like triton, which ships libcupti.so.12 and libcupti.so.13 and picks one at run time.
         build_wheel(work, "bundler", "3.8.0",
                     {"bundler/lib/old/libcudart.so.12": (work / "stub12" / "libcudart.so.12").read_bytes(),
@@ -97,8 +107,12 @@ def test_per_distribution_report_of_gcc_built_wheels(built_venv):
     assert result["findings"] == [
         "bitsandbytes 0.49.2: links libcudart.so.12 (expected 13)",
         "cudart-cu12-leftover 12.4.127: provides libcudart.so.12 (expected 13)",
+        "vendored 0.1.0: provides libcudart.so.12 (expected 13)",
     ]
     by_name = {d["name"]: d for d in result["distributions"]}
+    assert by_name["tritonlike"]["mismatches"] == []
+    assert by_name["tritonlike"]["bundles"] == [
+        "tritonlike 3.6.0: provides libcupti.so.12 privately, linked by nothing here"]
     assert by_name["goodkernels"]["cuda_majors"] == [13]
     assert by_name["goodkernels"]["mismatches"] == []
     assert by_name["bundler"]["mismatches"] == []
@@ -175,7 +189,7 @@ def test_inside_an_image(built_venv, tmp_path):
     context = tmp_path / "context"
     (context / "pkgs").mkdir(parents=True)
     for entry in site.iterdir():
-        if entry.name.startswith(("bitsandbytes", "goodkernels", "cudart", "leftover")):
+        if entry.name.startswith(("bitsandbytes", "goodkernels", "cudart", "nvidia")):
             subprocess.run(["cp", "-a", str(entry), str(context / "pkgs")], check=True)
     (context / "Dockerfile").write_text("FROM sparkfleet/host-plain:latest\n"
                                         "COPY pkgs/ /usr/local/lib/python3.11/dist-packages/\n")
