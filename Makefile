@@ -11,14 +11,14 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
 
-.PHONY: help venv testbed registry aptrepo lab lab-down test lint unit pytest molecule clean
+.PHONY: help venv testbed registry aptrepo pyindex lab lab-down test lint unit pytest molecule clean
 
 help:
 	@echo "make lab        start LAB_HOSTS (default 2) virtual Sparks and run site.yml on them"
 	@echo "make lab-down   remove the lab"
 	@echo "make test       lint + unit + integration + Molecule"
 	@echo "make lint | unit | pytest | molecule   one part of the tests"
-	@echo "  unit: pytest without the test bed; pytest: all of pytest, test bed started"
+	@echo "  unit: pytest without the test bed or network; pytest: all of pytest, test bed started"
 
 venv:
 	@testbed/venv.sh
@@ -35,7 +35,10 @@ registry:
 aptrepo:
 	@testbed/aptrepo.sh start
 
-lab: venv aptrepo registry
+pyindex:
+	@testbed/pyindex.sh start
+
+lab: venv aptrepo registry pyindex
 	@testbed/lab.sh up $(LAB_HOSTS)
 	@testbed/standins.sh
 	ansible-playbook playbooks/pin.yml -i inventory/lab
@@ -45,6 +48,7 @@ lab-down:
 	@testbed/lab.sh down
 	@testbed/aptrepo.sh stop
 	@testbed/registry.sh stop
+	@testbed/pyindex.sh stop
 
 lint: venv
 	ruff check src plugins tests collections testbed bench
@@ -52,12 +56,12 @@ lint: venv
 	ansible-lint
 
 unit: venv
-	pytest -m "not testbed" tests
+	pytest -m "not testbed and not network" tests
 
 pytest: testbed registry aptrepo
 	pytest tests
 
-molecule: testbed aptrepo registry
+molecule: testbed aptrepo registry pyindex
 	@testbed/standins.sh
 	molecule test --all
 

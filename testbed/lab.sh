@@ -60,6 +60,8 @@ write_inventory() {
         echo "      hosts:"
         for name in $(lab_names); do
             echo "        $name:"
+            # The bare-pip venv (off by default) on the first host only.
+            [ "$name" = "$PREFIX-1" ] && echo "          spark_venv_enabled: true"
         done
     } > "$HOSTS_FILE"
     say "wrote $HOSTS_FILE ($(lab_names | wc -l) hosts)"

@@ -5,7 +5,14 @@ import os as _os
 import time as _time
 import types as _types
 
-_CONF = _json.loads(_os.environ.get("SPARKFLEET_FAKE_TORCH", "{}"))
+# Packed as a wheel by testbed/pyindex.py, the package carries its own defaults
+# (version, CUDA); SPARKFLEET_FAKE_TORCH overrides them.
+_STANDIN = _os.path.join(_os.path.dirname(__file__), "_standin.json")
+_CONF = {}
+if _os.path.exists(_STANDIN):
+    with open(_STANDIN) as _f:
+        _CONF.update(_json.load(_f))
+_CONF.update(_json.loads(_os.environ.get("SPARKFLEET_FAKE_TORCH", "{}")))
 
 if _CONF.get("hang") == "import":
     while True:

@@ -1,0 +1,254 @@
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""The bare-pip stack matrix (matrix/spark-stack.yml): validation, fingerprint,
+staleness, the policy for extra packages, and the exact pip commands.
+
+Pure logic, no I/O: modules spark_venv and spark_matrix_check call it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import re
+
+POLICIES = ("matrix", "install", "refuse", "source_build", "index", "warn")
+# pip options a matrix step may carry; anything else is refused so that a
+# typo cannot silently change how a step resolves.
+STEP_ARGS = ("--no-deps", "-U", "--upgrade", "--pre", "--force-reinstall")
+_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+_PIN = re.compile(rf"^(?P<name>{_NAME})==(?P<version>[A-Za-z0-9.+!_-]+)$")
+_REQUIREMENT = re.compile(rf"^\s*(?P<name>{_NAME})\s*(?P<extras>\[[^\]]*\])?\s*(?P<spec>[^;]*?)\s*(?:;.*)?$")
+_URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+class MatrixError(Exception):
+    """The matrix (or a request against it) is not usable; str() says what and what to do."""
+
+
+def normalize(name: str) -> str:
+    """PEP 503 name normalization (Unsloth_Zoo -> unsloth-zoo)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def parse_pin(spec: str) -> tuple[str, str]:
+    match = _PIN.match(spec.strip())
+    if not match:
+        raise MatrixError(f"'{spec}' is not an exact pin; every matrix package is NAME==VERSION")
+    return match.group("name"), match.group("version")
+
+
+def parse_requirement(spec: str) -> tuple[str, str]:
+    """A requirement a user asks for ('xformers', 'vllm>=0.11') -> (normalized name, specifier)."""
+    match = _REQUIREMENT.match(spec) if isinstance(spec, str) else None
+    if not match or not spec.strip():
+        raise MatrixError(f"'{spec}' is not a package requirement; expected e.g. 'xformers' or 'vllm>=0.11'")
+    return normalize(match.group("name")), match.group("spec")
+
+
+def _date(value, what: str) -> datetime.date:
+    text = value.isoformat() if isinstance(value, datetime.date) else str(value)
+    if not _DATE.match(text):
+        raise MatrixError(f"{what} is '{value}'; expected a date as YYYY-MM-DD")
+    try:
+        return datetime.date.fromisoformat(text)
+    except ValueError as exc:
+        raise MatrixError(f"{what} is '{value}': {exc}") from None
+
+
+def validate(matrix) -> list[str]:
+    """Every problem in the matrix, each naming the field, what was found and what is expected."""
+    if not isinstance(matrix, dict):
+        return [f"the matrix is a {type(matrix).__name__}; expected a mapping (see matrix/spark-stack.yml)"]
+    errors = []
+    if matrix.get("schema") != 1:
+        errors.append(f"schema is {matrix.get('schema')!r}; this sparkfleet reads schema 1")
+    if not isinstance(matrix.get("name"), str) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", matrix["name"]):
+        errors.append(f"name is {matrix.get('name')!r}; expected a short name of letters, digits, '.', '_', '-'")
+    try:
+        _date(matrix.get("last_verified"), "last_verified")
+    except MatrixError as exc:
+        errors.append(str(exc))
+    target = matrix.get("target")
+    if not isinstance(target, dict) or not all(isinstance(target.get(k), str) for k in ("python", "arch", "glibc")):
+        errors.append(f"target is {target!r}; expected python, arch and glibc as strings (e.g. '3.12', "
+                      "'aarch64', '2.39')")
+    steps = matrix.get("steps")
+    if not isinstance(steps, list) or not steps:
+        errors.append("steps is missing or empty; expected the pip steps in order")
+        steps = []
+    seen_ids, seen_pkgs = set(), {}
+    for index, step in enumerate(steps, 1):
+        where = f"step {index}"
+        if not isinstance(step, dict):
+            errors.append(f"{where} is {step!r}; expected a mapping with id, index_url, packages")
+            continue
+        sid = step.get("id")
+        where = f"step {index} ({sid})"
+        if not isinstance(sid, str) or not sid:
+            errors.append(f"step {index} has no id; expected a short name such as 'torch'")
+        elif sid in seen_ids:
+            errors.append(f"{where}: the id is used twice; step ids must be unique")
+        seen_ids.add(sid)
+        if not isinstance(step.get("index_url"), str) or not _URL.match(step["index_url"]):
+            errors.append(f"{where}: index_url is {step.get('index_url')!r}; expected an http(s) URL")
+        args = step.get("args", [])
+        if not isinstance(args, list) or any(a not in STEP_ARGS for a in args):
+            errors.append(f"{where}: args are {args!r}; allowed: {', '.join(STEP_ARGS)}")
+        packages = step.get("packages")
+        if not isinstance(packages, list) or not packages:
+            errors.append(f"{where}: packages is missing or empty")
+            continue
+        for spec in packages:
+            try:
+                name, _ = parse_pin(str(spec))
+            except MatrixError as exc:
+                errors.append(f"{where}: {exc}")
+                continue
+            if normalize(name) in seen_pkgs:
+                errors.append(f"{where}: {name} is already pinned in step {seen_pkgs[normalize(name)]}")
+            seen_pkgs[normalize(name)] = sid
+    imports = matrix.get("imports", [])
+    if not isinstance(imports, list) or not all(isinstance(i, str) and i.isidentifier() for i in imports):
+        errors.append(f"imports is {imports!r}; expected a list of module names")
+    env = matrix.get("environment", {})
+    if not isinstance(env, dict) or not all(isinstance(k, str) and re.match(r"^[A-Z_][A-Z0-9_]*$", k)
+                                            and isinstance(v, str) for k, v in env.items()):
+        errors.append(f"environment is {env!r}; expected NAME: 'value' strings")
+    components = matrix.get("components", {})
+    if not isinstance(components, dict):
+        errors.append("components is not a mapping of package name to {policy, note}")
+        components = {}
+    for name, comp in components.items():
+        policy = comp.get("policy") if isinstance(comp, dict) else None
+        if policy not in POLICIES:
+            errors.append(f"components.{name}: policy is {policy!r}; expected one of {', '.join(POLICIES)}")
+        elif policy == "index" and not _URL.match(str(comp.get("index_url", ""))):
+            errors.append(f"components.{name}: policy index needs an index_url")
+        elif policy == "source_build" and not isinstance(comp.get("build_env", {}), dict):
+            errors.append(f"components.{name}: build_env must be a mapping")
+    return errors
+
+
+def check(matrix) -> dict:
+    errors = validate(matrix)
+    if errors:
+        raise MatrixError("the stack matrix is not valid: " + "; ".join(errors))
+    return matrix
+
+
+def pins(matrix) -> dict[str, str]:
+    """{normalized name: 'Name==version'} for every package the matrix pins."""
+    return {normalize(parse_pin(p)[0]): p for step in matrix["steps"] for p in step["packages"]}
+
+
+def staleness(matrix, today: datetime.date, max_age_days: int) -> dict:
+    verified = _date(matrix["last_verified"], "last_verified")
+    age = (today - verified).days
+    stale = age > max_age_days
+    message = (f"the stack matrix {matrix['name']} was last verified on {verified.isoformat()}, {age} days ago "
+               f"(older than {max_age_days}): verify a newer set on a Spark, update the pins and last_verified "
+               "in the matrix, and run the matrix check; sparkfleet never updates a pin by itself") if stale else ""
+    return {"last_verified": verified.isoformat(), "age_days": age, "max_age_days": max_age_days,
+            "stale": stale, "message": message}
+
+
+def plan_extras(matrix, requested: list[str]) -> list[dict]:
+    """How each extra package will be installed, or MatrixError naming the matrix's reason."""
+    components = {normalize(k): v for k, v in matrix.get("components", {}).items()}
+    pinned = pins(matrix)
+    plan, refused = [], []
+    for spec in requested:
+        name, _ = parse_requirement(spec)
+        comp = components.get(name, {"policy": "install", "note": "not in the matrix's component table"})
+        policy = comp["policy"]
+        if name in pinned or policy == "matrix":
+            refused.append(f"{spec}: already pinned by the matrix ({pinned.get(name, name)}); change the matrix "
+                           "and its last_verified date instead")
+            continue
+        if policy == "refuse":
+            refused.append(f"{spec}: refused on Spark: {comp.get('note', '')}")
+            continue
+        entry = {"requirement": spec.strip(), "name": name, "policy": policy, "note": comp.get("note", ""),
+                 "args": [], "env": {}, "index_url": None}
+        if policy == "source_build":
+            entry["args"] = ["--no-binary", name, "--no-build-isolation"]
+            entry["env"] = {k: str(v) for k, v in comp.get("build_env", {}).items()}
+            entry["says"] = (f"{spec}: built from source with "
+                             + " ".join(f"{k}={v}" for k, v in entry["env"].items()) + f" ({entry['note']})")
+        elif policy == "index":
+            entry["index_url"] = comp["index_url"]
+            entry["args"] = ["--pre"]
+            entry["says"] = f"{spec}: from {comp['index_url']} ({entry['note']})"
+        elif policy == "warn":
+            entry["says"] = f"{spec}: installed, but {entry['note']}"
+        else:
+            entry["says"] = f"{spec}: installed from the matrix's index, the matrix's pins held ({entry['note']})"
+        plan.append(entry)
+    if refused:
+        raise MatrixError("extra packages refused: " + "; ".join(refused))
+    return plan
+
+
+def fingerprint(matrix, extras: list[dict]) -> str:
+    """What the venv is built from: the target, the steps verbatim, the environment, the extras.
+
+    Notes, dates and the component table are left out: they change no byte of the venv.
+    """
+    content = {
+        "target": matrix["target"],
+        "steps": [{"id": s["id"], "index_url": s["index_url"], "args": s.get("args", []), "packages": s["packages"]}
+                  for s in matrix["steps"]],
+        "environment": matrix.get("environment", {}),
+        "extras": [{k: e[k] for k in ("requirement", "args", "env", "index_url")} for e in extras],
+    }
+    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def override(url: str, overrides: dict) -> str:
+    """The index URL to use: a configured mirror for the upstream URL, else the URL itself."""
+    table = {k.rstrip("/"): v.rstrip("/") for k, v in (overrides or {}).items()}
+    return table.get(url.rstrip("/"), url.rstrip("/"))
+
+
+def index_args(option: str, url: str) -> list[str]:
+    """`--index-url URL`, plus --trusted-host for a plain-http mirror: pip caches nothing from an
+    untrusted http origin, and a rebuild must not fetch a wheel twice."""
+    args = [option, url]
+    if url.startswith("http://"):
+        args += ["--trusted-host", url.split("/")[2].split(":")[0]]
+    return args
+
+
+def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str) -> list[dict]:
+    """The pip install commands, in order: [{id, args}] (args after `python -m pip install`)."""
+    steps = []
+    for step in matrix["steps"]:
+        steps.append({"id": step["id"], "why": step.get("why", ""),
+                      "args": [*index_args("--index-url", override(step["index_url"], overrides)),
+                               *step.get("args", []), *step["packages"]], "env": {}})
+    default_index = matrix["steps"][-1]["index_url"]
+    for extra in extras:
+        args = index_args("--index-url", override(default_index, overrides))
+        if extra["index_url"]:
+            args += index_args("--extra-index-url", override(extra["index_url"], overrides))
+        # The matrix's pins are held: an extra that wants another torch fails instead of replacing it.
+        args += ["--constraint", constraints_file, *extra["args"], extra["requirement"]]
+        steps.append({"id": f"extra:{extra['name']}", "why": extra["says"], "args": args, "env": extra["env"]})
+    return steps
+
+
+def display(step: dict) -> str:
+    """The step as the user would type it."""
+    env = " ".join(f"{k}={v}" for k, v in step["env"].items())
+    words = " ".join(f'"{a}"' if "=" in a or "<" in a or ">" in a else a for a in step["args"])
+    return f"{env + ' ' if env else ''}pip install {words}"
+
+
+def platform_tags(target: dict) -> list[str]:
+    """pip --platform values for the target: pip matches manylinux_2_N exactly, so every N up to glibc."""
+    arch = target["arch"]
+    top = int(target["glibc"].split(".")[1])
+    return [f"manylinux_2_{n}_{arch}" for n in range(top, 16, -1)] + [f"manylinux2014_{arch}"]

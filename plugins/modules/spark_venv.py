@@ -1,0 +1,474 @@
+#!/usr/bin/python
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Build the pinned bare-pip venv from the stack matrix; switch to it only once verified."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: spark_venv
+short_description: Build, switch and record the pinned bare-pip venv of the stack matrix
+description:
+  - O(state=built) builds a venv at a new versioned path
+    (C(<root>/<matrix name>-<fingerprint>); venvs cannot be moved, their
+    scripts hold absolute paths) and runs the matrix's pip steps in order,
+    exactly as written, then any extra packages by the matrix's policy, then
+    imports every module the matrix lists. The active venv (the O(link)) is
+    not touched. A step that fails removes the half-built venv and fails
+    with the step, its command and pip's own error.
+  - Idempotent by fingerprint (the matrix's target, steps, environment and
+    extras). When the active venv was built from the same fingerprint, no pip
+    runs at all. A venv already built from it but not yet active is reused.
+  - O(state=active) switches O(link) atomically to a built venv (after the
+    caller verified it) and removes older venvs beyond O(keep); O(state=failed)
+    records that a built venv failed verification and leaves the link alone.
+  - pip runs isolated from the host's pip configuration (no pip.conf, no
+    PIP_CONSTRAINT such as NGC images set), with one wheel cache under O(root)
+    so a rebuild fetches no wheel twice.
+  - The venv's activate script, and nothing system-wide, exports the matrix's
+    environment (TRITON_PTXAS_PATH, HF_XET_HIGH_PERFORMANCE).
+version_added: "0.1.0"
+author: sparkfleet contributors
+options:
+  matrix:
+    description: The stack matrix (matrix/spark-stack.yml, loaded).
+    type: dict
+    required: true
+  state:
+    description: C(built), C(active) or C(failed), see the description.
+    type: str
+    choices: [built, active, failed]
+    default: built
+  path:
+    description: The built venv to switch to (O(state=active)) or mark failed (O(state=failed)).
+    type: path
+  reason:
+    description: Why verification failed (O(state=failed)).
+    type: str
+  verification:
+    description: The verification that passed, recorded in the venv (O(state=active)).
+    type: dict
+  root:
+    description: Where the versioned venvs live.
+    type: path
+    default: /opt/sparkfleet/venvs
+  link:
+    description: The symlink users activate; always points at a verified venv.
+    type: path
+    default: /opt/sparkfleet/venv
+  python:
+    description: The interpreter the venv is made from.
+    type: str
+    default: python3
+  index_overrides:
+    description: Upstream index URL -> the URL to use instead (a mirror, the test bed's index).
+    type: dict
+    default: {}
+  extra_packages:
+    description: Requirements to add after the matrix, judged by the matrix's component table.
+    type: list
+    elements: str
+    default: []
+  pip_env:
+    description: Extra environment for pip (a proxy, a CA bundle). Never logged.
+    type: dict
+    default: {}
+  keep:
+    description: How many previous venvs to keep besides the active one.
+    type: int
+    default: 1
+  max_age_days:
+    description: A matrix last verified longer ago than this is stale; a warning in every run.
+    type: int
+    default: 90
+  strict_age:
+    description: A stale matrix fails the call before anything is built or switched.
+    type: bool
+    default: false
+  today:
+    description: The date staleness is measured against (YYYY-MM-DD, the controller's); default the host's.
+    type: str
+attributes:
+  check_mode:
+    support: full
+    details: Reports the versioned path and the pip commands it would run; creates nothing.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details: Same fingerprint as the active venv, no pip and changed=false.
+"""
+
+EXAMPLES = r"""
+- name: Build the venv from the matrix
+  spark_venv:
+    matrix: "{{ lookup('ansible.builtin.file', 'matrix/spark-stack.yml') | from_yaml }}"
+  register: built
+
+- name: Switch to it once verified
+  spark_venv:
+    matrix: "{{ lookup('ansible.builtin.file', 'matrix/spark-stack.yml') | from_yaml }}"
+    state: active
+    path: "{{ built.path }}"
+"""
+
+RETURN = r"""
+path:
+  description: The versioned venv of this matrix.
+  returned: success
+  type: str
+  sample: /opt/sparkfleet/venvs/unsloth-2026.7.2-3fa9c0d1e2b4
+fingerprint:
+  description: sha256 of what the venv is built from.
+  returned: success
+  type: str
+action:
+  description: C(none) (active already), C(reuse) (built before, not active), C(build), C(switch), C(mark-failed).
+  returned: success
+  type: str
+steps:
+  description: The pip steps in order, each with C(id), C(command) (as typed) and, when run, C(seconds).
+  returned: success
+  type: list
+extras:
+  description: How each extra package is installed, as the matrix's policy says.
+  returned: success
+  type: list
+imports:
+  description: Each import of the matrix with C(ok) and, when it failed, C(error).
+  returned: when built
+  type: list
+packages:
+  description: The venv's installed distributions (name -> version), as pip lists them.
+  returned: when built
+  type: dict
+staleness:
+  description: C(last_verified), C(age_days), C(max_age_days), C(stale), C(message) of the matrix.
+  returned: success
+  type: dict
+active:
+  description: >-
+    The active venv after this call (C(path), C(python), C(fingerprint), C(matrix), C(status),
+    C(verification)); null when none.
+  returned: success
+  type: dict
+python_warning:
+  description: Set when the host's Python is not the one the matrix was verified for.
+  returned: success
+  type: str
+"""
+
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import time
+
+from ansible.module_utils._files import atomic_write
+from ansible.module_utils._stack_matrix import (
+    MatrixError,
+    check,
+    display,
+    fingerprint,
+    pins,
+    pip_steps,
+    plan_extras,
+    staleness,
+)
+from ansible.module_utils.basic import AnsibleModule
+
+MARKER = "sparkfleet-venv.json"
+CONSTRAINTS = "sparkfleet-constraints.txt"
+ENV_BEGIN = "# >>> sparkfleet: the stack matrix's environment (this venv only) >>>"
+ENV_END = "# <<< sparkfleet <<<"
+IMPORT_PROBE = r"""
+import importlib, json, sys
+out = []
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+        out.append({"module": name, "ok": True})
+    except BaseException as exc:  # noqa: BLE001 - a failed import of any kind is the finding
+        out.append({"module": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+print(json.dumps(out))
+"""
+
+
+_PIP_NOISE = ("Looking in ", "Collecting ", "Downloading ", "Using cached ", "Requirement already satisfied",
+              "INFO: pip is looking", "WARNING: Retrying", "Obtaining ", "To fix this you could try",
+              "1. loosen the range", "2. remove package versions")
+
+
+def pip_error(stdout: str, stderr: str) -> str:
+    """pip's own explanation: its ERROR lines (stderr) and the conflict report it prints to stdout."""
+    lines = [line.rstrip() for line in (stdout + "\n" + stderr).splitlines()]
+    return "\n".join(line for line in lines if line.strip() and not line.lstrip().startswith(_PIP_NOISE))
+
+
+def read_marker(path: str) -> dict | None:
+    try:
+        with open(os.path.join(path, MARKER), encoding="utf-8") as handle:
+            data = json.load(handle)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def write_marker(path: str, data: dict) -> None:
+    atomic_write(os.path.join(path, MARKER), json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
+
+
+class Venv:
+    def __init__(self, module: AnsibleModule):
+        self.module = module
+        p = module.params
+        self.root, self.link = p["root"], p["link"]
+        try:
+            self.matrix = check(p["matrix"])
+            self.extras = plan_extras(self.matrix, p["extra_packages"])
+            today = datetime.date.fromisoformat(p["today"]) if p["today"] else datetime.date.today()
+            self.staleness = staleness(self.matrix, today, p["max_age_days"])
+        except (MatrixError, ValueError) as exc:
+            module.fail_json(msg=f"{exc}. Nothing was changed.")
+        if self.staleness["stale"]:
+            if p["strict_age"]:
+                module.fail_json(msg=f"{self.staleness['message']}. strict mode: nothing was built or switched.",
+                                 staleness=self.staleness)
+            module.warn(self.staleness["message"])
+        self.fp = fingerprint(self.matrix, self.extras)
+        self.path = os.path.join(self.root, f"{self.matrix['name']}-{self.fp[:12]}")
+        self.steps = pip_steps(self.matrix, self.extras, p["index_overrides"], os.path.join(self.path, CONSTRAINTS))
+        self.result = {"changed": False, "path": self.path, "fingerprint": self.fp, "staleness": self.staleness,
+                       "steps": [{"id": s["id"], "why": s["why"], "command": display(s)} for s in self.steps],
+                       "extras": [{"requirement": e["requirement"], "policy": e["policy"], "says": e["says"]}
+                                  for e in self.extras]}
+
+    # ----- the active venv -------------------------------------------------
+    def active(self) -> dict | None:
+        if not os.path.islink(self.link):
+            if os.path.lexists(self.link):
+                self.module.fail_json(msg=f"{self.link} exists and is not a symlink; expected the link sparkfleet "
+                                          "manages to the active venv. Move it away (it is left untouched).")
+            return None
+        target = os.path.realpath(self.link)
+        marker = read_marker(target) or {}
+        return {"path": target, "python": os.path.join(self.link, "bin", "python"),
+                "fingerprint": marker.get("fingerprint"), "matrix": marker.get("matrix"),
+                "last_verified": marker.get("last_verified"), "status": marker.get("status", "unknown"),
+                "verification": marker.get("verification")}
+
+    # ----- state=built ------------------------------------------------------
+    def python(self) -> tuple[str, str]:
+        exe = self.module.params["python"]
+        if not os.path.isabs(exe):
+            exe = self.module.get_bin_path(exe, required=True)
+        rc, out, err = self.module.run_command([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+        if rc != 0:
+            self.module.fail_json(msg=f"{exe} does not run: {err.strip()}; expected a Python 3 for the venv.")
+        return exe, out.strip()
+
+    def pip_environment(self) -> dict:
+        # The host's pip configuration must not change the sequence: no pip.conf, no PIP_CONSTRAINT (NGC sets
+        # one), no PIP_INDEX_URL; one cache under root so a rebuild fetches no wheel twice.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+        env.update({"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1",
+                    "PIP_CACHE_DIR": os.path.join(self.root, ".pip-cache"), "PYTHONDONTWRITEBYTECODE": "1"})
+        env.update({str(k): str(v) for k, v in self.module.params["pip_env"].items()})
+        return env
+
+    def fail_build(self, step: str, msg: str, **extra) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+        active = self.active()
+        kept = f"the active venv {active['path']} is untouched" if active else "no venv was active"
+        self.module.fail_json(msg=f"step {step} failed: {msg}. The half-built venv {self.path} was removed; {kept}.",
+                              failed_step=step, **self.result, **extra)
+
+    def built(self) -> None:
+        exe, version = self.python()
+        target = self.matrix["target"]["python"]
+        if version != target:
+            self.result["python_warning"] = (f"{exe} is Python {version}; the matrix {self.matrix['name']} was "
+                                             f"verified for Python {target}: wheels and behaviour may differ")
+            self.module.warn(self.result["python_warning"])
+        active = self.active()
+        self.result["active"] = active
+        if active and active["fingerprint"] == self.fp and active["status"] == "verified":
+            self.result["action"] = "none"
+            self.module.exit_json(**self.result)
+        marker = read_marker(self.path)
+        if marker and marker.get("fingerprint") == self.fp and marker.get("status") in ("built", "verified",
+                                                                                          "failed"):
+            self.result.update(action="reuse", imports=marker.get("imports", []), packages=marker.get("packages", {}))
+            self.module.exit_json(**self.result)
+        self.result.update(action="build", changed=True)
+        if self.module.check_mode:
+            self.module.exit_json(**self.result)
+        self.build(exe)
+
+    def build(self, exe: str) -> None:
+        if os.path.lexists(self.path):  # an interrupted build of this fingerprint: start over
+            shutil.rmtree(self.path)
+        os.makedirs(self.root, mode=0o755, exist_ok=True)
+        rc, out, err = self.module.run_command([exe, "-m", "venv", self.path])
+        if rc != 0:
+            hint = " (on Debian/Ubuntu: install python3-venv)" if "ensurepip" in out + err else ""
+            self.fail_build("venv", f"{exe} -m venv {self.path} said: {(err or out).strip()[-800:]}{hint}")
+        record = {"status": "building", "fingerprint": self.fp, "matrix": self.matrix["name"],
+                  "last_verified": str(self.matrix["last_verified"]), "started_at": now(), "python": exe,
+                  "steps": []}
+        write_marker(self.path, record)
+        atomic_write(os.path.join(self.path, CONSTRAINTS), "\n".join(pins(self.matrix).values()) + "\n")
+        vpy = os.path.join(self.path, "bin", "python")
+        env = self.pip_environment()
+        for step, shown in zip(self.steps, self.result["steps"], strict=True):
+            started = time.monotonic()
+            proc = subprocess.run([vpy, "-m", "pip", "install", *step["args"]], env={**env, **step["env"]},
+                                  capture_output=True, text=True, check=False)
+            shown["seconds"] = round(time.monotonic() - started, 1)
+            shown["rc"] = proc.returncode
+            if proc.returncode != 0:
+                error = pip_error(proc.stdout, proc.stderr)
+                self.fail_build(step["id"], f"`{shown['command']}` exited {proc.returncode}: {error[-1500:]}",
+                                pip_stdout=proc.stdout[-4000:], pip_stderr=proc.stderr[-4000:])
+        self.write_activate()
+        imports = self.check_imports(vpy)
+        bad = [f"{i['module']}: {i['error']}" for i in imports if not i["ok"]]
+        if bad:
+            self.fail_build("imports", "the built venv cannot import " + "; ".join(bad), imports=imports)
+        packages = self.packages(vpy)
+        record.update(status="built", built_at=now(), imports=imports, packages=packages,
+                      steps=self.result["steps"])
+        write_marker(self.path, record)
+        self.result.update(imports=imports, packages=packages)
+        self.module.exit_json(**self.result)
+
+    def write_activate(self) -> None:
+        path = os.path.join(self.path, "bin", "activate")
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        exports = [f"export {k}='{v}'" for k, v in sorted(self.matrix.get("environment", {}).items())]
+        atomic_write(path, text.rstrip("\n") + "\n\n" + "\n".join([ENV_BEGIN, *exports, ENV_END]) + "\n")
+
+    def check_imports(self, vpy: str) -> list[dict]:
+        env = {**os.environ, **{k: str(v) for k, v in self.matrix.get("environment", {}).items()}}
+        proc = subprocess.run([vpy, "-c", IMPORT_PROBE, *self.matrix.get("imports", [])], env=env,
+                              capture_output=True, text=True, check=False, timeout=600)
+        try:
+            return json.loads(proc.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            self.fail_build("imports", f"the import check did not finish: {proc.stderr.strip()[-800:]}")
+            return []
+
+    def packages(self, vpy: str) -> dict:
+        proc = subprocess.run([vpy, "-m", "pip", "list", "--format=json"], env=self.pip_environment(),
+                              capture_output=True, text=True, check=False)
+        try:
+            return {p["name"]: p["version"] for p in json.loads(proc.stdout)}
+        except (ValueError, KeyError, TypeError):
+            return {}
+
+    # ----- state=active / failed -----------------------------------------------
+    def built_marker(self) -> dict:
+        path = self.module.params["path"] or self.path
+        if os.path.realpath(os.path.dirname(path.rstrip("/"))) != os.path.realpath(self.root):
+            self.module.fail_json(msg=f"path {path} is not a venv under {self.root}; expected the path state=built "
+                                      "returned.")
+        marker = read_marker(path)
+        if not marker or marker.get("status") not in ("built", "verified", "failed"):
+            self.module.fail_json(msg=f"{path} holds no finished sparkfleet build (marker {MARKER} says "
+                                      f"{(marker or {}).get('status', 'nothing')}); run state=built first.")
+        self.path = path
+        return marker
+
+    def switch(self) -> None:
+        marker = self.built_marker()
+        active = self.active()
+        self.result.update(active=active, action="none")
+        if marker.get("status") != "verified":
+            marker.update(status="verified", verified_at=now(), verification=self.module.params["verification"] or {},
+                          previous=(active or {}).get("path"))
+            self.result["changed"] = True
+            if not self.module.check_mode:
+                write_marker(self.path, marker)
+        if not active or active["path"] != os.path.realpath(self.path):
+            self.result.update(changed=True, action="switch", previous=(active or {}).get("path"))
+            if not self.module.check_mode:
+                tmp = f"{self.link}.sparkfleet-new"
+                if os.path.lexists(tmp):
+                    os.unlink(tmp)
+                os.makedirs(os.path.dirname(self.link), exist_ok=True)
+                os.symlink(self.path, tmp)
+                os.replace(tmp, self.link)  # atomic: the link is the old venv or the new one, never missing
+        self.result["removed"] = self.prune((active or {}).get("path"))
+        self.result["changed"] = self.result["changed"] or bool(self.result["removed"])
+        self.result["active"] = {"path": self.path, "python": os.path.join(self.link, "bin", "python"),
+                                 "fingerprint": marker["fingerprint"], "matrix": marker["matrix"],
+                                 "last_verified": marker.get("last_verified"), "status": "verified",
+                                 "verification": marker.get("verification")}
+        self.module.exit_json(**self.result)
+
+    def prune(self, previous: str | None) -> list[str]:
+        """Keep the active venv and the `keep` most recent others (the one it replaced first); remove the rest.
+
+        Only directories holding sparkfleet's marker are ever removed.
+        """
+        new = os.path.realpath(self.path)
+        others = []
+        for entry in os.scandir(self.root) if os.path.isdir(self.root) else []:
+            marker = read_marker(entry.path) if entry.is_dir(follow_symlinks=False) else None
+            if marker and os.path.realpath(entry.path) != new:
+                when = marker.get("verified_at") or marker.get("built_at") or marker.get("started_at") or ""
+                others.append((os.path.realpath(entry.path) == previous, when, entry.path))
+        others.sort(reverse=True)  # the replaced venv first, then the newest
+        doomed = sorted(path for _, _, path in others[self.module.params["keep"]:])
+        if not self.module.check_mode:
+            for path in doomed:
+                shutil.rmtree(path, ignore_errors=True)
+        return doomed
+
+    def mark_failed(self) -> None:
+        marker = self.built_marker()
+        self.result.update(action="mark-failed", active=self.active())
+        if marker.get("status") != "failed" or marker.get("failure") != self.module.params["reason"]:
+            marker.update(status="failed", failure=self.module.params["reason"] or "verification failed",
+                          failed_at=now())
+            self.result["changed"] = True
+            if not self.module.check_mode:
+                write_marker(self.path, marker)
+        self.module.exit_json(**self.result)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "matrix": {"type": "dict", "required": True},
+            "state": {"type": "str", "choices": ["built", "active", "failed"], "default": "built"},
+            "path": {"type": "path"},
+            "reason": {"type": "str"},
+            "verification": {"type": "dict"},
+            "root": {"type": "path", "default": "/opt/sparkfleet/venvs"},
+            "link": {"type": "path", "default": "/opt/sparkfleet/venv"},
+            "python": {"type": "str", "default": "python3"},
+            "index_overrides": {"type": "dict", "default": {}},
+            "extra_packages": {"type": "list", "elements": "str", "default": []},
+            "pip_env": {"type": "dict", "default": {}, "no_log": True},
+            "keep": {"type": "int", "default": 1},
+            "max_age_days": {"type": "int", "default": 90},
+            "strict_age": {"type": "bool", "default": False},
+            "today": {"type": "str"},
+        },
+        required_if=[("state", "active", ["path"]), ("state", "failed", ["path"])],
+        supports_check_mode=True,
+    )
+    venv = Venv(module)
+    {"built": venv.built, "active": venv.switch, "failed": venv.mark_failed}[module.params["state"]]()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""The test bed's Python package index: stand-in wheels under the real names and pins.
+
+PyPI and download.pytorch.org are outside what tests may reach, so the
+bare-pip sequence runs against this PEP 503 tree on 127.0.0.1 (directory
+listings, which pip reads as simple pages):
+
+    <root>/pypi/<name>/   stands in for https://pypi.org/simple
+    <root>/cu130/<name>/  stands in for https://download.pytorch.org/whl/cu130
+
+The wheels are tiny and pure Python, but their metadata and import-time
+behaviour make the sequence's rules observable (each says so in its module):
+
+- torch 2.10.0+cu130 (cu130 index): the torch double (testbed/doubles/torch)
+  reporting CUDA 13.0 on a GB10, as the real cu130 build does on a Spark.
+- torch 2.9.1 (PyPI root): a build reporting CUDA 12.8, the trap pip falls into
+  when it re-resolves torch from PyPI.
+- unsloth 2026.7.2 asks for torch<2.10.0 (the real one caps torch<2.11.0 and
+  asks for torchvision): without --no-deps pip replaces the cu130 torch with
+  PyPI's CUDA 12 one.
+- trl 1.8.0 asks for torchao<0.14: after step 2 an old torchao is in the venv,
+  as NGC's torchao 0.13.0+git is in the container (a test-bed construction).
+- peft 0.19.1 refuses to import with torchao < 0.16.0, with peft's real message:
+  only step 3 (-U torchao==0.17.0) run last makes the venv import.
+- axolotl 0.9.0 asks for torch==2.9.1: an extra package that would move a pin.
+- trl 1.9.0 exists too, for a matrix change.
+
+    pyindex.py build ROOT                write the tree (idempotent)
+    pyindex.py serve ROOT PORT [LOG]     serve it on 127.0.0.1:PORT, one line per request in LOG
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import http.server
+import json
+import sys
+import zipfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TORCH_DOUBLE = HERE / "doubles" / "torch" / "torch" / "__init__.py"
+
+
+def build_wheel(out: Path, name: str, version: str, files: dict[str, bytes], requires: list[str] = (),
+                tag: str = "py3-none-any") -> Path:
+    """A minimal valid wheel (PEP 427) holding `files`, with Requires-Dist metadata."""
+    stem = f"{name.replace('-', '_')}-{version}"
+    dist_info = f"{stem}.dist-info"
+    contents = dict(files)
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    metadata += "".join(f"Requires-Dist: {r}\n" for r in requires)
+    metadata += "Summary: sparkfleet test-bed stand-in (testbed/pyindex.py), not the real package\n"
+    contents[f"{dist_info}/METADATA"] = metadata.encode()
+    contents[f"{dist_info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: sparkfleet-testbed\nRoot-Is-Purelib: false\n"
+                                      f"Tag: {tag}\n").encode()
+    record = []
+    for path, data in contents.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{dist_info}/RECORD,,")
+    contents[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    out.mkdir(parents=True, exist_ok=True)
+    wheel = out / f"{stem}-{tag}.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, data in sorted(contents.items()):
+            archive.writestr(zipfile.ZipInfo(path, date_time=(2026, 1, 1, 0, 0, 0)), data)
+    return wheel
+
+
+def _module(name: str, version: str, body: str = "") -> bytes:
+    return (f'"""sparkfleet test-bed stand-in for {name} {version} (testbed/pyindex.py). Not the real package."""\n'
+            f"__version__ = {version!r}\n{body}").encode()
+
+
+PEFT_BODY = '''
+from importlib import metadata as _metadata
+
+try:
+    _torchao = _metadata.version("torchao")
+except _metadata.PackageNotFoundError:
+    _torchao = None
+if _torchao is not None and tuple(int(p) for p in _torchao.split("+")[0].split(".")[:2]) < (0, 16):
+    raise ImportError(f"Found an incompatible version of torchao. Found version {_torchao}, "
+                      "but only versions above 0.16.0 are supported")
+'''
+
+
+def torch_wheel(out: Path, version: str, cuda: str | None) -> Path:
+    double = TORCH_DOUBLE.read_bytes()
+    defaults = json.dumps({"version": version, "cuda": cuda}).encode()
+    return build_wheel(out, "torch", version, {"torch/__init__.py": double, "torch/_standin.json": defaults})
+
+
+def packages(root: Path) -> list[Path]:
+    pypi, cu130 = root / "pypi", root / "cu130"
+    made = [
+        torch_wheel(cu130 / "torch", "2.10.0+cu130", "13.0"),
+        torch_wheel(pypi / "torch", "2.9.1", "12.8"),
+    ]
+    plain = [("transformers", "5.13.1", []), ("hf_transfer", "0.1.9", []), ("datasets", "4.3.0", []),
+             ("trl", "1.8.0", ["torchao<0.14"]), ("trl", "1.9.0", []),
+             ("unsloth", "2026.7.2", ["torch<2.10.0,>=2.4.0"]),
+             ("unsloth_zoo", "2026.7.2", ["torch<2.13.0", "torchao>=0.13.0"]),
+             ("bitsandbytes", "0.49.2", ["torch<3,>=2.3"]), ("torchao", "0.13.0", []), ("torchao", "0.17.0", []),
+             ("axolotl", "0.9.0", ["torch==2.9.1"])]
+    for name, version, requires in plain:
+        body = "import torch  # noqa: F401\n" if name in ("unsloth", "bitsandbytes") else ""
+        made.append(build_wheel(pypi / name.replace("_", "-"), name, version,
+                                {f"{name}/__init__.py": _module(name, version, body)}, requires))
+    made.append(build_wheel(pypi / "peft", "peft", "0.19.1", {"peft/__init__.py": _module("peft", "0.19.1",
+                                                                                           PEFT_BODY)},
+                            ["torch>=1.13.0"]))
+    simple_pages(root)
+    return made
+
+
+class IndexHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves the tree with PyPI's caching headers: files immutable, pages for 10 minutes.
+
+    pip caches what the index says it may (PyPI's files carry max-age of years),
+    so a rebuild that needs the same wheel takes it from pip's cache.
+    """
+
+    requests: list[str] | None = None
+
+    def end_headers(self):
+        immutable = self.path.endswith((".whl", ".tar.gz", ".zip"))
+        self.send_header("Cache-Control", "max-age=365000000, immutable, public" if immutable else "max-age=600")
+        super().end_headers()
+
+    def log_message(self, fmt, *args):
+        if self.requests is not None:
+            self.requests.append(self.path)
+        else:
+            sys.stderr.write(f"{self.address_string()} {fmt % args}\n")
+
+
+def server(root: Path, port: int, requests: list[str] | None = None) -> http.server.ThreadingHTTPServer:
+    handler = type("Handler", (IndexHandler,), {"requests": requests})
+    return http.server.ThreadingHTTPServer(("127.0.0.1", port), functools.partial(handler, directory=str(root)))
+
+
+def simple_pages(root: Path) -> None:
+    """A PEP 503 page per project, with PEP 658 metadata files as PyPI serves them.
+
+    pip then reads a wheel's METADATA without downloading the wheel (as with
+    PyPI), e.g. for `pip install --dry-run --report`.
+    """
+    for project in sorted(p for p in root.glob("*/*") if p.is_dir()):
+        links = []
+        for wheel in sorted(project.glob("*.whl")):
+            with zipfile.ZipFile(wheel) as archive:
+                meta = next(archive.read(n) for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+            (project / f"{wheel.name}.metadata").write_bytes(meta)
+            sha = hashlib.sha256(meta).hexdigest()
+            href = wheel.name.replace("+", "%2B")
+            links.append(f'<a href="{href}" data-dist-info-metadata="sha256={sha}" '
+                         f'data-core-metadata="sha256={sha}">{wheel.name}</a><br>')
+        (project / "index.html").write_text("<!DOCTYPE html>\n<html><body>\n" + "\n".join(links)
+                                            + "\n</body></html>\n")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[1] == "build":
+        root = Path(argv[2])
+        for wheel in packages(root):
+            print(wheel.relative_to(root))
+        return 0
+    if len(argv) == 4 and argv[1] == "serve":
+        packages(Path(argv[2]))
+        server(Path(argv[2]), int(argv[3])).serve_forever()
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

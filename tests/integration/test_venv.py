@@ -1,0 +1,211 @@
+"""spark_venv: the bare-pip sequence run with real pip into real venvs, against the test bed's index.
+
+The index holds stand-in wheels under the real names and pins
+(testbed/pyindex.py), built so that each rule of the sequence is observable.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from indexes import Index
+
+from conftest import REPO, run_module
+
+MATRIX = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    served = Index(tmp_path_factory.mktemp("pyindex"))
+    yield served
+    served.close()
+
+
+@pytest.fixture
+def place(tmp_path, index):
+    """Arguments shared by every call: where the venvs live, the link, the index."""
+    def args(matrix=None, **extra):
+        return {"matrix": matrix or MATRIX, "root": str(tmp_path / "venvs"), "link": str(tmp_path / "venv"),
+                "python": sys.executable, "index_overrides": index.overrides, **extra}
+    return args
+
+
+def changed_matrix(**step_packages) -> dict:
+    matrix = copy.deepcopy(MATRIX)
+    for step in matrix["steps"]:
+        if step["id"] in step_packages:
+            step["packages"] = step_packages[step["id"]]
+    return matrix
+
+
+def probe(python: str) -> dict:
+    return run_module("spark_gpu_verify", {"python": python, "timeout": 60})
+
+
+def test_the_sequence_builds_a_venv_that_imports_and_reports_cuda_13(place, index, tmp_path):
+    index.requests.clear()
+    built = run_module("spark_venv", place())
+    assert not built["failed"], built.get("msg")
+    assert built["changed"] is True and built["action"] == "build"
+    assert [s["id"] for s in built["steps"]] == ["torch", "stack", "unsloth", "torchao"]
+    assert [s["rc"] for s in built["steps"]] == [0, 0, 0, 0]
+    pypi = f"--index-url {index.url}/pypi --trusted-host 127.0.0.1"
+    assert built["steps"][2]["command"].startswith(f"pip install {pypi} --no-deps ")
+    assert built["steps"][3]["command"] == f'pip install {pypi} -U "torchao==0.17.0"'
+    path = Path(built["path"])
+    assert path.parent == tmp_path / "venvs" and path.name == f"unsloth-2026.7.2-{built['fingerprint'][:12]}"
+    # --no-deps kept the cu130 torch although unsloth's metadata asks for torch<2.10.0 (PyPI has 2.9.1).
+    assert built["packages"]["torch"] == "2.10.0+cu130"
+    assert built["packages"]["torchao"] == "0.17.0"
+    assert all(i["ok"] for i in built["imports"]), built["imports"]
+    # torch came from the cu130 index, the rest from the PyPI stand-in; no wheel was fetched twice.
+    fetched = index.wheels_fetched()
+    assert "torch-2.10.0+cu130-py3-none-any.whl" in [f.replace("%2B", "+") for f in fetched]
+    assert len(fetched) == len(set(fetched))
+    activate = (path / "bin" / "activate").read_text()
+    assert "export HF_XET_HIGH_PERFORMANCE='1'" in activate
+    assert "export TRITON_PTXAS_PATH='/usr/local/cuda/bin/ptxas'" in activate
+    assert "HF_HUB_ENABLE_HF_TRANSFER" not in activate
+    # Built, not active: the link appears only once the caller verified the venv.
+    assert not (tmp_path / "venv").exists()
+    verdict = probe(str(path / "bin" / "python"))
+    assert (verdict["verdict"], verdict["line"]) == ("ok", "True 13.0")
+
+
+def test_without_no_deps_pip_replaces_the_cu130_torch_and_verification_catches_it(place):
+    matrix = copy.deepcopy(MATRIX)
+    matrix["steps"][2]["args"] = []
+    built = run_module("spark_venv", place(matrix))
+    assert not built["failed"], built.get("msg")
+    assert built["packages"]["torch"] == "2.9.1"  # re-resolved from PyPI: the trap --no-deps avoids
+    verdict = probe(str(Path(built["path"]) / "bin" / "python"))
+    # (The diagnosis of such a line is spark_gpu_verify's, tested there; this machine has no nvidia-smi.)
+    assert verdict["verdict"] == "failed" and verdict["line"] == "True 12.8"
+
+
+def test_torchao_must_come_last(place, tmp_path):
+    matrix = copy.deepcopy(MATRIX)
+    steps = {s["id"]: s for s in matrix["steps"]}
+    matrix["steps"] = [steps["torch"], steps["torchao"], steps["stack"], steps["unsloth"]]
+    built = run_module("spark_venv", place(matrix))
+    assert built["failed"] is True
+    assert built["failed_step"] == "imports"
+    assert ("peft: ImportError: Found an incompatible version of torchao. Found version 0.13.0, but only versions "
+            "above 0.16.0 are supported") in built["msg"]
+    assert not Path(built["path"]).exists(), "the half-built venv is removed"
+    assert "no venv was active" in built["msg"]
+
+
+def test_rerun_runs_no_pip_change_builds_beside_and_switches_after_verification(place, index, tmp_path):
+    first = run_module("spark_venv", place())
+    switched = run_module("spark_venv", place(state="active", path=first["path"],
+                                              verification={"line": "True 13.0"}))
+    assert switched["changed"] is True and switched["action"] == "switch"
+    link = tmp_path / "venv"
+    assert os.readlink(link) == first["path"]
+
+    index.requests.clear()
+    again = run_module("spark_venv", place())
+    assert (again["changed"], again["action"]) == (False, "none")
+    assert index.requests == [], "a converged re-run asks the index nothing"
+    assert "rc" not in again["steps"][0], "no pip ran"
+    assert run_module("spark_venv", place(state="active", path=first["path"]))["changed"] is False
+
+    newer = changed_matrix(stack=["transformers==5.13.1", "peft==0.19.1", "hf_transfer==0.1.9", "datasets==4.3.0",
+                                  "trl==1.9.0"])
+    index.requests.clear()
+    second = run_module("spark_venv", place(newer))
+    assert second["action"] == "build" and second["path"] != first["path"]
+    assert second["packages"]["trl"] == "1.9.0"
+    # One wheel cache for all builds: only the changed pin's wheel is fetched from the index.
+    assert index.wheels_fetched() == ["trl-1.9.0-py3-none-any.whl"]
+    assert os.readlink(link) == first["path"], "the new venv is not active before it is verified"
+    assert second["active"]["path"] == first["path"]
+
+    moved = run_module("spark_venv", place(newer, state="active", path=second["path"]))
+    assert moved["previous"] == first["path"] and os.readlink(link) == second["path"]
+    assert Path(first["path"]).exists(), "the previous venv is kept (keep: 1)"
+    marker = json.loads((Path(second["path"]) / "sparkfleet-venv.json").read_text())
+    assert marker["status"] == "verified" and marker["previous"] == first["path"]
+
+    # A third matrix: once it is active, the oldest of the three goes.
+    third = run_module("spark_venv", place(MATRIX | {"name": "renamed"}))
+    run_module("spark_venv", place(MATRIX | {"name": "renamed"}, state="active", path=third["path"]))
+    assert not Path(first["path"]).exists() and Path(second["path"]).exists()
+
+
+def test_a_failing_step_leaves_the_active_venv_and_says_which_step_with_pips_error(place, tmp_path):
+    first = run_module("spark_venv", place())
+    run_module("spark_venv", place(state="active", path=first["path"]))
+    broken = changed_matrix(stack=["transformers==5.13.1", "trl==9.9.9"])
+    result = run_module("spark_venv", place(broken))
+    assert result["failed"] is True and result["failed_step"] == "stack"
+    assert "step stack failed" in result["msg"]
+    assert "No matching distribution found for trl==9.9.9" in result["msg"]
+    assert f"the active venv {first['path']} is untouched" in result["msg"]
+    assert os.readlink(tmp_path / "venv") == first["path"]
+    assert not Path(result["path"]).exists()
+
+
+def test_check_mode_reports_the_build_and_creates_nothing(place, tmp_path):
+    result = run_module("spark_venv", place(), "--check")
+    assert (result["changed"], result["action"]) == (True, "build")
+    assert [s["command"].split(" --index-url ")[0] for s in result["steps"]] == ["pip install"] * 4
+    assert not (tmp_path / "venvs").exists() and not (tmp_path / "venv").exists()
+
+
+def test_the_hosts_pip_configuration_cannot_change_the_sequence(place, tmp_path):
+    bad = tmp_path / "constraints.txt"
+    bad.write_text("torch==2.9.1\n")
+    result = run_module("spark_venv", place(), PIP_CONSTRAINT=str(bad), PIP_INDEX_URL="http://127.0.0.1:9/none")
+    assert not result["failed"], result.get("msg")
+    assert result["packages"]["torch"] == "2.10.0+cu130"
+
+
+def test_extra_packages_follow_the_matrix_policy(place, tmp_path):
+    refused = run_module("spark_venv", place(extra_packages=["flash-attn", "transformer_engine"]))
+    assert refused["failed"] is True
+    assert ("flash-attn: refused on Spark: skip the pip build on Spark; the NGC PyTorch container bundles a working "
+            "build") in refused["msg"]
+    assert "transformer_engine: refused on Spark: TransformerEngine / NVFP4 training is container only" in refused[
+        "msg"]
+    assert not (tmp_path / "venvs").exists(), "refused before anything was built"
+
+    pinned = run_module("spark_venv", place(extra_packages=["torch"]))
+    assert "torch: already pinned by the matrix (torch==2.10.0)" in pinned["msg"]
+
+    planned = run_module("spark_venv", place(extra_packages=["xformers", "vllm", "llamafactory"]), "--check")
+    says = {e["requirement"]: e["says"] for e in planned["extras"]}
+    assert says["xformers"].startswith("xformers: built from source with TORCH_CUDA_ARCH_LIST=12.1")
+    assert says["vllm"] == "vllm: from https://wheels.vllm.ai/nightly (nightly wheels only)"
+    assert says["llamafactory"] == "llamafactory: installed, but fragile on Spark; check upstream issues first"
+    commands = {s["id"]: s["command"] for s in planned["steps"]}
+    assert commands["extra:xformers"].startswith("TORCH_CUDA_ARCH_LIST=12.1 pip install ")
+    assert "--no-binary xformers" in commands["extra:xformers"]
+    assert "--extra-index-url https://wheels.vllm.ai/nightly" in commands["extra:vllm"]
+
+    # An extra that wants another torch cannot move the matrix's pin: pip refuses, the venv is not kept.
+    moved = run_module("spark_venv", place(extra_packages=["axolotl"]))
+    assert moved["failed"] is True and moved["failed_step"] == "extra:axolotl"
+    assert "axolotl 0.9.0 depends on torch==2.9.1" in moved["msg"]
+
+
+def test_an_invalid_matrix_is_refused_with_every_problem(place):
+    matrix = copy.deepcopy(MATRIX)
+    matrix["steps"][1]["packages"] = ["transformers>=5", "peft==0.19.1"]
+    matrix["steps"][2]["args"] = ["--no-deps", "--user"]
+    matrix["last_verified"] = "14/07/2026"
+    result = run_module("spark_venv", place(matrix))
+    assert result["failed"] is True
+    assert "last_verified is '14/07/2026'; expected a date as YYYY-MM-DD" in result["msg"]
+    assert "step 2 (stack): 'transformers>=5' is not an exact pin; every matrix package is NAME==VERSION" in result[
+        "msg"]
+    assert "step 3 (unsloth): args are ['--no-deps', '--user']" in result["msg"]
+    assert result["msg"].endswith("Nothing was changed.")

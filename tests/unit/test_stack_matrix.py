@@ -1,0 +1,124 @@
+"""The stack matrix's rules, pure: validation, fingerprint, staleness, extras policy, the pip commands."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+
+import pytest
+import yaml
+from ansible.module_utils._stack_matrix import (
+    MatrixError,
+    display,
+    fingerprint,
+    normalize,
+    pins,
+    pip_steps,
+    plan_extras,
+    platform_tags,
+    staleness,
+    validate,
+)
+
+from conftest import REPO
+
+MATRIX = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())
+
+
+def test_the_shipped_matrix_is_valid_and_holds_the_users_sequence_verbatim():
+    assert validate(MATRIX) == []
+    steps = [(s["id"], s.get("args", []), s["packages"]) for s in MATRIX["steps"]]
+    assert steps == [
+        ("torch", [], ["torch==2.10.0"]),
+        ("stack", [], ["transformers==5.13.1", "peft==0.19.1", "hf_transfer==0.1.9", "datasets==4.3.0",
+                       "trl==1.8.0"]),
+        ("unsloth", ["--no-deps"], ["unsloth==2026.7.2", "unsloth_zoo==2026.7.2", "bitsandbytes==0.49.2"]),
+        ("torchao", ["-U"], ["torchao==0.17.0"]),
+    ]
+    assert MATRIX["steps"][0]["index_url"] == "https://download.pytorch.org/whl/cu130"
+    assert str(MATRIX["last_verified"]) == "2026-07-14"
+    assert MATRIX["environment"] == {"TRITON_PTXAS_PATH": "/usr/local/cuda/bin/ptxas", "HF_XET_HIGH_PERFORMANCE": "1"}
+
+
+def test_pins_are_by_normalized_name():
+    assert pins(MATRIX)["unsloth-zoo"] == "unsloth_zoo==2026.7.2"
+    assert normalize("Unsloth_Zoo") == normalize("unsloth.zoo") == "unsloth-zoo"
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    (lambda m: m.update(schema=2), "schema is 2; this sparkfleet reads schema 1"),
+    (lambda m: m.update(last_verified="2026-13-40"), "last_verified is '2026-13-40': month must be in 1..12"),
+    (lambda m: m["steps"][1]["packages"].append("peft==0.20.0"), "peft is already pinned in step stack"),
+    (lambda m: m["steps"][0].update(index_url="ftp://x"), "step 1 (torch): index_url is 'ftp://x'"),
+    (lambda m: m["steps"][3].update(id="stack"), "step 4 (stack): the id is used twice"),
+    (lambda m: m["components"]["vllm"].pop("index_url"), "components.vllm: policy index needs an index_url"),
+    (lambda m: m["components"]["xformers"].update(policy="maybe"), "components.xformers: policy is 'maybe'"),
+    (lambda m: m.update(environment={"lower": "x"}), "environment is {'lower': 'x'}"),
+    (lambda m: m.update(steps=[]), "steps is missing or empty"),
+])
+def test_validation_names_what_is_wrong(change, error):
+    matrix = copy.deepcopy(MATRIX)
+    change(matrix)
+    assert any(error in e for e in validate(matrix)), validate(matrix)
+
+
+def test_staleness_is_measured_from_last_verified():
+    fresh = staleness(MATRIX, datetime.date(2026, 8, 1), 90)
+    assert (fresh["age_days"], fresh["stale"], fresh["message"]) == (18, False, "")
+    old = staleness(MATRIX, datetime.date(2026, 11, 30), 90)
+    assert (old["age_days"], old["stale"]) == (139, True)
+    assert "last verified on 2026-07-14, 139 days ago (older than 90)" in old["message"]
+    assert "never updates a pin by itself" in old["message"]
+    assert staleness(MATRIX, datetime.date(2026, 10, 12), 90)["stale"] is False  # day 90 is still fresh
+
+
+def test_fingerprint_follows_what_is_built_not_the_notes():
+    base = fingerprint(MATRIX, [])
+    noted = copy.deepcopy(MATRIX)
+    noted["steps"][0]["why"] = "reworded"
+    noted["last_verified"] = "2026-08-01"
+    noted["components"]["flash-attn"]["note"] = "other words"
+    assert fingerprint(noted, []) == base
+    for change in (lambda m: m["steps"][1]["packages"].__setitem__(4, "trl==1.9.0"),
+                   lambda m: m["steps"][2].update(args=[]),
+                   lambda m: m["environment"].update(TRITON_PTXAS_PATH="/opt/ptxas"),
+                   lambda m: m["target"].update(python="3.13")):
+        other = copy.deepcopy(MATRIX)
+        change(other)
+        assert fingerprint(other, []) != base
+    assert fingerprint(MATRIX, plan_extras(MATRIX, ["xformers"])) != base
+
+
+def test_extras_policy():
+    plan = {e["name"]: e for e in plan_extras(MATRIX, ["xformers", "vllm>=0.11", "einops", "nemo_toolkit"])}
+    assert plan["xformers"]["env"] == {"TORCH_CUDA_ARCH_LIST": "12.1"}
+    assert plan["xformers"]["args"] == ["--no-binary", "xformers", "--no-build-isolation"]
+    assert plan["vllm"]["index_url"] == "https://wheels.vllm.ai/nightly"
+    assert plan["einops"]["policy"] == "install" and "not in the matrix's component table" in plan["einops"]["says"]
+    assert plan["nemo-toolkit"]["policy"] == "warn"
+    with pytest.raises(MatrixError, match=r"flash_attn==2.8: refused on Spark: skip the pip build"):
+        plan_extras(MATRIX, ["flash_attn==2.8"])
+    with pytest.raises(MatrixError, match=r"Peft: already pinned by the matrix \(peft==0.19.1\)"):
+        plan_extras(MATRIX, ["Peft"])
+    with pytest.raises(MatrixError, match="is not a package requirement"):
+        plan_extras(MATRIX, ["  "])
+
+
+def test_pip_steps_use_the_overrides_hold_the_pins_and_read_as_typed():
+    overrides = {"https://pypi.org/simple/": "https://mirror.example/pypi",
+                 "https://download.pytorch.org/whl/cu130": "http://127.0.0.1:5090/cu130"}
+    steps = pip_steps(MATRIX, plan_extras(MATRIX, ["xformers"]), overrides, "/v/constraints.txt")
+    assert [s["id"] for s in steps] == ["torch", "stack", "unsloth", "torchao", "extra:xformers"]
+    assert steps[0]["args"] == ["--index-url", "http://127.0.0.1:5090/cu130", "--trusted-host", "127.0.0.1",
+                                "torch==2.10.0"]
+    assert steps[3]["args"] == ["--index-url", "https://mirror.example/pypi", "-U", "torchao==0.17.0"]
+    assert "--constraint" in steps[4]["args"] and "/v/constraints.txt" in steps[4]["args"]
+    assert display(steps[2]) == ('pip install --index-url https://mirror.example/pypi --no-deps "unsloth==2026.7.2" '
+                                 '"unsloth_zoo==2026.7.2" "bitsandbytes==0.49.2"')
+    assert display(steps[4]).startswith("TORCH_CUDA_ARCH_LIST=12.1 pip install ")
+
+
+def test_platform_tags_cover_every_glibc_up_to_the_target():
+    tags = platform_tags({"arch": "aarch64", "glibc": "2.39", "python": "3.12"})
+    assert tags[0] == "manylinux_2_39_aarch64" and "manylinux_2_24_aarch64" in tags  # bitsandbytes' tag
+    assert tags[-2:] == ["manylinux_2_17_aarch64", "manylinux2014_aarch64"]
