@@ -48,6 +48,27 @@ def _gpu_entry(kind: str, result: dict) -> dict:
     return entry
 
 
+def _venv(active: Any) -> dict | None:
+    """The bare-pip venv spark_venv made active (its own verification happened before the switch)."""
+    if not isinstance(active, dict) or not active.get("path"):
+        return None
+    check = active.get("verification") or {}
+    stale = active.get("staleness") or {}
+    venv = {"path": active["path"], "matrix": active.get("matrix"), "fingerprint": active.get("fingerprint"),
+            "status": active.get("status"), "line": None, "verified_by": check.get("verified_by"),
+            "stale": bool(stale.get("stale")), "age_days": stale.get("age_days"),
+            "new_venv_failed": bool(active.get("new_venv_failed"))}
+    text = f"VENV {active['path']} ({venv['matrix']}): {str(venv['status']).upper()} {check.get('line') or ''}".rstrip()
+    if venv["verified_by"]:
+        text += f" [{venv['verified_by']}]"
+    if venv["stale"]:
+        text += f"; matrix STALE ({venv['age_days']} days since last verified)"
+    if venv["new_venv_failed"]:
+        text += "; the new venv failed verification, this one stayed"
+    venv["line"] = text
+    return venv
+
+
 def spark_verification(data: dict) -> dict:
     platform = data.get("platform") or {}
     reason = (data.get("gpu_not_verifiable") or "").strip()
@@ -69,6 +90,9 @@ def spark_verification(data: dict) -> dict:
               + (f" - {'; '.join(a['findings'])}" if a["findings"] else f" ({a['shared_objects']} shared objects)")
               for a in abi]
     lines += [f"NOT VERIFIED {n['target']}: {n['reason']}" for n in not_verified]
+    venv = _venv(data.get("venv"))
+    if venv:
+        lines.append(venv["line"])
     if not lines:
         lines = [f"nothing to verify yet (no images or interpreters provisioned){'; ' + reason if reason else ''}"]
     if platform.get("simulated"):
@@ -80,6 +104,7 @@ def spark_verification(data: dict) -> dict:
         "abi": abi,
         "not_verified": not_verified,
         "gpu_not_verifiable": reason or None,
+        "venv": venv,
         "verdict": "failed" if failures else ("not verified" if not_verified or not (gpu or abi) else "ok"),
     }
     return {"state": state, "failures": failures, "lines": lines}

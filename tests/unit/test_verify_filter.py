@@ -64,3 +64,16 @@ def test_table_row():
     row = verify.spark_verification_row([out, "spark-01"])
     assert row.split()[:3] == ["spark-01", "spark", "ok"]
     assert verify.spark_verification_row([{}, "spark-02"]).split()[:3] == ["spark-02", "?", "unknown"]
+
+
+def test_the_active_venv_is_shown_and_recorded_with_its_staleness():
+    active = {"path": "/opt/sparkfleet/venvs/unsloth-2026.7.2-d27a166f1d92", "python": "/opt/sparkfleet/venv/bin/python",
+              "matrix": "unsloth-2026.7.2", "fingerprint": "d27a" * 16, "status": "verified",
+              "verification": {"line": "True 13.0", "verified_by": "GPU probe and ABI scan"},
+              "staleness": {"stale": True, "age_days": 139}, "new_venv_failed": True}
+    out = verify.spark_verification({"pythons": {"results": [OK]}, "platform": SPARK, "venv": active})
+    assert out["lines"][-1] == ("VENV /opt/sparkfleet/venvs/unsloth-2026.7.2-d27a166f1d92 (unsloth-2026.7.2): VERIFIED "
+                                "True 13.0 [GPU probe and ABI scan]; matrix STALE (139 days since last verified); "
+                                "the new venv failed verification, this one stayed")
+    assert out["state"]["venv"]["matrix"] == "unsloth-2026.7.2" and out["state"]["venv"]["stale"] is True
+    assert verify.spark_verification({"platform": SPARK, "venv": None})["state"]["venv"] is None
