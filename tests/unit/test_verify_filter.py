@@ -67,8 +67,9 @@ def test_table_row():
 
 
 def test_the_active_venv_is_shown_and_recorded_with_its_staleness():
-    active = {"path": "/opt/sparkfleet/venvs/unsloth-2026.7.2-d27a166f1d92", "python": "/opt/sparkfleet/venv/bin/python",
-              "matrix": "unsloth-2026.7.2", "fingerprint": "d27a" * 16, "status": "verified",
+    active = {"path": "/opt/sparkfleet/venvs/unsloth-2026.7.2-d27a166f1d92",
+              "python": "/opt/sparkfleet/venv/bin/python", "matrix": "unsloth-2026.7.2",
+              "fingerprint": "d27a" * 16, "status": "verified",
               "verification": {"line": "True 13.0", "verified_by": "GPU probe and ABI scan"},
               "staleness": {"stale": True, "age_days": 139}, "new_venv_failed": True}
     out = verify.spark_verification({"pythons": {"results": [OK]}, "platform": SPARK, "venv": active})
