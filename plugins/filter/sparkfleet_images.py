@@ -68,8 +68,33 @@ def spark_images_effective(catalog: list[dict], overrides: dict) -> list[dict]:
     return [{**image, "registry": (overrides or {}).get(image["registry"], image["registry"])} for image in catalog]
 
 
+def spark_images_pull_repository(image: dict, mirrors: dict) -> str:
+    """Where a host pulls a locked image from: its registry's pull-through mirror when one is configured.
+
+    Digests are the same on a mirror, so the lock (resolved against the registry itself) stays the truth.
+    """
+    registry = image["registry"]
+    return f"{(mirrors or {}).get(registry, registry)}/{image['repository']}"
+
+
+def spark_images_lock_diff(lock: dict | None, resolved: list[dict]) -> list[dict]:
+    """Per image: the digest the lock pins now and the one the tag resolves to (old -> new)."""
+    lock = lock or {}
+    rows = []
+    for image in resolved:
+        old = (lock.get(image["name"]) or {}).get("index_digest")
+        rows.append({"name": image["name"], "tag": image.get("tag"), "old": old, "new": image["index_digest"],
+                     "changed": old != image["index_digest"],
+                     "line": f"{image['name']} {image['registry']}/{image['repository']}:{image.get('tag')}: "
+                             + (f"{old} -> {image['index_digest']}" if old != image["index_digest"]
+                                else f"unchanged {old}")})
+    return rows
+
+
 class FilterModule:
     def filters(self):
         return {"spark_images_pinned": spark_images_pinned, "spark_images_stale": spark_images_stale,
                 "spark_images_effective": spark_images_effective,
+                "spark_images_pull_repository": spark_images_pull_repository,
+                "spark_images_lock_diff": spark_images_lock_diff,
                 "spark_images_pin_line": spark_images_pin_line}

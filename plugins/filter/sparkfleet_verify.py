@@ -105,6 +105,8 @@ def spark_verification(data: dict) -> dict:
         "not_verified": not_verified,
         "gpu_not_verifiable": reason or None,
         "venv": venv,
+        "images": [{"name": p.get("name"), "ref": p.get("ref"), "tag": p.get("tag")}
+                   for p in data.get("pinned") or []],
         "verdict": "failed" if failures else ("not verified" if not_verified or not (gpu or abi) else "ok"),
     }
     return {"state": state, "failures": failures, "lines": lines}
@@ -117,7 +119,8 @@ def spark_verification_row(pair: list) -> str:
     platform = f"{state.get('platform') or '?'}{' SIMULATED' if state.get('simulated') else ''}"
     details = "; ".join((result or {}).get("lines") or ["no result (the host failed earlier)"])
     details = details.replace("SIMULATED host: ", "")
-    return f"{host:<24} {platform:<20} {state.get('verdict', 'unknown'):<13} {details}"
+    history = (result or {}).get("history") or "-"
+    return f"{host:<24} {platform:<20} {history:<10} {state.get('verdict', 'unknown'):<13} {details}"
 
 
 class FilterModule:

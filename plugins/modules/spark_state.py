@@ -49,6 +49,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+path:
+  description: The state file.
+  returned: success
+  type: str
 status:
   description: C(created) (no state before), C(updated) or C(unchanged).
   returned: success
@@ -92,7 +96,7 @@ def main() -> None:
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
     state, status = merge(previous, module.params["content"], now)
     changed = status != "unchanged" or before_text != render(state)
-    result = {"changed": changed, "status": status, "previous": previous, "state": state}
+    result = {"changed": changed, "path": path, "status": status, "previous": previous, "state": state}
     if changed:
         result["diff"] = {"before": before_text or "", "after": render(state), "before_header": path,
                           "after_header": path}

@@ -1,53 +1,70 @@
-"""The `sparkfleet` command: runs the project's playbooks through ansible-runner.
+"""The `sparkfleet` command: the project's playbooks through ansible-runner, with progress and reports.
 
-Plain `ansible-playbook site.yml -i inventory/<yours>` does the same job;
-this driver adds a repository-independent entry point and an exit code that
-tells failed hosts from unreachable ones from bad input.
+Plain `ansible-playbook` does every job too (the commands below say which
+playbook each runs); this driver adds live progress, a summary table per
+host, reports (JSON, Markdown, JUnit XML) and exit codes that tell failed
+hosts from unreachable ones from bad input.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
-import shlex
-import shutil
+import subprocess
 import sys
-import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkfleet import __version__
+from rich.console import Console
+from rich.table import Table
 
-PROJECT_DIR = Path(__file__).resolve().parents[2]
+from sparkfleet import __version__, report
+from sparkfleet.events import Fleet
+from sparkfleet.runner import (
+    EXIT_BAD_INPUT,
+    EXIT_CANCELLED,
+    EXIT_FAILED_HOSTS,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    PROJECT_DIR,
+    Run,
+    RunOutcome,
+    outcome_from_stats,
+)
 
-EXIT_OK = 0
-EXIT_FAILED_HOSTS = 2
-EXIT_UNREACHABLE = 3
-EXIT_BAD_INPUT = 4
-EXIT_CANCELLED = 130
+__all__ = ["EXIT_BAD_INPUT", "EXIT_CANCELLED", "EXIT_FAILED_HOSTS", "EXIT_OK", "EXIT_UNREACHABLE", "RunOutcome",
+           "build_parser", "main", "outcome_from_stats"]
 
-PLAYBOOKS = {"provision": "site.yml"}
-
-
-@dataclass
-class RunOutcome:
-    status: str
-    rc: int
-    failed: set[str] = field(default_factory=set)
-    unreachable: set[str] = field(default_factory=set)
-
-    def exit_code(self) -> int:
-        if self.status == "canceled":
-            return EXIT_CANCELLED
-        if self.unreachable:
-            return EXIT_UNREACHABLE
-        if self.failed or self.status != "successful" or self.rc != 0:
-            return EXIT_FAILED_HOSTS
-        return EXIT_OK
+# command -> (playbook, tags, what it does)
+COMMANDS = {
+    "provision": ("site.yml", None,
+                  "Run site.yml on the inventory's 'sparks': preflight, NVIDIA container runtime, images pinned "
+                  "by digest, the bare-pip venv where enabled, verification. Also the way to restore a host "
+                  "after an OS reinstall: it comes back on the locked digests and matrix, verified from scratch."),
+    "verify": ("site.yml", "spark_preflight,spark_images,spark_venv,spark_verify",
+               "Re-verify every host: site.yml without the container-runtime role. On a converged host it "
+               "changes nothing (an image the lock pins that went missing is pulled again)."),
+    "pin": ("playbooks/pin.yml", None,
+            "Resolve the configured image tags once, on the controller, and write the lock into the inventory "
+            "(review its diff with --check --diff first)."),
+    "refresh": ("playbooks/refresh.yml", None,
+                "Fleet-wide tag refresh: resolve once, show the lock diff (--check stops there), then roll out "
+                "canary first in batches (-e '{\"refresh_batches\": [1, 2, \"50%\"]}'), verify each host, roll "
+                "back a host that fails and stop before the next batch; the lock is written once the canary "
+                "passed."),
+    "matrix-check": ("playbooks/matrix_check.yml", None,
+                     "Ask the indexes, installing nothing, whether every pin of the stack matrix exists as a "
+                     "wheel for the Spark target; show the matrix's age."),
+}
+SHORT_HELP = {"provision": "provision the Sparks (site.yml); also restores a reinstalled host",
+              "verify": "re-verify every host", "pin": "resolve the image tags and write the lock",
+              "refresh": "fleet-wide tag refresh: canary, batches, rollback"}
+REPORT_ROOT = Path("reports")
 
 
 def ansible_cmdline(args: argparse.Namespace) -> list[str]:
-    """The pass-through options, with Ansible's own meaning."""
+    """The pass-through options, with Ansible's own meaning (shown to users; -e values are moved to files)."""
     cmd: list[str] = []
     if args.limit:
         cmd += ["--limit", args.limit]
@@ -62,82 +79,204 @@ def ansible_cmdline(args: argparse.Namespace) -> list[str]:
     return cmd
 
 
-def outcome_from_stats(status: str, rc: int, stats: dict | None) -> RunOutcome:
-    stats = stats or {}
-    return RunOutcome(
-        status=status,
-        rc=rc,
-        failed=set(stats.get("failures", {})),
-        unreachable=set(stats.get("dark", {})),
-    )
-
-
-def run_playbook(playbook: str, args: argparse.Namespace) -> RunOutcome:
-    import ansible_runner
-
-    inventory = Path(args.inventory).resolve()
-    private = Path(tempfile.mkdtemp(prefix="sparkfleet-run-"))
-    env = {
-        "ANSIBLE_CONFIG": str(PROJECT_DIR / "ansible.cfg"),
-        # ansible-runner runs ansible-playbook from PATH: the venv's bin first.
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    try:
-        runner = ansible_runner.run(
-            private_data_dir=str(private),
-            project_dir=str(PROJECT_DIR),
-            playbook=str(PROJECT_DIR / playbook),
-            inventory=str(inventory),
-            cmdline=shlex.join(ansible_cmdline(args)),
-            envvars=env,
-            quiet=False,
-            suppress_env_files=True,
-        )
-    except KeyboardInterrupt:
-        return RunOutcome(status="canceled", rc=EXIT_CANCELLED)
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
-    return outcome_from_stats(runner.status, runner.rc or 0, runner.stats)
+def _ansible_options(parser: argparse.ArgumentParser, inventory_default: str | None = None) -> None:
+    parser.add_argument("-i", "--inventory", required=inventory_default is None, default=inventory_default,
+                        help="inventory directory or file, e.g. inventory/example"
+                             + (f" (default {inventory_default})" if inventory_default else ""))
+    parser.add_argument("-l", "--limit", help="only these hosts or groups (Ansible pattern)")
+    parser.add_argument("-C", "--check", action="store_true", help="change nothing; say what would change")
+    parser.add_argument("-D", "--diff", action="store_true", help="show file changes")
+    parser.add_argument("-t", "--tags", help="only roles/stages with these tags, comma-separated")
+    parser.add_argument("-e", "--extra-vars", action="append", metavar="VARS", default=[],
+                        help="extra variables (key=value, YAML/JSON, or @file); repeatable; inline values are "
+                             "handed to Ansible in a private file, never on a command line")
+    parser.add_argument("--report-dir", type=Path,
+                        help="where this run's report goes (default reports/<time>-<command>, and reports/latest "
+                             "points at it)")
+    parser.add_argument("--plain", action="store_true", help="no live display: one line per task")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparkfleet",
-        description="Provision NVIDIA DGX Spark machines to a verified, reproducible ML environment.",
+        description="Take DGX Spark machines to a verified, reproducible ML environment, and prove it. "
+                    "Each command runs one of the project's playbooks through ansible-runner (plain "
+                    "ansible-playbook runs the same playbooks), shows live progress, ends with a summary table "
+                    "per host and writes report.json, report.md and report.junit.xml.",
+        epilog="Exit codes: 0 all ok, 2 failed hosts, 3 unreachable hosts, 4 bad input, 130 cancelled (Ctrl-C).",
     )
     parser.add_argument("--version", action="version", version=f"sparkfleet {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    provision = sub.add_parser(
-        "provision",
-        help="run site.yml on the inventory's Sparks",
-        description="Run site.yml (the whole provisioning) on the hosts in the inventory's "
-                    "'sparks' group. Options pass through to ansible-playbook.",
-    )
-    provision.add_argument("-i", "--inventory", required=True,
-                           help="inventory directory or file, e.g. inventory/example")
-    provision.add_argument("-l", "--limit", help="only these hosts or groups (Ansible pattern)")
-    provision.add_argument("-C", "--check", action="store_true", help="change nothing; say what would change")
-    provision.add_argument("-D", "--diff", action="store_true", help="show file changes")
-    provision.add_argument("-t", "--tags", help="only roles/stages with these tags, comma-separated")
-    provision.add_argument("-e", "--extra-vars", action="append", metavar="VARS",
-                           help="extra variables (key=value, YAML/JSON, or @file); repeatable")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (playbook, tags, text) in COMMANDS.items():
+        if name == "matrix-check":
+            continue
+        command = sub.add_parser(name, help=SHORT_HELP[name],
+                                 description=f"{text} Runs {playbook}" + (f" --tags {tags}" if tags else "") + ".")
+        _ansible_options(command)
+    matrix = sub.add_parser("matrix", help="the bare-pip stack matrix",
+                            description="The bare-pip stack matrix (matrix/spark-stack.yml).")
+    matrix_sub = matrix.add_subparsers(dest="matrix_command", required=True, metavar="SUBCOMMAND")
+    check = matrix_sub.add_parser("check", help="check every pin against its index",
+                                  description=COMMANDS["matrix-check"][2] + " Runs playbooks/matrix_check.yml "
+                                  "(-e matrix_check_skip_steps=torch for an index this machine cannot reach).")
+    _ansible_options(check, inventory_default="localhost,")
+    lab = sub.add_parser("lab", help="the test bed's lab of emulated Sparks",
+                         description="The lab: emulated aarch64 hosts standing in for Sparks, with the test bed's "
+                                     "registry, apt repository and package index (testbed/). 'up' starts them and "
+                                     "provisions them with pin + provision; 'down' removes them.")
+    lab_sub = lab.add_subparsers(dest="lab_command", required=True, metavar="SUBCOMMAND")
+    up = lab_sub.add_parser("up", help="start N lab hosts, pin, provision, report",
+                            description="Start the test bed's services and N lab hosts, pin the lab registry's "
+                                        "stand-in images, then provision (site.yml) with the summary and reports.")
+    up.add_argument("-n", "--hosts", type=int, default=int(os.environ.get("LAB_HOSTS", "2")),
+                    help="number of lab hosts (default $LAB_HOSTS or 2)")
+    up.add_argument("--report-dir", type=Path, help="where the provisioning report goes")
+    up.add_argument("--plain", action="store_true", help="no live display: one line per task")
+    lab_sub.add_parser("down", help="remove the lab hosts and stop the test bed's services")
+    show = sub.add_parser("report", help="show a run's report again",
+                          description="Print the summary table of a run's report.json (default reports/latest) "
+                                      "and rewrite its Markdown and JUnit XML from it.")
+    show.add_argument("path", nargs="?", type=Path, default=REPORT_ROOT / "latest",
+                      help="a report directory or its report.json (default reports/latest)")
     return parser
+
+
+def summary_table(data: dict) -> Table:
+    table = Table(title=f"sparkfleet {data['command']}: {data['status']} (exit {data['exit_code']}, "
+                        f"{data['duration_s']} s)", show_lines=False)
+    for header in report.HEADERS:
+        table.add_column(header, overflow="fold")
+    for row in report.summary_rows(data):
+        table.add_row(*row)
+    return table
+
+
+def print_summary(data: dict, paths: dict[str, Path] | None, console: Console) -> None:
+    if data.get("refresh"):
+        for d in data["refresh"]["diff"]:
+            console.print(f"lock diff: {d['name']} ({d['tag']}): "
+                          + (f"{d['old']} -> {d['new']}" if d["changed"] else f"unchanged {d['new']}"),
+                          highlight=False)
+    if data["hosts"]:
+        console.print(summary_table(data))
+    for name, host in data["hosts"].items():
+        for failure in host["failures"]:
+            console.print(f"{name}: FAILED {failure['task']}: {failure['msg']}", highlight=False, markup=False)
+        if host["unreachable"]:
+            console.print(f"{name}: UNREACHABLE {host['unreachable']}", highlight=False, markup=False)
+    if paths:
+        console.print("reports: " + ", ".join(str(p) for p in paths.values()), highlight=False)
+
+
+def report_dir_for(command: str, chosen: Path | None) -> Path:
+    if chosen:
+        return chosen
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return REPORT_ROOT / f"{stamp}-{command}"
+
+
+def point_latest(directory: Path) -> None:
+    if directory.parent.resolve() != REPORT_ROOT.resolve():
+        return
+    link = REPORT_ROOT / "latest"
+    tmp = REPORT_ROOT / ".latest.tmp"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    tmp.symlink_to(directory.name)
+    os.replace(tmp, link)
+
+
+def run_command(command: str, args: argparse.Namespace, console: Console) -> int:
+    playbook, tags, _ = COMMANDS[command]
+    inventory = args.inventory
+    if "," not in inventory and not Path(inventory).exists():
+        console.print(f"sparkfleet: inventory {inventory} not found; expected a directory such as "
+                      "inventory/example (copy it to inventory/<yours> and list your Sparks there).",
+                      style="red", highlight=False)
+        return EXIT_BAD_INPUT
+    directory = report_dir_for(command.replace("-", "_"), args.report_dir)
+    run = Run(playbook=playbook, inventory=inventory, report_dir=directory.resolve(), limit=args.limit,
+              check=args.check, diff=args.diff, tags=args.tags or tags, extra_vars=args.extra_vars,
+              live=False if args.plain else None, console=console)
+    fleet = Fleet()
+    try:
+        outcome, meta = run.execute(fleet)
+    except ValueError as exc:
+        console.print(f"sparkfleet: {exc}", style="red", highlight=False)
+        return EXIT_BAD_INPUT
+    data = report.build(fleet, {"command": command.replace("-", " "), **meta})
+    paths = report.write(data, directory)
+    point_latest(directory)
+    if command == "matrix-check":
+        for line in fleet_matrix_table(directory):
+            console.print(line, highlight=False, markup=False)
+    print_summary(data, paths, console)
+    return outcome.exit_code()
+
+
+def fleet_matrix_table(directory: Path) -> list[str]:
+    """The matrix check's table, read from the run's job events (the module's own rows)."""
+    events = directory / "artifacts" / "run" / "job_events"
+    for path in sorted(events.glob("*.json")) if events.is_dir() else []:
+        try:
+            event = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        res = (event.get("event_data") or {}).get("res") or {}
+        if event.get("event") == "runner_on_ok" and isinstance(res, dict) and "table" in res and "rows" in res:
+            return list(res["table"])
+    return []
+
+
+def lab(args: argparse.Namespace, console: Console) -> int:
+    testbed = PROJECT_DIR / "testbed"
+    if args.lab_command == "down":
+        for script in (["lab.sh", "down"], ["aptrepo.sh", "stop"], ["registry.sh", "stop"], ["pyindex.sh", "stop"]):
+            subprocess.run([str(testbed / script[0]), *script[1:]], check=False)
+        return EXIT_OK
+    if args.hosts < 1:
+        console.print(f"sparkfleet: --hosts is {args.hosts}; expected 1 or more", style="red")
+        return EXIT_BAD_INPUT
+    for script in (["aptrepo.sh", "start"], ["registry.sh", "start"], ["pyindex.sh", "start"],
+                   ["lab.sh", "up", str(args.hosts)], ["standins.sh"]):
+        if subprocess.run([str(testbed / script[0]), *script[1:]], check=False).returncode != 0:
+            console.print(f"sparkfleet: testbed/{' '.join(script)} failed (output above)", style="red")
+            return EXIT_FAILED_HOSTS
+    base = argparse.Namespace(inventory=str(PROJECT_DIR / "inventory" / "lab"), limit=None, check=False, diff=False,
+                              tags=None, extra_vars=[], plain=args.plain, report_dir=None)
+    pinned = run_command("pin", argparse.Namespace(**{**vars(base), "report_dir": None}), console)
+    if pinned != EXIT_OK:
+        return pinned
+    return run_command("provision", argparse.Namespace(**{**vars(base), "report_dir": args.report_dir}), console)
+
+
+def show_report(path: Path, console: Console) -> int:
+    source = path / "report.json" if path.is_dir() else path
+    try:
+        data = json.loads(source.read_text())
+    except (OSError, ValueError) as exc:
+        console.print(f"sparkfleet: cannot read {source}: {exc}; expected a report.json written by a sparkfleet "
+                      "command (reports/latest points at the last one)", style="red", highlight=False)
+        return EXIT_BAD_INPUT
+    if data.get("schema") != report.SCHEMA:
+        console.print(f"sparkfleet: {source} is {data.get('schema')!r}, expected {report.SCHEMA}", style="red")
+        return EXIT_BAD_INPUT
+    paths = report.write(data, source.parent)
+    print_summary(data, paths, console)
+    return int(data.get("exit_code", EXIT_OK))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not Path(args.inventory).exists():
-        print(f"sparkfleet: inventory {args.inventory} not found; expected a directory such as "
-              f"inventory/example (copy it to inventory/<yours> and list your Sparks there).",
-              file=sys.stderr)
-        return EXIT_BAD_INPUT
-    outcome = run_playbook(PLAYBOOKS[args.command], args)
-    code = outcome.exit_code()
-    if outcome.unreachable:
-        print(f"sparkfleet: unreachable: {', '.join(sorted(outcome.unreachable))}", file=sys.stderr)
-    if outcome.failed:
-        print(f"sparkfleet: failed: {', '.join(sorted(outcome.failed))}", file=sys.stderr)
-    return code
+    # Not on a terminal (CI, make): wide enough that the summary table stays readable in a log.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    if args.command == "lab":
+        return lab(args, console)
+    if args.command == "report":
+        return show_report(args.path, console)
+    if args.command == "matrix":
+        return run_command("matrix-check", args, console)
+    return run_command(args.command, args, console)
 
 
 if __name__ == "__main__":

@@ -61,9 +61,9 @@ def test_nothing_provisioned_is_not_verified_rather_than_ok():
 
 def test_table_row():
     out = verify.spark_verification({"pythons": {"results": [OK]}, "platform": SPARK})
-    row = verify.spark_verification_row([out, "spark-01"])
-    assert row.split()[:3] == ["spark-01", "spark", "ok"]
-    assert verify.spark_verification_row([{}, "spark-02"]).split()[:3] == ["spark-02", "?", "unknown"]
+    row = verify.spark_verification_row([{**out, "history": "restored"}, "spark-01"])
+    assert row.split()[:4] == ["spark-01", "spark", "restored", "ok"]
+    assert verify.spark_verification_row([{}, "spark-02"]).split()[:4] == ["spark-02", "?", "-", "unknown"]
 
 
 def test_the_active_venv_is_shown_and_recorded_with_its_staleness():

@@ -1,0 +1,126 @@
+"""What a run did, read from ansible-runner's event stream (pure logic, no I/O).
+
+`Fleet.handle(event)` takes the events as runner delivers them (or as recorded
+in a fixture); `Fleet.hosts` then holds, per host, what the summary, the
+reports and the live progress show. The facts come from the roles' own
+results: spark_preflight's facts, `spark_images_pinned`, `spark_venv_active`,
+`spark_verify_result`, `spark_container_runtime_registered`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+WATCHED_FACTS = ("spark_preflight", "spark_images_pinned", "spark_venv_active", "spark_verify_result",
+                 "spark_container_runtime_registered", "spark_images_refresh", "spark_images_refresh_failure")
+
+
+@dataclass
+class Host:
+    name: str
+    facts: dict[str, Any] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=lambda: {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0,
+                                                             "skipped": 0, "rescued": 0, "ignored": 0})
+    failures: list[dict] = field(default_factory=list)
+    unreachable: str | None = None
+    last_task: str | None = None
+    finished_tasks: int = 0
+    state_status: str | None = None  # spark_state on the host: created / updated / unchanged
+    record_previous: bool | None = None  # the controller's record of the host existed before this run
+    rescued_failure: str | None = None
+
+    @property
+    def history(self) -> str | None:
+        """fresh (never provisioned), restored (lost its state, known to the controller), converged, updated."""
+        if self.state_status is None:
+            return None
+        if self.state_status == "created":
+            return "restored" if self.record_previous else "fresh"
+        return "converged" if self.state_status == "unchanged" else "updated"
+
+
+@dataclass
+class Fleet:
+    hosts: dict[str, Host] = field(default_factory=dict)
+    play: str | None = None
+    task: str | None = None
+    task_started: float | None = None
+    task_items: int = 0
+    play_hosts: list[str] = field(default_factory=list)
+    stats: dict[str, dict[str, int]] | None = None
+    controller_facts: dict[str, Any] = field(default_factory=dict)
+    events: int = 0
+
+    def host(self, name: str) -> Host:
+        if name not in self.hosts:
+            self.hosts[name] = Host(name)
+        return self.hosts[name]
+
+    def handle(self, event: dict) -> None:
+        self.events += 1
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        if kind == "playbook_on_play_start":
+            self.play = data.get("play") or data.get("name")
+            self.task = None
+            pattern = data.get("play_pattern") or ""
+            self.play_hosts = [h for h in pattern.split(",") if h] if "," in pattern else []
+        elif kind == "playbook_on_task_start":
+            self.task = data.get("task") or data.get("name")
+            self.task_started = time.monotonic()
+            self.task_items = 0
+        elif kind in ("runner_item_on_ok", "runner_item_on_failed"):
+            self.task_items += 1
+        elif kind.startswith("runner_on_"):
+            self._result(kind[len("runner_on_"):], data)
+        elif kind == "playbook_on_stats":
+            self._stats(data)
+
+    def _result(self, outcome: str, data: dict) -> None:
+        name = data.get("host")
+        if not name:
+            return
+        res = data.get("res") or {}
+        if name == "localhost":
+            self._facts(self.controller_facts, res)
+            return
+        host = self.host(name)
+        host.last_task = data.get("task")
+        if outcome in ("ok", "failed", "unreachable", "skipped"):
+            host.finished_tasks += 1
+        if outcome == "ok":
+            self._facts(host.facts, res)
+            action = data.get("resolved_action") or data.get("task_action") or ""
+            if action.endswith("spark_state") and isinstance(res, dict) and "status" in res:
+                if "/.sparkfleet/hosts/" in str(res.get("path", "")):  # the controller's record of the host
+                    host.record_previous = res.get("previous") is not None
+                else:
+                    host.state_status = res["status"]
+        elif outcome == "failed" and not data.get("ignore_errors"):
+            msg = res.get("msg") if isinstance(res, dict) else str(res)
+            host.failures.append({"task": data.get("task"), "msg": str(msg or "failed")[:2000]})
+        elif outcome == "unreachable":
+            host.unreachable = str(res.get("msg") if isinstance(res, dict) else res)[:500]
+
+    @staticmethod
+    def _facts(target: dict, res: Any) -> None:
+        if isinstance(res, dict):
+            facts = res.get("ansible_facts") or {}
+            for key in WATCHED_FACTS:
+                if key in facts:
+                    target[key] = facts[key]
+
+    def _stats(self, data: dict) -> None:
+        self.stats = {k: data.get(k) or {} for k in ("ok", "changed", "failures", "dark", "skipped", "rescued",
+                                                     "ignored")}
+        names = {"ok": "ok", "changed": "changed", "failures": "failed", "dark": "unreachable",
+                 "skipped": "skipped", "rescued": "rescued", "ignored": "ignored"}
+        for key, label in names.items():
+            for name, count in (data.get(key) or {}).items():
+                if name != "localhost":
+                    self.host(name).counts[label] = int(count)
+
+    def finished(self) -> list[str]:
+        return sorted(n for n, h in self.hosts.items() if h.failures or h.unreachable)

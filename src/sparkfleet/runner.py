@@ -1,0 +1,167 @@
+"""Running a playbook through ansible-runner: events, live progress, clean Ctrl-C, kept artifacts.
+
+The runner's private data directory is temporary (it holds the environment
+and the extra variables, which may carry secrets) and is removed after the
+run; only the artifacts (job events, stdout, status) are kept, in the
+report directory. Extra variables given as key=value or YAML reach Ansible
+through a file in that temporary directory, never through argv, so the
+artifacts' `command` holds only a path.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from sparkfleet.events import Fleet
+from sparkfleet.progress import Progress
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+
+EXIT_OK = 0
+EXIT_FAILED_HOSTS = 2
+EXIT_UNREACHABLE = 3
+EXIT_BAD_INPUT = 4
+EXIT_CANCELLED = 130
+
+
+@dataclass
+class RunOutcome:
+    status: str
+    rc: int
+    failed: set[str] = field(default_factory=set)
+    unreachable: set[str] = field(default_factory=set)
+
+    def exit_code(self) -> int:
+        if self.status == "canceled":
+            return EXIT_CANCELLED
+        if self.unreachable:
+            return EXIT_UNREACHABLE
+        if self.failed or self.status != "successful" or self.rc != 0:
+            return EXIT_FAILED_HOSTS
+        return EXIT_OK
+
+
+def outcome_from_stats(status: str, rc: int, stats: dict | None) -> RunOutcome:
+    stats = stats or {}
+    return RunOutcome(status=status, rc=rc, failed=set(stats.get("failures", {})),
+                      unreachable=set(stats.get("dark", {})))
+
+
+def extra_vars_files(values: list[str], directory: Path) -> list[str]:
+    """-e values as Ansible takes them, each inline one moved into a file (no secret in argv)."""
+    args = []
+    for index, value in enumerate(values or []):
+        if value.startswith("@"):
+            args += ["--extra-vars", value]
+            continue
+        stripped = value.strip()
+        if stripped.startswith(("{", "[")) or (":" in stripped.split("=", 1)[0] and "=" not in stripped):
+            data = yaml.safe_load(stripped)
+        else:
+            data = {}
+            for word in shlex.split(stripped):
+                key, sep, val = word.partition("=")
+                if not sep or not key:
+                    raise ValueError(f"extra variable '{word}' is not key=value, YAML/JSON or @file")
+                data[key] = val
+        path = directory / f"extra-vars-{index}.json"
+        path.write_text(json.dumps(data))
+        path.chmod(0o600)
+        args += ["--extra-vars", f"@{path}"]
+    return args
+
+
+@dataclass
+class Run:
+    playbook: str
+    inventory: str
+    report_dir: Path
+    limit: str | None = None
+    check: bool = False
+    diff: bool = False
+    tags: str | None = None
+    extra_vars: list[str] = field(default_factory=list)
+    live: bool | None = None  # None: when stdout is a terminal
+    console: object = None  # rich Console for the progress; default a new one
+
+    def cmdline(self, private: Path) -> list[str]:
+        cmd: list[str] = []
+        if self.limit:
+            cmd += ["--limit", self.limit]
+        if self.check:
+            cmd.append("--check")
+        if self.diff:
+            cmd.append("--diff")
+        if self.tags:
+            cmd += ["--tags", self.tags]
+        return cmd + extra_vars_files(self.extra_vars, private)
+
+    def execute(self, fleet: Fleet) -> tuple[RunOutcome, dict]:
+        import ansible_runner
+
+        started = datetime.datetime.now(datetime.UTC)
+        clock = time.monotonic()
+        private = Path(tempfile.mkdtemp(prefix="sparkfleet-run-"))
+        private.chmod(0o700)
+        artifacts = self.report_dir / "artifacts"
+        cancelled = {"asked": False}
+        previous_handler = signal.getsignal(signal.SIGINT)
+
+        def on_sigint(signum, frame):
+            if cancelled["asked"]:  # a second Ctrl-C: stop waiting
+                raise KeyboardInterrupt
+            cancelled["asked"] = True
+            progress.note("cancelling: Ctrl-C again to stop waiting")
+
+        progress = Progress(fleet, live=sys.stdout.isatty() if self.live is None else self.live,
+                            console=self.console)
+        env = {
+            "ANSIBLE_CONFIG": str(PROJECT_DIR / "ansible.cfg"),
+            "ANSIBLE_FORCE_COLOR": "0",
+            "ANSIBLE_NOCOLOR": "1",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        signal.signal(signal.SIGINT, on_sigint)
+        try:
+            with progress:
+                runner = ansible_runner.run(
+                    private_data_dir=str(private),
+                    project_dir=str(PROJECT_DIR),
+                    playbook=str(PROJECT_DIR / self.playbook),
+                    inventory=self.inventory if "," in self.inventory else str(Path(self.inventory).resolve()),
+                    cmdline=shlex.join(self.cmdline(private)),
+                    envvars=env,
+                    artifact_dir=str(artifacts),
+                    ident="run",
+                    rotate_artifacts=1,
+                    quiet=True,
+                    suppress_env_files=True,
+                    event_handler=lambda event: (fleet.handle(event), progress.update())[0] or True,
+                    cancel_callback=lambda: cancelled["asked"],
+                )
+            outcome = outcome_from_stats(runner.status, runner.rc or 0, runner.stats)
+        except KeyboardInterrupt:
+            outcome = RunOutcome(status="canceled", rc=EXIT_CANCELLED)
+        finally:
+            signal.signal(signal.SIGINT, previous_handler)
+            shutil.rmtree(private, ignore_errors=True)
+        finished = datetime.datetime.now(datetime.UTC)
+        meta = {"playbook": self.playbook, "inventory": str(self.inventory), "limit": self.limit,
+                "check": self.check, "started_at": started.replace(microsecond=0).isoformat(),
+                "finished_at": finished.replace(microsecond=0).isoformat(),
+                "duration_s": round(time.monotonic() - clock, 1),
+                "status": outcome.status if outcome.status in ("successful", "failed", "canceled", "timeout")
+                else "failed", "exit_code": outcome.exit_code()}
+        return outcome, meta
