@@ -14,7 +14,7 @@ export PY_COLORS ?= 0
 .PHONY: help venv testbed registry aptrepo pyindex lab lab-down test lint unit pytest molecule clean
 
 help:
-	@echo "make lab        start LAB_HOSTS (default 2) virtual Sparks and run site.yml on them"
+	@echo "make lab        start LAB_HOSTS (default 2) virtual Sparks, provision them through sparkfleet, report"
 	@echo "make lab-down   remove the lab"
 	@echo "make test       lint + unit + integration + Molecule"
 	@echo "make lint | unit | pytest | molecule   one part of the tests"
@@ -38,17 +38,11 @@ aptrepo:
 pyindex:
 	@testbed/pyindex.sh start
 
-lab: venv aptrepo registry pyindex
-	@testbed/lab.sh up $(LAB_HOSTS)
-	@testbed/standins.sh
-	ansible-playbook playbooks/pin.yml -i inventory/lab
-	ansible-playbook site.yml -i inventory/lab
+lab: testbed
+	sparkfleet lab up --hosts $(LAB_HOSTS)
 
 lab-down:
-	@testbed/lab.sh down
-	@testbed/aptrepo.sh stop
-	@testbed/registry.sh stop
-	@testbed/pyindex.sh stop
+	@if [ -x $(BIN)/sparkfleet ]; then sparkfleet lab down; else testbed/lab.sh down; fi
 
 lint: venv
 	ruff check src plugins tests collections testbed bench

@@ -4,17 +4,24 @@
 #   lab.sh up [N]   start N hosts (default $LAB_HOSTS or 2), write
 #                   inventory/lab/hosts.yml, install the hardware doubles
 #   lab.sh down     remove every lab host, its Docker volume and the hosts file
+# A second lab beside the user's (the fleet tests): LAB_PREFIX names its hosts
+# (default sparkfleet-lab), LAB_INVENTORY its inventory directory (default
+# inventory/lab), LAB_VENV_HOST the host number that builds the venv (default
+# 1; 0 for none).
 source "$(dirname "$0")/lib.sh"
 
-PREFIX=sparkfleet-lab
+PREFIX="${LAB_PREFIX:-sparkfleet-lab}"
+[[ "$PREFIX" =~ ^[a-z][a-z0-9-]*$ ]] || die "LAB_PREFIX is '$PREFIX'; expected lower-case letters, digits and '-'."
 IMAGE=sparkfleet/host-spark:latest
-HOSTS_FILE="$REPO_DIR/inventory/lab/hosts.yml"
+INVENTORY_DIR="${LAB_INVENTORY:-$REPO_DIR/inventory/lab}"
+HOSTS_FILE="$INVENTORY_DIR/hosts.yml"
+VENV_HOST="${LAB_VENV_HOST:-1}"
 VENV_BIN="$REPO_DIR/.venv/bin"
 # No --privileged on our machines (it needs CAP_SYS_RESOURCE): an explicit list.
 CAPS=(SYS_ADMIN NET_ADMIN SYS_PTRACE IPC_LOCK SYS_NICE MKNOD AUDIT_WRITE SYS_CHROOT)
 
 lab_names() {
-    docker ps -a --filter "label=io.sparkfleet.lab" --format '{{.Names}}' | sort -V
+    docker ps -a --filter "label=io.sparkfleet.lab" --filter "name=^$PREFIX-[0-9]+\$" --format '{{.Names}}' | sort -V
 }
 
 start_host() {
@@ -61,7 +68,7 @@ write_inventory() {
         for name in $(lab_names); do
             echo "        $name:"
             # The bare-pip venv (off by default) on the first host only.
-            [ "$name" = "$PREFIX-1" ] && echo "          spark_venv_enabled: true"
+            if [ "$name" = "$PREFIX-$VENV_HOST" ]; then echo "          spark_venv_enabled: true"; fi
         done
     } > "$HOSTS_FILE"
     say "wrote $HOSTS_FILE ($(lab_names | wc -l) hosts)"
@@ -83,7 +90,7 @@ up() {
     for i in $(seq 1 "$count"); do wait_booted "$PREFIX-$i"; done
     write_inventory
     say "installing the hardware doubles (testbed/lab/prepare.yml)"
-    (cd "$REPO_DIR" && "$VENV_BIN/ansible-playbook" -i inventory/lab testbed/lab/prepare.yml) \
+    (cd "$REPO_DIR" && "$VENV_BIN/ansible-playbook" -i "$INVENTORY_DIR" testbed/lab/prepare.yml) \
         || die "the lab's prepare step failed (output above)."
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real OCI registry (Debian's docker-registry, CNCF distribution) on
 # 127.0.0.1, standing in for nvcr.io and Docker Hub, which we cannot reach.
-#   registry.sh start [PORT]   start it (default 5000) if it does not answer
+#   registry.sh start [PORT] [UPSTREAM]   start it (default 5000) if it does not answer;
+#                              with UPSTREAM (e.g. http://127.0.0.1:5000), a pull-through mirror of it
 #   registry.sh stop [PORT]    stop it
 #   registry.sh url [PORT]     print its base URL
 # Storage and log live in .cache/testbed/registry-PORT/.
@@ -9,6 +10,9 @@ source "$(dirname "$0")/lib.sh"
 
 port="${2:-5000}"
 [[ "$port" =~ ^[0-9]+$ ]] || die "port '$port' is not a number; expected e.g. 5000."
+upstream="${3:-}"
+[ -z "$upstream" ] || [[ "$upstream" =~ ^https?://[^[:space:]]+$ ]] \
+    || die "upstream '$upstream' is not a URL; expected e.g. http://127.0.0.1:5000."
 dir="$STATE_DIR/registry-$port"
 url="http://127.0.0.1:$port"
 
@@ -47,6 +51,9 @@ http:
   headers:
     X-Content-Type-Options: [nosniff]
 YAML
+    if [ -n "$upstream" ]; then
+        printf 'proxy:\n  remoteurl: %s\n' "$upstream" >> "$dir/config.yml"
+    fi
     say "starting docker-registry on $url (log: $dir/registry.log)"
     setsid docker-registry serve "$dir/config.yml" >>"$dir/registry.log" 2>&1 < /dev/null &
     echo $! > "$dir/pid"

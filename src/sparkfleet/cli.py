@@ -63,6 +63,10 @@ SHORT_HELP = {"provision": "provision the Sparks (site.yml); also restores a rei
 REPORT_ROOT = Path("reports")
 
 
+def error(text: str) -> None:
+    print(f"sparkfleet: {text}", file=sys.stderr)
+
+
 def ansible_cmdline(args: argparse.Namespace) -> list[str]:
     """The pass-through options, with Ansible's own meaning (shown to users; -e values are moved to files)."""
     cmd: list[str] = []
@@ -190,9 +194,8 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
     playbook, tags, _ = COMMANDS[command]
     inventory = args.inventory
     if "," not in inventory and not Path(inventory).exists():
-        console.print(f"sparkfleet: inventory {inventory} not found; expected a directory such as "
-                      "inventory/example (copy it to inventory/<yours> and list your Sparks there).",
-                      style="red", highlight=False)
+        error(f"inventory {inventory} not found; expected a directory such as "
+              "inventory/example (copy it to inventory/<yours> and list your Sparks there).")
         return EXIT_BAD_INPUT
     directory = report_dir_for(command.replace("-", "_"), args.report_dir)
     run = Run(playbook=playbook, inventory=inventory, report_dir=directory.resolve(), limit=args.limit,
@@ -202,7 +205,7 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
     try:
         outcome, meta = run.execute(fleet)
     except ValueError as exc:
-        console.print(f"sparkfleet: {exc}", style="red", highlight=False)
+        error(str(exc))
         return EXIT_BAD_INPUT
     data = report.build(fleet, {"command": command.replace("-", " "), **meta})
     paths = report.write(data, directory)
@@ -235,12 +238,12 @@ def lab(args: argparse.Namespace, console: Console) -> int:
             subprocess.run([str(testbed / script[0]), *script[1:]], check=False)
         return EXIT_OK
     if args.hosts < 1:
-        console.print(f"sparkfleet: --hosts is {args.hosts}; expected 1 or more", style="red")
+        error(f"--hosts is {args.hosts}; expected 1 or more")
         return EXIT_BAD_INPUT
     for script in (["aptrepo.sh", "start"], ["registry.sh", "start"], ["pyindex.sh", "start"],
                    ["lab.sh", "up", str(args.hosts)], ["standins.sh"]):
         if subprocess.run([str(testbed / script[0]), *script[1:]], check=False).returncode != 0:
-            console.print(f"sparkfleet: testbed/{' '.join(script)} failed (output above)", style="red")
+            error(f"testbed/{' '.join(script)} failed (output above)")
             return EXIT_FAILED_HOSTS
     base = argparse.Namespace(inventory=str(PROJECT_DIR / "inventory" / "lab"), limit=None, check=False, diff=False,
                               tags=None, extra_vars=[], plain=args.plain, report_dir=None)
@@ -255,11 +258,11 @@ def show_report(path: Path, console: Console) -> int:
     try:
         data = json.loads(source.read_text())
     except (OSError, ValueError) as exc:
-        console.print(f"sparkfleet: cannot read {source}: {exc}; expected a report.json written by a sparkfleet "
-                      "command (reports/latest points at the last one)", style="red", highlight=False)
+        error(f"cannot read {source}: {exc}; expected a report.json written by a sparkfleet "
+              "command (reports/latest points at the last one)")
         return EXIT_BAD_INPUT
     if data.get("schema") != report.SCHEMA:
-        console.print(f"sparkfleet: {source} is {data.get('schema')!r}, expected {report.SCHEMA}", style="red")
+        error(f"{source} is {data.get('schema')!r}, expected {report.SCHEMA}")
         return EXIT_BAD_INPUT
     paths = report.write(data, source.parent)
     print_summary(data, paths, console)

@@ -32,7 +32,7 @@ def _b64(data: bytes) -> str:
 
 
 class Registry:
-    def __init__(self, workdir: Path, port: int, auth: dict | None = None) -> None:
+    def __init__(self, workdir: Path, port: int, auth: dict | None = None, proxy: str | None = None) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.host = f"127.0.0.1:{port}"
@@ -45,6 +45,8 @@ class Registry:
         }
         if auth:
             config["auth"] = auth
+        if proxy:  # pull-through cache of one upstream registry (distribution's proxy mode)
+            config["proxy"] = {"remoteurl": proxy}
         path = workdir / f"registry-{port}.yml"
         path.write_text(json.dumps(config))
         self.proc = subprocess.Popen(["docker-registry", "serve", str(path)], stdout=self.log.open("w"),

@@ -42,3 +42,23 @@ def test_pin_line_shows_a_fallback():
                                          "fallback": {"wanted": "25.11-py3", "reasons": ["404 manifest unknown"]}})
     assert line == (f"ngc: nvcr.io/nvidia/pytorch:25.09-py3 @ {D1} (arm64 {D2}), FALLBACK from 25.11-py3: "
                     f"404 manifest unknown")
+
+
+def test_pulls_go_through_the_registrys_mirror_and_only_then():
+    image = {"registry": "nvcr.io", "repository": "nvidia/pytorch"}
+    assert images.spark_images_pull_repository(image, {}) == "nvcr.io/nvidia/pytorch"
+    mirrored = images.spark_images_pull_repository(image, {"nvcr.io": "mirror.lan:5001"})
+    assert mirrored == "mirror.lan:5001/nvidia/pytorch"
+    assert images.spark_images_pull_repository(image, {"docker.io": "mirror.lan:5002"}) == "nvcr.io/nvidia/pytorch"
+
+
+def test_lock_diff_old_to_new_per_image():
+    resolved = [{"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch", "tag": "25.11-py3",
+                 "index_digest": D1},
+                {"name": "unsloth", "registry": "docker.io", "repository": "unsloth/unsloth",
+                 "tag": "dgxspark-latest", "index_digest": D2}]
+    diff = images.spark_images_lock_diff({"ngc": {"index_digest": D1}, "unsloth": {"index_digest": D1}}, resolved)
+    assert [(d["name"], d["changed"]) for d in diff] == [("ngc", False), ("unsloth", True)]
+    assert diff[1]["line"] == f"unsloth docker.io/unsloth/unsloth:dgxspark-latest: {D1} -> {D2}"
+    assert diff[0]["line"].endswith(f"unchanged {D1}")
+    assert images.spark_images_lock_diff(None, resolved)[0]["old"] is None

@@ -1,0 +1,132 @@
+"""Fleet benchmarks on the lab (emulated aarch64 hosts), one run, figures as ratios within that run.
+
+    .venv/bin/python bench/fleet.py [--hosts 4]
+
+1. A no-op re-run of site.yml on a converged host vs a playbook that only
+   gathers facts on the same host.
+2. Wall time of a refresh (a moved tag) for 1, 2, 4 hosts, all in one batch
+   after the canary.
+3. Registry requests and bytes per refresh as hosts grow, with the hosts
+   pulling through a pull-through mirror (127.0.0.1:5001) of the lab
+   registry (127.0.0.1:5000, "upstream"): what upstream served vs what the
+   mirror served.
+
+Needs the test bed (make testbed). Uses its own lab (prefix sparkfleet-bench)
+and inventory, and puts the lab registry's tags back at the end. Not a test:
+the machines are noisy; read the ratios, not the seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = REPO / ".venv" / "bin"
+PREFIX = "sparkfleet-bench"
+UPSTREAM_LOG = REPO / ".cache" / "testbed" / "registry-5000" / "registry.log"
+MIRROR_LOG = REPO / ".cache" / "testbed" / "registry-5001" / "registry.log"
+LINE = re.compile(r'"(?P<method>[A-Z]+) (?P<path>/v2/\S+) HTTP/[0-9.]+" (?P<status>\d+) (?P<bytes>\d+|-)')
+
+
+def sh(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+                               "PATH": f"{BIN}:{os.environ['PATH']}", **(env or {})})
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(argv)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def timed(*argv: str) -> float:
+    start = time.monotonic()
+    sh(*argv)
+    return time.monotonic() - start
+
+
+def log_size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def traffic(path: Path, since: int) -> dict:
+    """Registry requests (excluding the /v2/ ping) and response bytes logged after offset `since`."""
+    with path.open(errors="replace") as handle:
+        handle.seek(since)
+        text = handle.read()
+    requests = blobs = size = 0
+    for match in LINE.finditer(text):
+        if match.group("path") == "/v2/":
+            continue
+        requests += 1
+        blobs += "/blobs/" in match.group("path") and match.group("method") == "GET"
+        size += int(match.group("bytes")) if match.group("bytes") != "-" else 0
+    return {"requests": requests, "blob_gets": blobs, "bytes": size}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=int, default=4)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="sparkfleet-bench-"))
+    inventory = work / "inventory"
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    shutil.copy(REPO / "inventory" / "lab" / "group_vars" / "all" / "main.yml", inventory / "group_vars" / "all")
+    with (inventory / "group_vars" / "all" / "main.yml").open("a") as handle:
+        handle.write("\nspark_images_mirrors:\n  127.0.0.1:5000: 127.0.0.1:5001\n")
+    (work / "facts.yml").write_text("---\n- name: Facts only\n  hosts: sparks\n  gather_facts: true\n  tasks: []\n")
+    env = {"LAB_PREFIX": PREFIX, "LAB_INVENTORY": str(inventory), "LAB_VENV_HOST": "0"}
+    hosts = [f"{PREFIX}-{n}" for n in range(1, args.hosts + 1)]
+    inv = ["-i", str(inventory)]
+    results: dict = {}
+    try:
+        for script in (["testbed/aptrepo.sh", "start"], ["testbed/registry.sh", "start"],
+                       ["testbed/registry.sh", "start", "5001", "http://127.0.0.1:5000"], ["testbed/standins.sh"]):
+            sh(*script)
+        sh("testbed/lab.sh", "up", str(args.hosts), env=env)
+        sh(str(BIN / "ansible-playbook"), "playbooks/pin.yml", *inv)
+        print(f"converging {args.hosts} hosts (not timed) ...", flush=True)
+        sh(str(BIN / "ansible-playbook"), "site.yml", *inv)
+
+        noop = timed(str(BIN / "ansible-playbook"), "site.yml", *inv, "--limit", hosts[0])
+        facts = timed(str(BIN / "ansible-playbook"), str(work / "facts.yml"), *inv, "--limit", hosts[0])
+        results["noop"] = {"site_yml_s": round(noop, 1), "facts_only_s": round(facts, 1),
+                           "ratio": round(noop / facts, 2)}
+        print(f"no-op site.yml on a converged host: {noop:.1f} s; facts only: {facts:.1f} s; "
+              f"ratio {noop / facts:.2f}", flush=True)
+
+        results["refresh"] = []
+        counts = [n for n in (1, 2, 4) if n <= args.hosts]
+        for index, count in enumerate(counts):
+            seed = f"bench-{index}-{time.time_ns()}"
+            sh(str(BIN / "python"), "testbed/oci_push.py", "http://127.0.0.1:5000", "unsloth/unsloth:dgxspark-latest",
+               "--list-type", "docker", "--seed", seed)
+            up0, mirror0 = log_size(UPSTREAM_LOG), log_size(MIRROR_LOG)
+            wall = timed(str(BIN / "ansible-playbook"), "playbooks/refresh.yml", *inv, "--limit",
+                         ",".join(hosts[:count]), "-e", json.dumps({"refresh_batches": [1, "100%"]}))
+            row = {"hosts": count, "wall_s": round(wall, 1), "upstream": traffic(UPSTREAM_LOG, up0),
+                   "mirror": traffic(MIRROR_LOG, mirror0)}
+            results["refresh"].append(row)
+            print(f"refresh of {count} host(s): {wall:.1f} s; upstream {row['upstream']}; mirror {row['mirror']}",
+                  flush=True)
+        first = results["refresh"][0]["wall_s"]
+        for row in results["refresh"]:
+            row["wall_ratio_to_1_host"] = round(row["wall_s"] / first, 2)
+        print(json.dumps(results, indent=2))
+    finally:
+        subprocess.run(["testbed/lab.sh", "down"], cwd=REPO, env={**os.environ, **env}, capture_output=True,
+                       check=False)
+        subprocess.run(["testbed/registry.sh", "stop", "5001"], cwd=REPO, capture_output=True, check=False)
+        subprocess.run(["testbed/standins.sh"], cwd=REPO, capture_output=True, check=False)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

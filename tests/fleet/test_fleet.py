@@ -1,0 +1,173 @@
+"""The three jobs on a lab fleet of 3 emulated aarch64 hosts, end to end through the sparkfleet CLI.
+
+Provision (a fresh fleet, with a registry password planted to prove it
+reaches no report or runner artifact), a fleet refresh of the moving tag
+(canary, then the rest), a refresh in which one host fails verification
+(rolled back, the rollout stops, the lock says what the fleet moves to), and
+the restore of a host destroyed and recreated (an OS reinstall). The hosts
+are the lab's (testbed/lab.sh) under their own prefix and inventory, beside
+any lab a developer runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from conftest import BIN, REPO
+
+pytestmark = pytest.mark.testbed
+PREFIX = "sparkfleet-fleet"
+HOSTS = [f"{PREFIX}-{n}" for n in (1, 2, 3)]
+SECRET = "planted-registry-password-3f9c1e"
+SCHEMA = json.loads((REPO / "src" / "sparkfleet" / "report-schema.json").read_text())
+REGISTRY = "http://127.0.0.1:5000"
+
+
+def sh(*argv: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(list(argv), cwd=REPO, capture_output=True, text=True, check=check,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fleet")
+    inventory = root / "inventory"
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    shutil.copy(REPO / "inventory" / "lab" / "group_vars" / "all" / "main.yml", inventory / "group_vars" / "all")
+    env = {"LAB_PREFIX": PREFIX, "LAB_INVENTORY": str(inventory), "LAB_VENV_HOST": "0"}
+    for script in (["testbed/aptrepo.sh", "start"], ["testbed/registry.sh", "start"], ["testbed/standins.sh"]):
+        sh(*script)
+    secrets = root / "secrets.yml"
+    secrets.write_text(yaml.safe_dump({"spark_images_registry_credentials": {
+        "127.0.0.1:5000": {"username": "fleet", "password": SECRET}}}))
+    try:
+        up = sh("testbed/lab.sh", "up", "3", env=env, check=False)
+        assert up.returncode == 0, up.stdout + up.stderr
+        yield {"root": root, "inventory": inventory, "env": env, "secrets": secrets}
+    finally:
+        sh("testbed/lab.sh", "down", env=env, check=False)
+        sh("testbed/standins.sh", check=False)  # the lab registry's tags back where they were
+
+
+def cli(fleet, name: str, *args: str) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    report_dir = fleet["root"] / "reports" / name
+    proc = subprocess.run([str(BIN / "sparkfleet"), *args, "-i", str(fleet["inventory"]), "--plain",
+                           "--report-dir", str(report_dir)], cwd=REPO, capture_output=True, text=True, check=False,
+                          env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
+    data = json.loads((report_dir / "report.json").read_text())
+    jsonschema.validate(data, SCHEMA)
+    return proc, data, report_dir
+
+
+def lock(fleet) -> dict:
+    path = fleet["inventory"] / "group_vars" / "all" / "spark_images_lock.yml"
+    return yaml.safe_load(path.read_text())["spark_images_lock"]
+
+
+def launcher_ref(host: str) -> str:
+    text = subprocess.run(["docker", "exec", host, "cat", "/usr/local/bin/spark-unsloth"], capture_output=True,
+                          text=True, check=True).stdout
+    return next(w for w in text.split() if "unsloth/unsloth@sha256:" in w).strip("'")
+
+
+def push_unsloth(seed: str) -> str:
+    out = sh(str(REPO / ".venv" / "bin" / "python"), "testbed/oci_push.py", REGISTRY,
+             "unsloth/unsloth:dgxspark-latest", "--list-type", "docker", "--seed", seed).stdout
+    return json.loads(out)["digest"]
+
+
+def test_1_provision_a_fresh_fleet_without_leaking_the_registry_password(fleet):
+    proc, _, _ = cli(fleet, "pin", "pin")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    proc, data, report_dir = cli(fleet, "provision", "provision", "-e", f"@{fleet['secrets']}")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    pinned = lock(fleet)
+    assert sorted(data["hosts"]) == HOSTS
+    for host in HOSTS:
+        entry = data["hosts"][host]
+        assert (entry["platform"], entry["simulated"], entry["history"]) == ("spark", True, "fresh")
+        assert entry["runtime"]["registered"] is True
+        assert {i["name"]: i["ref"].rsplit("@", 1)[1] for i in entry["images"]} == {
+            name: image["index_digest"] for name, image in pinned.items()}
+        assert entry["verification"]["verdict"] == "not verified"  # simulated: never a pass
+        assert entry["counts"]["failed"] == 0
+    # The summary table and the reports.
+    assert "sparkfleet provision: successful (exit 0" in proc.stdout
+    suite = ET.parse(report_dir / "report.junit.xml").getroot()
+    cases = {(c.get("classname"), c.get("name")) for c in suite.iter("testcase")}
+    assert {(f"sparkfleet.{h}", check) for h in HOSTS for check in ("run", "platform", "runtime", "verification")} \
+        <= cases
+    assert "| sparkfleet-fleet-1 | spark (simulated) | fresh | registered |" in (report_dir / "report.md").read_text()
+    # The planted password reached no report, no runner artifact, not the output.
+    leaks = [str(p) for p in report_dir.rglob("*") if p.is_file() and SECRET in p.read_text(errors="replace")]
+    assert leaks == []
+    assert SECRET not in proc.stdout + proc.stderr
+    assert any((report_dir / "artifacts" / "run" / "job_events").iterdir()), "the artifacts were kept"
+
+
+def test_2_refresh_canary_first_then_the_rest(fleet):
+    old = lock(fleet)["unsloth"]["index_digest"]
+    new = push_unsloth("fleet-refresh-a")
+    proc, data, _ = cli(fleet, "refresh-check", "refresh", "--check")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert {d["name"]: (d["old"], d["new"], d["changed"]) for d in data["refresh"]["diff"]}["unsloth"] == (
+        old, new, True)
+    assert lock(fleet)["unsloth"]["index_digest"] == old, "--check wrote nothing"
+    assert all(launcher_ref(h).endswith(old) for h in HOSTS)
+
+    proc, data, _ = cli(fleet, "refresh", "refresh", "-e", '{"refresh_batches": [1, 1]}')
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert lock(fleet)["unsloth"]["index_digest"] == new
+    assert all(launcher_ref(h).endswith(new) for h in HOSTS)
+    assert all(any(i["ref"].endswith(new) for i in data["hosts"][h]["images"]) for h in HOSTS)
+    # Canary first: the first host finished its rollout before the second one started pulling.
+    order = [line.split("|")[0] for line in proc.stdout.splitlines() if "Pull the new digests" in line]
+    assert len(order) == 3
+
+
+def test_3_a_host_that_fails_verification_is_rolled_back_and_the_rollout_stops(fleet):
+    before = lock(fleet)["unsloth"]["index_digest"]
+    broken = HOSTS[1]
+    sh("docker", "exec", broken, "sh", "-c",
+       'printf \'{"bridge": "sparkfleet0", "ip6tables": false, "iptables": false}\\n\' > /etc/docker/daemon.json'
+       " && systemctl restart docker")
+    new = push_unsloth("fleet-refresh-b")
+    proc, data, _ = cli(fleet, "refresh-fail", "refresh", "-e", '{"refresh_batches": [1, 1]}')
+    assert proc.returncode == 2, proc.stdout[-5000:]
+    assert launcher_ref(HOSTS[0]).endswith(new), "the canary moved"
+    assert launcher_ref(broken).endswith(before), "the failing host was rolled back"
+    assert launcher_ref(HOSTS[2]).endswith(before), "the rollout stopped before the next batch"
+    assert lock(fleet)["unsloth"]["index_digest"] == new, "the canary passed: the lock names the target"
+    entry = data["hosts"][broken]
+    assert "does not list the nvidia runtime" in entry["refresh_failure"]
+    assert any(i["ref"].endswith(before) for i in entry["images"])
+    assert any("rolled back to" in f["msg"] for f in entry["failures"])
+    assert HOSTS[2] not in data["hosts"] or data["hosts"][HOSTS[2]]["counts"]["changed"] == 0
+
+
+def test_4_restore_a_destroyed_host(fleet):
+    lost = HOSTS[2]
+    sh("docker", "rm", "-f", lost)
+    sh("docker", "volume", "rm", "-f", f"{lost}-docker")
+    up = sh("testbed/lab.sh", "up", "3", env=fleet["env"], check=False)
+    assert up.returncode == 0, up.stdout + up.stderr
+    proc, data, _ = cli(fleet, "restore", "provision")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    pinned = lock(fleet)
+    entry = data["hosts"][lost]
+    assert entry["history"] == "restored"
+    assert {i["name"]: i["ref"].rsplit("@", 1)[1] for i in entry["images"]} == {
+        name: image["index_digest"] for name, image in pinned.items()}
+    assert entry["runtime"]["registered"] is True
+    assert entry["verification"]["verdict"] == "not verified" and entry["verification"]["lines"]
+    assert data["hosts"][HOSTS[1]]["runtime"]["registered"] is True, "provision repaired the broken host"
+    assert all(launcher_ref(h).endswith(pinned["unsloth"]["index_digest"]) for h in HOSTS)
