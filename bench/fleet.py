@@ -32,8 +32,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 BIN = REPO / ".venv" / "bin"
 PREFIX = "sparkfleet-bench"
-UPSTREAM_LOG = REPO / ".cache" / "testbed" / "registry-5000" / "registry.log"
-MIRROR_LOG = REPO / ".cache" / "testbed" / "registry-5001" / "registry.log"
 LINE = re.compile(r'"(?P<method>[A-Z]+) (?P<path>/v2/\S+) HTTP/[0-9.]+" (?P<status>\d+) (?P<bytes>\d+|-)')
 
 
@@ -50,6 +48,18 @@ def timed(*argv: str) -> float:
     start = time.monotonic()
     sh(*argv)
     return time.monotonic() - start
+
+
+def registry_log(port: int) -> Path:
+    """The access log of the registry serving `port` (whichever checkout's test bed started it)."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[:2] == [b"docker-registry", b"serve"] and argv[2].decode().endswith(f"registry-{port}/config.yml"):
+            return Path(argv[2].decode()).with_name("registry.log")
+    sys.exit(f"no docker-registry of the test bed serves 127.0.0.1:{port}")
 
 
 def log_size(path: Path) -> int:
@@ -90,6 +100,7 @@ def main() -> None:
         for script in (["testbed/aptrepo.sh", "start"], ["testbed/registry.sh", "start"],
                        ["testbed/registry.sh", "start", "5001", "http://127.0.0.1:5000"], ["testbed/standins.sh"]):
             sh(*script)
+        upstream_log, mirror_log = registry_log(5000), registry_log(5001)
         sh("testbed/lab.sh", "up", str(args.hosts), env=env)
         sh(str(BIN / "ansible-playbook"), "playbooks/pin.yml", *inv)
         print(f"converging {args.hosts} hosts (not timed) ...", flush=True)
@@ -108,11 +119,11 @@ def main() -> None:
             seed = f"bench-{index}-{time.time_ns()}"
             sh(str(BIN / "python"), "testbed/oci_push.py", "http://127.0.0.1:5000", "unsloth/unsloth:dgxspark-latest",
                "--list-type", "docker", "--seed", seed)
-            up0, mirror0 = log_size(UPSTREAM_LOG), log_size(MIRROR_LOG)
+            up0, mirror0 = log_size(upstream_log), log_size(mirror_log)
             wall = timed(str(BIN / "ansible-playbook"), "playbooks/refresh.yml", *inv, "--limit",
                          ",".join(hosts[:count]), "-e", json.dumps({"refresh_batches": [1, "100%"]}))
-            row = {"hosts": count, "wall_s": round(wall, 1), "upstream": traffic(UPSTREAM_LOG, up0),
-                   "mirror": traffic(MIRROR_LOG, mirror0)}
+            row = {"hosts": count, "wall_s": round(wall, 1), "upstream": traffic(upstream_log, up0),
+                   "mirror": traffic(mirror_log, mirror0)}
             results["refresh"].append(row)
             print(f"refresh of {count} host(s): {wall:.1f} s; upstream {row['upstream']}; mirror {row['mirror']}",
                   flush=True)

@@ -92,6 +92,8 @@ class Fleet:
             host.finished_tasks += 1
         if outcome == "ok":
             self._facts(host.facts, res)
+            if "spark_images_refresh" in host.facts:  # set on the controller (delegate_facts), not this host
+                self.controller_facts["spark_images_refresh"] = host.facts.pop("spark_images_refresh")
             action = data.get("resolved_action") or data.get("task_action") or ""
             if action.endswith("spark_state") and isinstance(res, dict) and "status" in res:
                 if "/.sparkfleet/hosts/" in str(res.get("path", "")):  # the controller's record of the host

@@ -124,7 +124,8 @@ def test_2_refresh_canary_first_then_the_rest(fleet):
     assert lock(fleet)["unsloth"]["index_digest"] == old, "--check wrote nothing"
     assert all(launcher_ref(h).endswith(old) for h in HOSTS)
 
-    proc, data, _ = cli(fleet, "refresh", "refresh", "-e", '{"refresh_batches": [1, 1]}')
+    # --limit (here: all three) must not skip the controller's resolution.
+    proc, data, _ = cli(fleet, "refresh", "refresh", "-e", '{"refresh_batches": [1, 1]}', "--limit", ",".join(HOSTS))
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert lock(fleet)["unsloth"]["index_digest"] == new
     assert all(launcher_ref(h).endswith(new) for h in HOSTS)
@@ -171,3 +172,13 @@ def test_4_restore_a_destroyed_host(fleet):
     assert entry["verification"]["verdict"] == "not verified" and entry["verification"]["lines"]
     assert data["hosts"][HOSTS[1]]["runtime"]["registered"] is True, "provision repaired the broken host"
     assert all(launcher_ref(h).endswith(pinned["unsloth"]["index_digest"]) for h in HOSTS)
+
+
+def test_5_verify_on_the_converged_fleet_changes_nothing(fleet):
+    proc, data, _ = cli(fleet, "verify", "verify")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    for host in HOSTS:
+        entry = data["hosts"][host]
+        assert entry["counts"]["changed"] == 0, (host, entry["counts"])
+        assert entry["history"] == "converged"
+        assert entry["verification"]["verdict"] == "not verified"  # simulated: never a pass
