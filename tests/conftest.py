@@ -78,3 +78,13 @@ def anon(tmp_path_factory):
     registry = Registry(tmp_path_factory.mktemp("anon"), 5110)
     yield registry
     registry.stop()
+
+
+@pytest.fixture(scope="module")
+def pyindex(tmp_path_factory):
+    """The test bed's stand-in package index (testbed/pyindex.py) on a free 127.0.0.1 port, requests recorded."""
+    from indexes import Index
+
+    served = Index(tmp_path_factory.mktemp("pyindex"))
+    yield served
+    served.close()

@@ -31,6 +31,7 @@ from sparkfleet.runner import (
     Run,
     RunOutcome,
     outcome_from_stats,
+    passthrough,
 )
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_CANCELLED", "EXIT_FAILED_HOSTS", "EXIT_OK", "EXIT_UNREACHABLE", "RunOutcome",
@@ -68,19 +69,9 @@ def error(text: str) -> None:
 
 
 def ansible_cmdline(args: argparse.Namespace) -> list[str]:
-    """The pass-through options, with Ansible's own meaning (shown to users; -e values are moved to files)."""
-    cmd: list[str] = []
-    if args.limit:
-        cmd += ["--limit", args.limit]
-    if args.check:
-        cmd.append("--check")
-    if args.diff:
-        cmd.append("--diff")
-    if args.tags:
-        cmd += ["--tags", args.tags]
-    for extra in args.extra_vars or []:
-        cmd += ["--extra-vars", extra]
-    return cmd
+    """The pass-through options as typed (the run itself moves inline -e values into files)."""
+    return passthrough(args.limit, args.check, args.diff, args.tags) + [
+        word for extra in args.extra_vars or [] for word in ("--extra-vars", extra)]
 
 
 def _ansible_options(parser: argparse.ArgumentParser, inventory_default: str | None = None) -> None:

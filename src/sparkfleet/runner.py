@@ -59,6 +59,20 @@ def outcome_from_stats(status: str, rc: int, stats: dict | None) -> RunOutcome:
                       unreachable=set(stats.get("dark", {})))
 
 
+def passthrough(limit: str | None, check: bool, diff: bool, tags: str | None) -> list[str]:
+    """The ansible-playbook options sparkfleet passes through, with Ansible's own meaning."""
+    cmd: list[str] = []
+    if limit:
+        cmd += ["--limit", limit]
+    if check:
+        cmd.append("--check")
+    if diff:
+        cmd.append("--diff")
+    if tags:
+        cmd += ["--tags", tags]
+    return cmd
+
+
 def extra_vars_files(values: list[str], directory: Path) -> list[str]:
     """-e values as Ansible takes them, each inline one moved into a file (no secret in argv)."""
     args = []
@@ -97,16 +111,7 @@ class Run:
     console: object = None  # rich Console for the progress; default a new one
 
     def cmdline(self, private: Path) -> list[str]:
-        cmd: list[str] = []
-        if self.limit:
-            cmd += ["--limit", self.limit]
-        if self.check:
-            cmd.append("--check")
-        if self.diff:
-            cmd.append("--diff")
-        if self.tags:
-            cmd += ["--tags", self.tags]
-        return cmd + extra_vars_files(self.extra_vars, private)
+        return passthrough(self.limit, self.check, self.diff, self.tags) + extra_vars_files(self.extra_vars, private)
 
     def execute(self, fleet: Fleet) -> tuple[RunOutcome, dict]:
         import ansible_runner

@@ -10,41 +10,19 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import re
 import subprocess
 import sys
 import venv
-import zipfile
 from pathlib import Path
 
 import pytest
+from pyindex import build_wheel
 
 from conftest import REPO, run_module
 
 CACHE = REPO / ".cache" / "tests"
-
-
-def build_wheel(out: Path, name: str, version: str, files: dict[str, bytes]) -> Path:
-    """A minimal valid wheel (PEP 427) holding `files`."""
-    dist_info = f"{name.replace('-', '_')}-{version}.dist-info"
-    contents = dict(files)
-    contents[f"{dist_info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
-    contents[f"{dist_info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: sparkfleet-tests\nRoot-Is-Purelib: false\n"
-                                      b"Tag: py3-none-any\n")
-    record = []
-    for path, data in contents.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(data)}")
-    record.append(f"{dist_info}/RECORD,,")
-    contents[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
-    wheel = out / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, data in contents.items():
-            archive.writestr(path, data)
-    return wheel
 
 
 def gcc(*args: str) -> None:

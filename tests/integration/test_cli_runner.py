@@ -9,9 +9,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-from indexes import Index
-
 from conftest import BIN, REPO
 
 DRIVER = """
@@ -45,16 +42,11 @@ def test_ctrl_c_cancels_the_run_through_the_runner(tmp_path):
     subprocess.run(["pkill", "-f", "^sleep 60$"], check=False)
 
 
-@pytest.fixture
-def index(tmp_path):
-    served = Index(tmp_path / "pyindex")
-    yield served
-    served.close()
 
 
-def test_matrix_check_through_the_cli_prints_the_table_and_writes_the_report(index, tmp_path):
+def test_matrix_check_through_the_cli_prints_the_table_and_writes_the_report(pyindex, tmp_path):
     overrides = tmp_path / "overrides.json"
-    overrides.write_text(json.dumps({"matrix_check_index_overrides": index.overrides}))
+    overrides.write_text(json.dumps({"matrix_check_index_overrides": pyindex.overrides}))
     proc = subprocess.run([str(BIN / "sparkfleet"), "matrix", "check", "-e", f"@{overrides}", "--plain",
                            "--report-dir", str(tmp_path / "report")], cwd=REPO, capture_output=True, text=True,
                           env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}, check=False)

@@ -7,35 +7,29 @@ import subprocess
 
 import pytest
 import yaml
-from indexes import Index
 
 from conftest import BIN, REPO, ansible_env, run_module
 
 MATRIX = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())
 
 
-@pytest.fixture(scope="module")
-def index(tmp_path_factory):
-    served = Index(tmp_path_factory.mktemp("pyindex"))
-    yield served
-    served.close()
 
 
-def test_every_pin_of_the_matrix_is_on_the_test_beds_index(index):
-    result = run_module("spark_matrix_check", {"matrix": MATRIX, "index_overrides": index.overrides,
+def test_every_pin_of_the_matrix_is_on_the_test_beds_index(pyindex):
+    result = run_module("spark_matrix_check", {"matrix": MATRIX, "index_overrides": pyindex.overrides,
                                                "today": "2026-08-01"})
     assert not result["failed"], result.get("msg")
     assert [(r["package"], r["status"]) for r in result["rows"]][:2] == [("torch", "available"),
                                                                          ("transformers", "available")]
     assert result["missing"] == [] and result["unreachable"] == []
     assert result["staleness"]["stale"] is False
-    assert not any(r.endswith(".whl") for r in index.requests), "metadata only: no wheel is downloaded"
+    assert not any(r.endswith(".whl") for r in pyindex.requests), "metadata only: no wheel is downloaded"
 
 
-def test_a_missing_pin_and_an_unreachable_index_are_told_apart(index):
+def test_a_missing_pin_and_an_unreachable_index_are_told_apart(pyindex):
     matrix = copy.deepcopy(MATRIX)
     matrix["steps"][1]["packages"][4] = "trl==9.9.9"
-    overrides = {**index.overrides, "https://download.pytorch.org/whl/cu130": "http://127.0.0.1:9/cu130"}
+    overrides = {**pyindex.overrides, "https://download.pytorch.org/whl/cu130": "http://127.0.0.1:9/cu130"}
     result = run_module("spark_matrix_check", {"matrix": matrix, "index_overrides": overrides, "timeout": 3})
     rows = {r["package"]: r for r in result["rows"]}
     assert rows["trl"]["status"] == "missing"
@@ -46,14 +40,14 @@ def test_a_missing_pin_and_an_unreachable_index_are_told_apart(index):
     assert result["staleness"]["stale"] is True  # today, 2026-11-30 or later
 
 
-def test_the_playbook_fails_on_a_missing_pin_and_says_which(index, tmp_path):
+def test_the_playbook_fails_on_a_missing_pin_and_says_which(pyindex, tmp_path):
     matrix = copy.deepcopy(MATRIX)
     matrix["steps"][3]["packages"] = ["torchao==0.99.0"]
     candidate = tmp_path / "candidate.yml"
     candidate.write_text(yaml.safe_dump(matrix))
     proc = subprocess.run([str(BIN / "ansible-playbook"), "playbooks/matrix_check.yml",
                            "-e", f"matrix_check_file={candidate}",
-                           "-e", "{\"matrix_check_index_overrides\": " + __import__("json").dumps(index.overrides)
+                           "-e", "{\"matrix_check_index_overrides\": " + __import__("json").dumps(pyindex.overrides)
                            + "}"],
                           cwd=REPO, capture_output=True, text=True, env=ansible_env(), check=False)
     assert proc.returncode == 2

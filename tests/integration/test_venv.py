@@ -14,26 +14,20 @@ from pathlib import Path
 
 import pytest
 import yaml
-from indexes import Index
 
 from conftest import REPO, run_module
 
 MATRIX = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())
 
 
-@pytest.fixture(scope="module")
-def index(tmp_path_factory):
-    served = Index(tmp_path_factory.mktemp("pyindex"))
-    yield served
-    served.close()
 
 
 @pytest.fixture
-def place(tmp_path, index):
+def place(tmp_path, pyindex):
     """Arguments shared by every call: where the venvs live, the link, the index."""
     def args(matrix=None, **extra):
         return {"matrix": matrix or MATRIX, "root": str(tmp_path / "venvs"), "link": str(tmp_path / "venv"),
-                "python": sys.executable, "index_overrides": index.overrides, **extra}
+                "python": sys.executable, "index_overrides": pyindex.overrides, **extra}
     return args
 
 
@@ -49,14 +43,14 @@ def probe(python: str) -> dict:
     return run_module("spark_gpu_verify", {"python": python, "timeout": 60})
 
 
-def test_the_sequence_builds_a_venv_that_imports_and_reports_cuda_13(place, index, tmp_path):
-    index.requests.clear()
+def test_the_sequence_builds_a_venv_that_imports_and_reports_cuda_13(place, pyindex, tmp_path):
+    pyindex.requests.clear()
     built = run_module("spark_venv", place())
     assert not built["failed"], built.get("msg")
     assert built["changed"] is True and built["action"] == "build"
     assert [s["id"] for s in built["steps"]] == ["torch", "stack", "unsloth", "torchao"]
     assert [s["rc"] for s in built["steps"]] == [0, 0, 0, 0]
-    pypi = f"--index-url {index.url}/pypi --trusted-host 127.0.0.1"
+    pypi = f"--index-url {pyindex.url}/pypi --trusted-host 127.0.0.1"
     assert built["steps"][2]["command"].startswith(f"pip install {pypi} --no-deps ")
     assert built["steps"][3]["command"] == f'pip install {pypi} -U "torchao==0.17.0"'
     path = Path(built["path"])
@@ -65,8 +59,8 @@ def test_the_sequence_builds_a_venv_that_imports_and_reports_cuda_13(place, inde
     assert built["packages"]["torch"] == "2.10.0+cu130"
     assert built["packages"]["torchao"] == "0.17.0"
     assert all(i["ok"] for i in built["imports"]), built["imports"]
-    # torch came from the cu130 index, the rest from the PyPI stand-in; no wheel was fetched twice.
-    fetched = index.wheels_fetched()
+    # torch came from the cu130 pyindex, the rest from the PyPI stand-in; no wheel was fetched twice.
+    fetched = pyindex.wheels_fetched()
     assert "torch-2.10.0+cu130-py3-none-any.whl" in [f.replace("%2B", "+") for f in fetched]
     assert len(fetched) == len(set(fetched))
     activate = (path / "bin" / "activate").read_text()
@@ -103,7 +97,7 @@ def test_torchao_must_come_last(place, tmp_path):
     assert "no venv was active" in built["msg"]
 
 
-def test_rerun_runs_no_pip_change_builds_beside_and_switches_after_verification(place, index, tmp_path):
+def test_rerun_runs_no_pip_change_builds_beside_and_switches_after_verification(place, pyindex, tmp_path):
     first = run_module("spark_venv", place())
     switched = run_module("spark_venv", place(state="active", path=first["path"],
                                               verification={"line": "True 13.0"}))
@@ -111,21 +105,21 @@ def test_rerun_runs_no_pip_change_builds_beside_and_switches_after_verification(
     link = tmp_path / "venv"
     assert os.readlink(link) == first["path"]
 
-    index.requests.clear()
+    pyindex.requests.clear()
     again = run_module("spark_venv", place())
     assert (again["changed"], again["action"]) == (False, "none")
-    assert index.requests == [], "a converged re-run asks the index nothing"
+    assert pyindex.requests == [], "a converged re-run asks the index nothing"
     assert "rc" not in again["steps"][0], "no pip ran"
     assert run_module("spark_venv", place(state="active", path=first["path"]))["changed"] is False
 
     newer = changed_matrix(stack=["transformers==5.13.1", "peft==0.19.1", "hf_transfer==0.1.9", "datasets==4.3.0",
                                   "trl==1.9.0"])
-    index.requests.clear()
+    pyindex.requests.clear()
     second = run_module("spark_venv", place(newer))
     assert second["action"] == "build" and second["path"] != first["path"]
     assert second["packages"]["trl"] == "1.9.0"
-    # One wheel cache for all builds: only the changed pin's wheel is fetched from the index.
-    assert index.wheels_fetched() == ["trl-1.9.0-py3-none-any.whl"]
+    # One wheel cache for all builds: only the changed pin's wheel is fetched from the pyindex.
+    assert pyindex.wheels_fetched() == ["trl-1.9.0-py3-none-any.whl"]
     assert os.readlink(link) == first["path"], "the new venv is not active before it is verified"
     assert second["active"]["path"] == first["path"]
 
