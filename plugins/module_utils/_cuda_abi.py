@@ -23,32 +23,57 @@ CUDA_MAJOR_LIBS = ("cudart", "cublas", "cublasLt", "nvrtc", "nvrtc-builtins", "n
 # cuSPARSE, cuSOLVER are versioned on their own).
 OTHER_CUDA_LIBS = ("cudnn", "nccl", "cufft", "curand", "cusparse", "cusolver", "cusparseLt", "nvToolsExt",
                    "cufile", "nvshmem_host", "cuda")
-_SONAME = re.compile(r"^lib(?P<lib>[A-Za-z_][A-Za-z0-9_+-]*?)\.so\.(?P<major>\d+)(?:\.[0-9.]+)?$")
+# auditwheel renames a library it vendors into <pkg>.libs/ to lib<name>-<8 hex>.so.<version>
+# (DT_SONAME and the consumers' DT_NEEDED are patched to match); the real name is what counts.
+_SONAME = re.compile(r"^lib(?P<lib>[A-Za-z_][A-Za-z0-9_+-]*?)(?P<hash>-[0-9a-f]{8})?"
+                     r"\.so\.(?P<major>\d+)(?P<rest>(?:\.[0-9]+)*)$")
+# Builds of one library for several CUDA versions, told apart by a version in
+# the file's path (bitsandbytes: libbitsandbytes_cuda118.so .. _cuda130.so; cu12/ and cu13/ folders).
+_VARIANT_TOKEN = re.compile(r"(?<![A-Za-z0-9])(?:cuda|cu)(?P<ver>\d{2,3})(?![0-9])")
+# Environment variables that make a distribution load one variant whatever
+# the CUDA torch reports: BNB_CUDA_VERSION=128 loads libbitsandbytes_cuda128.so.
+VARIANT_SELECTORS = {"bitsandbytes": "BNB_CUDA_VERSION"}
 
 
 @dataclass
 class CudaLink:
     library: str  # e.g. "cudart"
-    soname: str  # e.g. "libcudart.so.12"
+    soname: str  # the real name, e.g. "libcudart.so.12" (also for a renamed, vendored copy)
     major: int
     tracks_cuda: bool  # the major is the CUDA major
+    elf_name: str = ""  # the name in the ELF file when a vendoring tool renamed it
 
     def as_dict(self) -> dict:
-        return {"library": self.library, "soname": self.soname, "major": self.major,
-                "tracks_cuda_major": self.tracks_cuda}
+        found = {"library": self.library, "soname": self.soname, "major": self.major,
+                 "tracks_cuda_major": self.tracks_cuda}
+        if self.elf_name != self.soname:
+            found["vendored_as"] = self.elf_name
+        return found
+
+    def describe(self) -> str:
+        return self.soname if self.elf_name == self.soname else f"{self.soname} (vendored as {self.elf_name})"
 
 
 def cuda_link(soname: str) -> CudaLink | None:
-    """Classify one soname; None when it is not a CUDA library."""
+    """Classify one soname (renamed vendored copies by their real name); None when it is not CUDA's."""
     match = _SONAME.match(soname)
     if not match:
         return None
     lib = match.group("lib")
-    if lib in CUDA_MAJOR_LIBS:
-        return CudaLink(lib, soname, int(match.group("major")), True)
-    if lib in OTHER_CUDA_LIBS:
-        return CudaLink(lib, soname, int(match.group("major")), False)
-    return None
+    if lib not in CUDA_MAJOR_LIBS and lib not in OTHER_CUDA_LIBS:
+        return None
+    real = f"lib{lib}.so.{match.group('major')}{match.group('rest')}"
+    return CudaLink(lib, real, int(match.group("major")), lib in CUDA_MAJOR_LIBS, soname)
+
+
+def variant_key(relpath: str) -> tuple[str, str] | None:
+    """(the path with its CUDA version replaced by '{}', the version) or None when it names none."""
+    found = list(_VARIANT_TOKEN.finditer(relpath))
+    if len(found) != 1:
+        return None
+    token = found[0]
+    key = relpath[: token.start("ver")] + "{}" + relpath[token.end("ver"):]
+    return key, token.group("ver")
 
 
 def parse_record(text: str) -> list[str]:
@@ -130,69 +155,148 @@ SHARED_CUDA_DIR = "nvidia"
 
 
 @dataclass
+class SharedObject:
+    relpath: str  # relative to site-packages
+    needs: list[CudaLink]
+    provides: CudaLink | None
+    private: bool  # outside the shared nvidia/ folder
+
+
+@dataclass
+class Variants:
+    """Builds of one library for several CUDA versions; the distribution loads one at run time."""
+
+    key: str  # the path with its CUDA version as {}
+    builds: dict[str, SharedObject]  # version token -> file
+
+    def majors_of(self, version: str) -> list[int]:
+        return sorted({lk.major for lk in self.builds[version].needs if lk.tracks_cuda})
+
+    def serving(self, expected_major: int) -> str | None:
+        """The newest build that links only the expected CUDA major."""
+        good = [v for v in self.builds if self.majors_of(v) == [expected_major]]
+        return max(good, key=int) if good else None
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass
 class Distribution:
     name: str
     version: str
-    needs: dict[str, CudaLink] = field(default_factory=dict)
-    provides: dict[str, CudaLink] = field(default_factory=dict)
-    private: set[str] = field(default_factory=set)  # provided sonames outside the shared nvidia/ folder
-    files: int = 0
+    files: list[SharedObject] = field(default_factory=list)
+    # Filled by judge_variants() and judge_links():
+    findings: list[str] = field(default_factory=list)
+    bundles: list[str] = field(default_factory=list)
+    variants: list[dict] = field(default_factory=list)
+    _unvaried: list[SharedObject] = field(default_factory=list, repr=False)
 
-    def _bundled(self, link: CudaLink, expected_major: int, linked: set[str]) -> bool:
-        """A provided library of another CUDA major that nothing is built to load.
+    @property
+    def needs(self) -> dict[str, CudaLink]:
+        return {lk.elf_name: lk for f in self.files for lk in f.needs}
 
-        Either it sits beside the same library at the expected major (a
-        multi-version bundle picked at run time: triton >= 3.7 ships
-        libcupti.so.12 and .13), or it is the distribution's private copy
-        (not in the shared nvidia/ folder) and no shared object here links
-        it (triton 3.6 ships only libcupti.so.12, which its profiler alone
-        opens; torch 2.11+cu130 with it verifies True 13.0 on real hardware).
-        """
-        if link.soname not in linked and link.soname in self.private:
-            return True
-        return any(other.library == link.library and other.major == expected_major
-                   for other in self.provides.values())
+    @property
+    def provides(self) -> dict[str, CudaLink]:
+        return {f.provides.elf_name: f.provides for f in self.files if f.provides}
 
-    def _foreign(self, links: dict[str, CudaLink], expected_major: int) -> list[CudaLink]:
-        return [lk for lk in sorted(links.values(), key=lambda lk: lk.soname)
-                if lk.tracks_cuda and lk.major != expected_major]
+    def variant_families(self) -> list[Variants]:
+        groups: dict[str, dict[str, SharedObject]] = {}
+        for shared in self.files:
+            keyed = variant_key(shared.relpath)
+            if keyed and any(lk.tracks_cuda for lk in shared.needs):
+                groups.setdefault(keyed[0], {})[keyed[1]] = shared
+        return [Variants(key, builds) for key, builds in sorted(groups.items()) if len(builds) > 1]
 
-    def mismatches(self, expected_major: int, linked: set[str]) -> list[str]:
-        found = [f"{self.name} {self.version}: links {lk.soname} (expected {expected_major})"
-                 for lk in self._foreign(self.needs, expected_major)]
-        found += [f"{self.name} {self.version}: provides {lk.soname} (expected {expected_major})"
-                  for lk in self._foreign(self.provides, expected_major)
-                  if not self._bundled(lk, expected_major, linked)]
-        return found
+    def judge_variants(self, expected_major: int, environment: dict[str, str]) -> set[str]:
+        """Judge the variant families; return the CUDA sonames the files loaded at run time link."""
+        families = self.variant_families()
+        in_family = {id(f) for family in families for f in family.builds.values()}
+        loaded = [f for f in self.files if id(f) not in in_family]
+        for family in families:
+            chosen = self._judge_family(family, expected_major, environment)
+            if chosen in family.builds:
+                loaded.append(family.builds[chosen])
+        self._unvaried = [f for f in self.files if id(f) not in in_family]
+        return {lk.elf_name for f in loaded for lk in f.needs}
 
-    def bundles(self, expected_major: int, linked: set[str]) -> list[str]:
-        notes = []
-        for link in self._foreign(self.provides, expected_major):
-            if not self._bundled(link, expected_major, linked):
+    def judge_links(self, expected_major: int, linked: set[str]) -> None:
+        """Findings and bundles from what the files outside variant families link and provide."""
+        label = f"{self.name} {self.version}"
+        for shared in self._unvaried:
+            for link in shared.needs:
+                finding = f"{label}: links {link.describe()} (expected {expected_major})"
+                if link.tracks_cuda and link.major != expected_major and finding not in self.findings:
+                    self.findings.append(finding)
+        provided = self.provides.values()
+        for shared in self.files:
+            link = shared.provides
+            if not link or not link.tracks_cuda or link.major == expected_major:
                 continue
             beside = f"lib{link.library}.so.{expected_major}"
-            if any(other.soname == beside for other in self.provides.values()):
-                notes.append(f"{self.name} {self.version}: provides {link.soname} beside {beside}")
+            if any(other.library == link.library and other.major == expected_major for other in provided):
+                self.bundles.append(f"{label}: provides {link.describe()} beside {beside}")
+            elif shared.private and link.elf_name not in linked:
+                self.bundles.append(f"{label}: provides {link.describe()} privately, linked by nothing here")
             else:
-                notes.append(f"{self.name} {self.version}: provides {link.soname} privately, linked by nothing here")
-        return notes
+                self.findings.append(f"{label}: provides {link.describe()} (expected {expected_major})")
 
-    def as_dict(self, expected_major: int, linked: set[str]) -> dict:
+    def _judge_family(self, family: Variants, expected_major: int, environment: dict[str, str]) -> str | None:
+        """Record the family under variants (and a finding when it is one); return the build loaded."""
+        label = f"{self.name} {self.version}"
+        versions = sorted(family.builds, key=int)
+        selector = VARIANT_SELECTORS.get(_normal(self.name))
+        forced = environment.get(selector) if selector else None
+        chosen = forced or family.serving(expected_major)
+        self.variants.append({
+            "family": family.key,
+            "builds": {v: family.majors_of(v) for v in versions},
+            "majors": sorted({m for v in versions for m in family.majors_of(v)}),
+            "serves": family.builds[chosen].relpath if chosen in family.builds else None,
+            "forced_by": f"{selector}={forced}" if forced else None,
+        })
+        if forced and forced not in family.builds:
+            self.findings.append(f"{label}: {selector}={forced} asks for {family.key.replace('{}', forced)}, "
+                                 f"which it does not ship (builds: {', '.join(versions)}); unset {selector}")
+        elif forced and family.majors_of(forced) != [expected_major]:
+            links = ", ".join(lk.describe() for lk in family.builds[forced].needs
+                              if lk.tracks_cuda and lk.major != expected_major)
+            self.findings.append(f"{label}: {selector}={forced} forces {family.key.replace('{}', forced)}, which "
+                                 f"links {links} (expected {expected_major}); unset {selector}")
+        elif chosen is None:
+            links = ", ".join(lk.describe() for lk in family.builds[versions[-1]].needs if lk.tracks_cuda)
+            self.findings.append(f"{label}: no build for CUDA {expected_major} among its variants "
+                                 f"{family.key.replace('{}', '{' + ','.join(versions) + '}')} "
+                                 f"(the newest links {links})")
+        return chosen
+
+    def as_dict(self) -> dict:
+        links, provides = self.needs, self.provides
         return {
             "name": self.name,
             "version": self.version,
-            "shared_objects": self.files,
-            "links": [lk.as_dict() for lk in sorted(self.needs.values(), key=lambda lk: lk.soname)],
-            "provides": [lk.as_dict() for lk in sorted(self.provides.values(), key=lambda lk: lk.soname)],
-            "cuda_majors": sorted({lk.major for lk in (*self.needs.values(), *self.provides.values())
-                                   if lk.tracks_cuda}),
-            "mismatches": self.mismatches(expected_major, linked),
-            "bundles": self.bundles(expected_major, linked),
+            "shared_objects": len(self.files),
+            "links": [lk.as_dict() for lk in sorted(links.values(), key=lambda lk: lk.elf_name)],
+            "provides": [lk.as_dict() for lk in sorted(provides.values(), key=lambda lk: lk.elf_name)],
+            "cuda_majors": sorted({lk.major for lk in (*links.values(), *provides.values()) if lk.tracks_cuda}),
+            "mismatches": self.findings,
+            "bundles": self.bundles,
+            "variants": self.variants,
         }
 
 
-def scan(site_packages: str, expected_major: int) -> dict:
-    """Scan one site-packages tree. Never raises on bad files: they are listed in `skipped`."""
+def scan(site_packages: str, expected_major: int, environment: dict[str, str] | None = None) -> dict:
+    """Scan one site-packages tree. Never raises on bad files: they are listed in `skipped`.
+
+    A distribution is a finding when one of its files links a library of
+    another CUDA major, or ships one in NVIDIA's shared nvidia/ folder, or
+    ships a private copy that something here links. Not findings: a private
+    copy nothing links (a bundle), a copy beside the expected major's, and
+    builds for other CUDA versions beside one for the expected major
+    (variants, one is loaded at run time) -- unless `environment` forces
+    another variant (VARIANT_SELECTORS) or no build serves the expected major.
+    """
     owner_of = owners(site_packages)
     dists: dict[tuple[str, str], Distribution] = {}
     skipped: list[dict] = []
@@ -207,26 +311,26 @@ def scan(site_packages: str, expected_major: int) -> dict:
         bytes_read += info.bytes_read
         name, version = owner_of.get(os.path.normpath(path), ("(no distribution)", "-"))
         dist = dists.setdefault((name, version), Distribution(name, version))
-        dist.files += 1
-        for soname in info.needed:
-            link = cuda_link(soname)
-            if link:
-                dist.needs[soname] = link
-        if info.soname:
-            link = cuda_link(info.soname)
-            if link:
-                dist.provides[info.soname] = link
-                top = os.path.relpath(path, site_packages).split(os.sep, 1)[0]
-                if top != SHARED_CUDA_DIR:
-                    dist.private.add(info.soname)
-    linked = {soname for d in dists.values() for soname in d.needs}
+        relpath = os.path.relpath(path, site_packages)
+        dist.files.append(SharedObject(
+            relpath=relpath,
+            needs=[lk for lk in map(cuda_link, info.needed) if lk],
+            provides=cuda_link(info.soname) if info.soname else None,
+            private=relpath.split(os.sep, 1)[0] != SHARED_CUDA_DIR,
+        ))
     cuda_dists = sorted((d for d in dists.values() if d.needs or d.provides), key=lambda d: d.name.lower())
-    findings = [m for d in cuda_dists for m in d.mismatches(expected_major, linked)]
+    for dist in cuda_dists:
+        dist.files.sort(key=lambda f: f.relpath)
+    linked = set().union(*(d.judge_variants(expected_major, environment or {}) for d in cuda_dists))
+    for dist in cuda_dists:
+        dist.judge_links(expected_major, linked)
+    findings = [m for d in cuda_dists for m in d.findings]
     return {
         "site_packages": site_packages,
         "expected_cuda_major": expected_major,
-        "distributions": [d.as_dict(expected_major, linked) for d in cuda_dists],
+        "distributions": [d.as_dict() for d in cuda_dists],
         "findings": findings,
+        "variants": [{"distribution": d.name, "version": d.version, **v} for d in cuda_dists for v in d.variants],
         "verdict": "mismatch" if findings else "ok",
         "shared_objects_scanned": scanned,
         "header_bytes_read": bytes_read,
@@ -295,6 +399,8 @@ def _container_main(expected_major, cuda_home):
         ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
     except OSError:
         ldconfig = ""
-    print(json.dumps({"python": sys.version.split()[0], "trees": [scan(t, expected_major) for t in trees],
+    environment = dict(os.environ)  # the image's ENV and what the module passed (--env NAME)
+    print(json.dumps({"python": sys.version.split()[0],
+                      "trees": [scan(t, expected_major, environment) for t in trees],
                       "system": system_cuda(cuda_home, ldconfig)}))
 """

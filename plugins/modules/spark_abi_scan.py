@@ -25,6 +25,15 @@ description:
     CUDA major (libcudart, libcublas, libcublasLt, libnvrtc, libnvJitLink,
     libcupti). Others (libcudnn, libnccl, libcufft, libcurand, libcusparse,
     ...) are reported with their own soname major and never flagged.
+  - A distribution that ships builds for several CUDA versions and loads one
+    at run time (bitsandbytes 0.49.2 - C(libbitsandbytes_cuda118.so) ..
+    C(libbitsandbytes_cuda130.so)) is not a mismatch when one build links the
+    expected major; it is listed under RV(variants) with the build that serves
+    it. It is a finding when no build serves the expected major, or when
+    O(environment) forces another build (C(BNB_CUDA_VERSION)).
+  - Libraries vendored and renamed by auditwheel (C(<pkg>.libs/libcudart-1a2b3c4d.so.12.8.90))
+    are judged by their real name. A private copy of another CUDA major that
+    nothing links is a bundle (RV(distributions[].bundles)), not a finding.
   - Also reports which CUDA runtimes the system provides (the ldconfig cache
     and the toolkit under O(cuda_home)).
   - Reads headers only, a few kilobytes per file. Truncated, non-ELF, 32-bit,
@@ -59,6 +68,14 @@ options:
     description: The CUDA toolkit whose runtime libraries count as system-provided.
     type: path
     default: /usr/local/cuda
+  environment:
+    description:
+      - The environment the workload runs with (a launcher's C(--env) values,
+        a venv's exports). Variables that pick a build at run time
+        (C(BNB_CUDA_VERSION)) are judged from it; with O(image), it is passed
+        into the container by name, on top of the image's own C(ENV).
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -115,6 +132,21 @@ distributions:
       provides: []
       cuda_majors: [13]
       mismatches: []
+      bundles: []
+      variants: []
+variants:
+  description: Distributions that ship builds for several CUDA versions, per family of builds.
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - distribution: bitsandbytes
+      version: 0.49.2
+      family: "bitsandbytes/libbitsandbytes_cuda{}.so"
+      builds: {"118": [11], "120": [12], "130": [13]}
+      majors: [11, 12, 13]
+      serves: bitsandbytes/libbitsandbytes_cuda130.so
+      forced_by: null
 site_packages:
   description: The directories scanned.
   returned: success
@@ -214,13 +246,15 @@ def container_script(expected_major: int, cuda_home: str) -> str:
             + f"\n_container_main({expected_major!r}, {cuda_home!r})\n")
 
 
-def scan_image(module: AnsibleModule) -> tuple[list[dict], dict]:
+def scan_image(module: AnsibleModule, environment: dict[str, str]) -> tuple[list[dict], dict]:
     docker = module.get_bin_path(module.params["docker"], required=True)
     image = module.params["image"]
-    cmd = [docker, "run", "--rm", "-i", "--network", "none", "--entrypoint", "python3", image, "-"]
+    # --env NAME takes the value from docker's own environment: no value reaches argv.
+    passed = [arg for name in sorted(environment) for arg in ("--env", name)]
+    cmd = [docker, "run", "--rm", "-i", "--network", "none", *passed, "--entrypoint", "python3", image, "-"]
     rc, out, err = module.run_command(cmd, data=container_script(module.params["expected_cuda_major"],
                                                                  module.params["cuda_home"]),
-                                      binary_data=True, environ_update={"LC_ALL": "C"})
+                                      binary_data=True, environ_update={"LC_ALL": "C", **environment})
     try:
         report = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -238,18 +272,20 @@ def main() -> None:
             "docker": {"type": "path", "default": "docker"},
             "expected_cuda_major": {"type": "int", "default": 13},
             "cuda_home": {"type": "path", "default": "/usr/local/cuda"},
+            "environment": {"type": "dict", "default": {}},
         },
         required_one_of=[["path", "python", "image"]],
         mutually_exclusive=[["path", "python", "image"]],
         supports_check_mode=True,
     )
     expected = module.params["expected_cuda_major"]
+    environment = {str(k): str(v) for k, v in module.params["environment"].items()}
     if module.params["image"]:
-        results, system = scan_image(module)
+        results, system = scan_image(module, environment)
         trees = [r["site_packages"] for r in results]
     else:
         trees = site_packages_of(module)
-        results = [scan(tree, expected) for tree in trees]
+        results = [scan(tree, expected, environment) for tree in trees]
         system = host_system_cuda(module)
     findings = [f for r in results for f in r["findings"]]
     module.exit_json(
@@ -257,6 +293,7 @@ def main() -> None:
         verdict="mismatch" if findings else "ok",
         findings=findings,
         distributions=[d for r in results for d in r["distributions"]],
+        variants=[v for r in results for v in r["variants"]],
         site_packages=trees,
         expected_cuda_major=expected,
         shared_objects_scanned=sum(r["shared_objects_scanned"] for r in results),

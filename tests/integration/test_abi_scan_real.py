@@ -4,8 +4,12 @@
    whose SONAME is libcudart.so.12 or libcudart.so.13 (the stand-ins for
    NVIDIA's runtime, at the vendor boundary), packed as wheels and installed
    with pip. The scanner must attribute each to its distribution.
-2. Real wheels: torch 2.14.1 (a CUDA 13 build), NVIDIA's CUDA 12 and 13
-   runtime wheels, installed with pip; readelf -d is the ground truth.
+2. Real wheels from PyPI, installed by pip for the Spark (aarch64) and for
+   x86_64: bitsandbytes 0.49.2 (builds for CUDA 11.8 .. 13.0, one loaded at
+   run time), cupy-cuda12x (links CUDA 12 without shipping it), NVIDIA's
+   CUDA 12 runtime; the real CUDA 13 torch 2.14.1 with its CUDA 13 wheels
+   from this machine's wheel store; wheels repaired by the real auditwheel
+   (a vendored, renamed runtime). readelf -dW is the ground truth.
 """
 
 from __future__ import annotations
@@ -18,11 +22,10 @@ import venv
 from pathlib import Path
 
 import pytest
+import wheels
 from pyindex import build_wheel
 
-from conftest import REPO, run_module
-
-CACHE = REPO / ".cache" / "tests"
+from conftest import BIN, run_module
 
 
 def gcc(*args: str) -> None:
@@ -122,42 +125,196 @@ def test_a_directory_that_is_no_environment_is_refused(tmp_path):
     assert "neither a virtual environment" in result["msg"]
 
 
-REAL_WHEELS = ["torch==2.14.1", "nvidia-cuda-runtime-cu12==12.8.90", "nvidia-cuda-runtime>=13,<14"]
+# Real wheels. readelf -dW is the ground truth in each test (wheels.readelf_cuda).
+
+
+def _site(spec: str, target: dict) -> Path:
+    try:
+        return wheels.pypi_site(spec, target)
+    except wheels.Unavailable as exc:
+        pytest.fail(f"{spec} for {target['arch']} could not be fetched from PyPI: {exc}")
+
+
+def _scan(path: Path, **args) -> dict:
+    result = run_module("spark_abi_scan", {"path": str(path), **args})
+    assert not result["failed"], result.get("msg")
+    return result
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("target", [wheels.SPARK, wheels.X86_64], ids=lambda t: t["arch"])
+def test_real_bitsandbytes_ships_variants_not_a_mismatch(target):
+    """bitsandbytes 0.49.2 ships libbitsandbytes_cuda118.so .. _cuda130.so and loads the one torch's CUDA names."""
+    site = _site("bitsandbytes==0.49.2", target)
+    truth = wheels.readelf_cuda(site)
+    builds = {re.search(r"_cuda(\d+)\.so$", path).group(1): wheels.cudart_major(t["needed"])
+              for path, t in truth.items() if re.search(r"libbitsandbytes_cuda\d+\.so$", path)}
+    assert builds["130"] == 13 and builds["128"] == 12 and builds["118"] == 11, builds
+
+    result = _scan(site)
+    assert result["verdict"] == "ok", result["findings"]
+    assert result["findings"] == []
+    [variants] = result["variants"]
+    assert variants["distribution"] == "bitsandbytes" and variants["version"] == "0.49.2"
+    assert variants["family"] == "bitsandbytes/libbitsandbytes_cuda{}.so"
+    assert {v: majors for v, majors in variants["builds"].items()} == {v: [m] for v, m in builds.items()}
+    assert variants["majors"] == sorted(set(builds.values())) == [11, 12, 13]
+    assert variants["serves"] == "bitsandbytes/libbitsandbytes_cuda130.so"
+    assert variants["forced_by"] is None
+
+
+@pytest.mark.network
+def test_real_bitsandbytes_forced_to_a_cuda12_build_is_a_finding():
+    site = _site("bitsandbytes==0.49.2", wheels.SPARK)
+    needed = wheels.readelf_cuda(site)["bitsandbytes/libbitsandbytes_cuda128.so"]["needed"]
+    assert wheels.cudart_major(needed) == 12
+
+    result = _scan(site, environment={"BNB_CUDA_VERSION": "128"})
+    assert result["verdict"] == "mismatch"
+    [finding] = result["findings"]
+    assert finding.startswith("bitsandbytes 0.49.2: BNB_CUDA_VERSION=128 forces "
+                              "bitsandbytes/libbitsandbytes_cuda128.so, which links libcudart.so.12")
+    assert finding.endswith("(expected 13); unset BNB_CUDA_VERSION")
+    assert all(name in finding for name in needed)
+    assert result["variants"][0]["forced_by"] == "BNB_CUDA_VERSION=128"
+
+    missing = _scan(site, environment={"BNB_CUDA_VERSION": "127"})
+    assert missing["findings"] == [
+        "bitsandbytes 0.49.2: BNB_CUDA_VERSION=127 asks for bitsandbytes/libbitsandbytes_cuda127.so, which it "
+        "does not ship (builds: 118, 120, 121, 122, 123, 124, 125, 126, 128, 129, 130); unset BNB_CUDA_VERSION"]
+
+
+@pytest.mark.network
+def test_real_bitsandbytes_has_no_build_for_a_later_cuda():
+    site = _site("bitsandbytes==0.49.2", wheels.SPARK)
+    [finding] = _scan(site, expected_cuda_major=14)["findings"]
+    assert finding.startswith("bitsandbytes 0.49.2: no build for CUDA 14 among its variants "
+                              "bitsandbytes/libbitsandbytes_cuda{118,120,121,122,123,124,125,126,128,129,130}.so")
+
+
+@pytest.mark.network
+def test_real_wheel_that_links_cuda12_without_shipping_it():
+    """cupy-cuda12x for the Spark links libcublas.so.12 and libnvrtc.so.12 and ships neither: a true finding."""
+    site = _site("cupy-cuda12x==14.2.0", wheels.SPARK)
+    truth = wheels.readelf_cuda(site)
+    linked12 = sorted({n for t in truth.values() for n in t["needed"] if re.search(r"\.so\.12", n)})
+    assert linked12 == ["libcublas.so.12", "libnvrtc.so.12"]
+    assert not [t["soname"] for t in truth.values() if t["soname"]], "cupy ships no CUDA library"
+
+    result = _scan(site)
+    assert result["verdict"] == "mismatch"
+    assert sorted(result["findings"]) == [f"cupy-cuda12x 14.2.0: links {n} (expected 13)" for n in linked12]
+    [cupy] = result["distributions"]
+    assert cupy["provides"] == [] and cupy["variants"] == []
 
 
 @pytest.fixture(scope="module")
-def real_venv() -> Path:
-    """torch 2.14.1 (CUDA 13, from this machine's wheel store) and NVIDIA's runtime wheels, without deps."""
-    env = CACHE / "abi-real-venv"
-    stamp = env / ".installed"
-    if not (stamp.exists() and stamp.read_text() == repr(REAL_WHEELS)):
-        venv.create(env, with_pip=True, clear=True)
-        subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", *REAL_WHEELS],
-                       check=True, capture_output=True)
-        stamp.write_text(repr(REAL_WHEELS))
-    return env
+def vendored(tmp_path_factory) -> dict[str, Path]:
+    """Wheels repaired by the real auditwheel: it copies the CUDA runtime the extension links
+    into vendorer.libs/ as libcudart-<hash>.so.12.8.90 and patches DT_NEEDED to that name.
+    The runtime itself is a gcc-built stub with NVIDIA's soname and file name (the vendor boundary).
+    """
+    work = tmp_path_factory.mktemp("vendored")
+    stub = work / "stub"
+    stub.mkdir()
+    (work / "rt.c").write_text("int cudaRuntimeGetVersion(int *v) { *v = 12080; return 0; }\n")
+    (work / "k.c").write_text("extern int cudaRuntimeGetVersion(int *v);\n"
+                              "int kernel(void) { int v; return cudaRuntimeGetVersion(&v); }\n")
+    gcc("-shared", "-fPIC", "-Wl,-soname,libcudart.so.12", "-o", str(stub / "libcudart.so.12.8.90"),
+        str(work / "rt.c"))
+    (stub / "libcudart.so.12").symlink_to("libcudart.so.12.8.90")
+    gcc("-shared", "-fPIC", "-o", str(work / "_ext.so"), str(work / "k.c"), f"-L{stub}", "-Wl,--no-as-needed",
+        "-l:libcudart.so.12")
+    raw = build_wheel(work / "raw", "vendorer", "1.0.0", {"vendorer/_ext.so": (work / "_ext.so").read_bytes(),
+                                                          "vendorer/__init__.py": b""},
+                      tag="py3-none-linux_x86_64")
+    subprocess.run([str(BIN / "auditwheel"), "repair", "--plat", "auto", "-w", str(work / "repaired"), str(raw)],
+                   check=True, capture_output=True, env={**os.environ, "LD_LIBRARY_PATH": str(stub),
+                                                         "PATH": f"{BIN}:{os.environ['PATH']}"})
+    [repaired] = (work / "repaired").glob("*.whl")
+    sites = {}
+    for case in ("linked", "dlopened"):
+        site = work / case
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--isolated", "--no-deps", "--target",
+                        str(site), str(repaired)], check=True, capture_output=True)
+        sites[case] = site
+    # Like a wheel that opens its private runtime with dlopen(): nothing links it.
+    [vendored_name] = [p.name for p in (sites["dlopened"] / "vendorer.libs").iterdir()]
+    subprocess.run([str(BIN / "patchelf"), "--remove-needed", vendored_name,
+                    str(sites["dlopened"] / "vendorer" / "_ext.so")], check=True, capture_output=True)
+    return sites
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="ELF only")
-def test_real_wheels_against_readelf(real_venv):
-    result = run_module("spark_abi_scan", {"path": str(real_venv)})
+def test_auditwheel_vendored_runtime_is_judged_by_its_real_name(vendored):
+    site = vendored["linked"]
+    truth = wheels.readelf_cuda(site)
+    [elf_name] = truth["vendorer/_ext.so"]["needed"]
+    assert re.fullmatch(r"libcudart-[0-9a-f]{8}\.so\.12\.8\.90", elf_name)
+    assert truth[f"vendorer.libs/{elf_name}"]["soname"] == elf_name
+
+    result = _scan(site)
+    assert result["findings"] == [
+        f"vendorer 1.0.0: links libcudart.so.12.8.90 (vendored as {elf_name}) (expected 13)",
+        f"vendorer 1.0.0: provides libcudart.so.12.8.90 (vendored as {elf_name}) (expected 13)",
+    ]
+    [dist] = result["distributions"]
+    assert dist["links"] == [{"library": "cudart", "soname": "libcudart.so.12.8.90", "major": 12,
+                              "tracks_cuda_major": True, "vendored_as": elf_name}]
+    assert dist["cuda_majors"] == [12]
+
+
+def test_auditwheel_vendored_runtime_nothing_links_is_a_bundle(vendored):
+    site = vendored["dlopened"]
+    truth = wheels.readelf_cuda(site)
+    assert "vendorer/_ext.so" not in truth, "patchelf left the extension linking the runtime"
+
+    result = _scan(site)
+    assert result["verdict"] == "ok"
+    [dist] = result["distributions"]
+    [elf_name] = [t["soname"] for t in truth.values()]
+    assert dist["bundles"] == [f"vendorer 1.0.0: provides libcudart.so.12.8.90 (vendored as {elf_name}) "
+                               f"privately, linked by nothing here"]
+
+
+@pytest.fixture(scope="module")
+def cuda13_venv() -> Path:
+    try:
+        return wheels.cuda13_venv()
+    except wheels.Unavailable as exc:
+        pytest.skip(f"this machine's wheel store does not have the real CUDA 13 torch and its wheels: {exc}")
+
+
+@pytest.mark.network
+@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64",
+                    reason="the wheel store holds x86_64 CUDA 13 torch wheels")
+def test_real_cuda13_torch_with_real_bitsandbytes_is_ok(cuda13_venv):
+    """What the source document promises: bitsandbytes works out of the box beside a CUDA 13 torch."""
+    result = _scan(cuda13_venv)
     site = Path(result["site_packages"][0])
-    truth: dict[str, set[str]] = {}
-    for so in site.rglob("*.so*"):
-        if so.is_symlink() or not so.is_file():
-            continue
-        out = subprocess.run(["readelf", "-dW", str(so)], capture_output=True, text=True, check=False).stdout
-        for soname in re.findall(r"\((?:NEEDED|SONAME)\)\s+\S+ \S+: \[(lib(?:cudart|cublas|cublasLt|nvrtc)\.so\.\d+)\]",
-                                 out):
-            truth.setdefault(str(so), set()).add(soname)
-    assert truth, "readelf found no CUDA linkage at all in the real wheels"
-    reported = {link["soname"] for d in result["distributions"] for link in d["links"] + d["provides"]}
-    assert set().union(*truth.values()) <= reported
+    truth = wheels.readelf_cuda(site)
+    reported = {link.get("vendored_as", link["soname"]) for d in result["distributions"]
+                for link in d["links"] + d["provides"]}
+    assert {n for t in truth.values() for n in [*t["needed"], t["soname"]] if n} <= reported
+    torch_majors = {wheels.cudart_major(t["needed"]) for p, t in truth.items() if p.startswith("torch/")}
+    assert torch_majors - {None} == {13}
+
+    assert result["verdict"] == "ok", result["findings"]
     by_name = {d["name"]: d for d in result["distributions"]}
     assert by_name["torch"]["cuda_majors"] == [13]
-    assert by_name["torch"]["mismatches"] == []
-    assert result["findings"] == ["nvidia-cuda-runtime-cu12 12.8.90: provides libcudart.so.12 (expected 13)"]
+    assert by_name["nvidia-cuda-runtime"]["provides"][0]["soname"].startswith("libcudart.so.13")
+    [variants] = result["variants"]
+    assert variants["serves"] == "bitsandbytes/libbitsandbytes_cuda130.so"
     assert result["unreadable"] == []
+
+
+@pytest.mark.network
+def test_a_cuda12_runtime_left_in_nvidias_folder_is_a_finding():
+    """nvidia-cuda-runtime-cu12 puts libcudart.so.12 where every wheel's RPATH looks: always a finding."""
+    site = _site("nvidia-cuda-runtime-cu12==12.8.90", wheels.SPARK)
+    truth = wheels.readelf_cuda(site)
+    assert truth["nvidia/cuda_runtime/lib/libcudart.so.12"]["soname"] == "libcudart.so.12"
+    assert _scan(site)["findings"] == [
+        "nvidia-cuda-runtime-cu12 12.8.90: provides libcudart.so.12 (expected 13)"]
 
 
 @pytest.mark.testbed

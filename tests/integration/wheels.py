@@ -1,0 +1,111 @@
+"""Real wheels for the ABI tests and the scan benchmark, fetched once and kept under .cache/.
+
+- `pypi_site(spec, platform)`: the wheel from real PyPI (cached under
+  .cache/tests/wheels), installed by pip for that platform into its own
+  site-packages directory (`pip install --target`), as pip lays it out on a
+  Spark (aarch64) or on x86_64: real files, real dist-info RECORD.
+- `cuda13_venv()`: a venv holding the real torch 2.14.1 (a CUDA 13 build)
+  with the NVIDIA CUDA 13 wheels it loads, from this machine's wheel store,
+  plus the real bitsandbytes 0.49.2 for this machine: what a bare-pip
+  Spark venv holds, on x86_64.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import yaml
+from ansible.module_utils._stack_matrix import platform_tags
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = REPO / ".cache" / "tests"
+WHEELS = CACHE / "wheels"
+# The matrix's target (a Spark: cp312, aarch64, DGX OS's glibc) and the same Python on x86_64.
+SPARK = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())["target"]
+X86_64 = {**SPARK, "arch": "x86_64"}
+# torch 2.14.1's CUDA 13 dependencies that bitsandbytes' cuda130 build links
+# (libcudart.so.13, libcublas(Lt).so.13, libnvJitLink.so.13, libcusparse.so.12),
+# pinned to what torch 2.14.1 asks for, so the machine's wheel store serves them.
+CUDA13_VENV = ["torch==2.14.1", "nvidia-cuda-runtime==13.0.96", "nvidia-cublas==13.1.1.3",
+               "nvidia-nvjitlink==13.4.92", "nvidia-cusparse==12.6.3.3"]
+
+
+class Unavailable(Exception):
+    """pip could not get the wheels; str() says why (for pytest.skip)."""
+
+
+def _pip(*args: str, python: str = sys.executable) -> None:
+    proc = subprocess.run([python, "-m", "pip", *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise Unavailable(f"pip {' '.join(args[:2])} failed: {(proc.stderr or proc.stdout).strip()[-600:]}")
+
+
+def _platform_args(target: dict) -> list[str]:
+    args = ["--only-binary=:all:", "--python-version", target["python"]]
+    for tag in platform_tags(target):
+        args += ["--platform", tag]
+    return args
+
+
+def pypi_site(spec: str, target: dict) -> Path:
+    """`spec` from real PyPI installed for `target` into a site-packages dir of its own (cached)."""
+    name = re.sub(r"[^A-Za-z0-9.]+", "_", spec)
+    site = CACHE / "sites" / f"{name}-{target['arch']}"
+    stamp = site / ".sparkfleet-installed"
+    if stamp.exists():
+        return site
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    # --isolated: real PyPI only, whatever this machine's pip configuration adds.
+    _pip("download", "--isolated", "--no-deps", *_platform_args(target), "-d", str(WHEELS), spec)
+    _pip("install", "--isolated", "--no-deps", "--no-index", "--find-links", str(WHEELS), *_platform_args(target),
+         "--target", str(site), spec)
+    stamp.write_text(spec)
+    return site
+
+
+def cuda13_venv() -> Path:
+    """The real CUDA 13 torch and its CUDA 13 wheels (wheel store), and the real bitsandbytes 0.49.2 (PyPI)."""
+    env = CACHE / "cuda13-venv"
+    want = repr([*CUDA13_VENV, "bitsandbytes==0.49.2"])
+    stamp = env / ".sparkfleet-installed"
+    if stamp.exists() and stamp.read_text() == want:
+        return env
+    venv.create(env, with_pip=True, clear=True)
+    python = str(env / "bin" / "python")
+    _pip("install", "-q", "--no-deps", *CUDA13_VENV, python=python)
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    _pip("download", "--isolated", "--no-deps", "--only-binary=:all:", "-d", str(WHEELS), "bitsandbytes==0.49.2",
+         python=python)
+    _pip("install", "-q", "--isolated", "--no-deps", "--no-index", "--find-links", str(WHEELS),
+         "bitsandbytes==0.49.2", python=python)
+    stamp.write_text(want)
+    return env
+
+
+def readelf_cuda(root: Path) -> dict[str, dict[str, list[str] | str | None]]:
+    """The ground truth: `readelf -dW` of every shared object under root -> its CUDA NEEDED and SONAME."""
+    cuda = re.compile(r"^lib(cudart|cublas|cublasLt|nvrtc|nvJitLink|cupti)(-[0-9a-f]{8})?\.so\.\d")
+    truth = {}
+    for so in sorted(root.rglob("*.so*")):
+        if so.is_symlink() or not so.is_file():
+            continue
+        out = subprocess.run(["readelf", "-dW", str(so)], capture_output=True, text=True, check=False).stdout
+        needed = [n for n in re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out) if cuda.match(n)]
+        soname = next(iter(re.findall(r"\(SONAME\)\s+Library soname: \[([^\]]+)\]", out)), None)
+        soname = soname if soname and cuda.match(soname) else None
+        if needed or soname:
+            truth[str(so.relative_to(root))] = {"needed": needed, "soname": soname}
+    return truth
+
+
+def cudart_major(names: list[str]) -> int | None:
+    """The CUDA major of the libcudart in a NEEDED list (libcudart.so.11.0 -> 11)."""
+    for name in names:
+        match = re.match(r"^libcudart(?:-[0-9a-f]{8})?\.so\.(\d+)", name)
+        if match:
+            return int(match.group(1))
+    return None
