@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 
 PROBE = r'''
 import glob, json, os, subprocess, sys
@@ -111,14 +112,48 @@ def _visibility_problem(value: str | None) -> str | None:
     return None
 
 
+def signal_name(number: int) -> str:
+    try:
+        return f"{signal.Signals(number).name} (signal {number})"
+    except ValueError:
+        return f"signal {number}"
+
+
+def killed_by(rc: int | None, container: bool) -> int | None:
+    """The signal that ended the probe: a negative status from the interpreter itself,
+    128+N from docker run (the status of a container whose process a signal ended)."""
+    if rc is None:
+        return None
+    if rc < 0:
+        return -rc
+    if container and 128 < rc <= 128 + 64:
+        return rc - 128
+    return None
+
+
+def _died_while(probe: dict[str, dict]) -> str:
+    if "env" not in probe:
+        return "starting, before it printed anything"
+    if "torch" not in probe:
+        return "importing torch"
+    if "cuda" not in probe:
+        return "asking torch for CUDA (torch.cuda.is_available())"
+    if "device" not in probe and probe["cuda"].get("available"):
+        return "running the first computation on the GPU (the first .cuda())"
+    return f"finishing, after it printed {probe['cuda'].get('line')!r}"
+
+
 def diagnose(probe: dict[str, dict], *, launch_error: str | None = None, timed_out: bool = False,
-             expected_cuda_major: int = 13, spark: bool = True, container: bool = False) -> dict:
+             expected_cuda_major: int = 13, spark: bool = True, container: bool = False,
+             signal_number: int | None = None) -> dict:
     """Verdict and, when not ok, the first of the user's hypotheses that holds.
 
     Order (spark-environment-setup.md, "Verification"): 1. nvidia-smi fails
     (runtime/flags), 2. CUDA_VISIBLE_DEVICES, 3. /dev/nvidia* permissions,
     4. a stuck process, 5. torch.version.cuda not 13.x (ABI). A wheel
-    reinstall is only ever suggested under 5.
+    reinstall is only ever suggested under 5. A probe a signal ended (a
+    segfault on the first .cuda() is the document's ABI symptom) is an ABI
+    diagnosis once 1-3 are ruled out, never a pass and never "unexplained".
     """
     env = probe.get("env", {})
     torch = {**probe.get("torch", {}), **probe.get("cuda", {})}
@@ -138,7 +173,8 @@ def diagnose(probe: dict[str, dict], *, launch_error: str | None = None, timed_o
     }
     cap = tuple(device.get("capability") or ()) or None
     major = cuda_major(torch.get("cuda"))
-    if torch.get("available") and major == expected_cuda_major and device.get("compute", False):
+    if (torch.get("available") and major == expected_cuda_major and device.get("compute", False)
+            and signal_number is None):
         if spark and cap != (12, 1):
             return {**result, "hypothesis": NOT_SPARK_GPU,
                     "evidence": f"device {device.get('name')} has compute capability {cap}, a DGX Spark's GB10 "
@@ -176,6 +212,17 @@ def diagnose(probe: dict[str, dict], *, launch_error: str | None = None, timed_o
         return {**result, "hypothesis": PERMISSIONS,
                 "evidence": f"uid {env.get('uid')} cannot open {listing}",
                 "fix": "give the user read/write access to /dev/nvidia* (DGX OS: the video group)"}
+    if signal_number is not None:
+        built = (f"torch {torch.get('version')} is built for CUDA {torch.get('cuda')}" if torch.get("version")
+                 else "torch had not answered yet")
+        return {**result, "hypothesis": ABI,
+                "evidence": f"the probe was killed by {signal_name(signal_number)} while {_died_while(probe)} "
+                            f"{where}; {built}",
+                "fix": f"a crash with no Python error is the ABI symptom: a wheel built for another CUDA major "
+                       f"loaded beside CUDA {expected_cuda_major}. Run spark_abi_scan on this environment (the "
+                       f"verification does; it names the wheel) and reinstall that wheel from the cu130 index "
+                       f"(https://download.pytorch.org/whl/cu130); nvidia-smi, visibility and permissions are "
+                       f"fine"}
     if timed_out:
         stage = ("importing torch" if "torch" not in probe else
                  "asking torch for CUDA" if "cuda" not in probe else "querying the device")

@@ -31,6 +31,10 @@ description:
     the device, 3. C(/dev/nvidia*) missing or not accessible, 4. the probe hung
     (a stuck process), 5. torch built for another CUDA major (ABI mismatch).
     A wheel reinstall is only suggested once the ABI is the confirmed cause.
+  - A probe that a signal ended (a segfault on the first C(.cuda()), the
+    ABI symptom of the user's rules) is diagnosed as an ABI mismatch, with
+    where it died, once 1-3 are ruled out; it never counts as a pass, even
+    after it printed C(True 13.0).
   - The probe runs under O(timeout); a hang is a diagnosis, not a stuck play.
 version_added: "0.1.0"
 author: sparkfleet contributors
@@ -158,13 +162,23 @@ timed_out:
   description: The probe did not finish within O(timeout).
   returned: success
   type: bool
+rc:
+  description: The probe's exit status (negative - the signal - when a signal ended the interpreter; null when it hung).
+  returned: success
+  type: int
+killed_by:
+  description:
+    - The signal that ended the probe (C(11) for a segfault), from the interpreter's status or, through a
+      launcher, docker run's C(128+N); null otherwise. Diagnosed as an ABI mismatch once 1-3 are ruled out.
+  returned: success
+  type: int
 """
 
 import os
 import subprocess
 import uuid
 
-from ansible.module_utils._gpu_probe import PROBE, diagnose, parse_probe_output
+from ansible.module_utils._gpu_probe import PROBE, diagnose, killed_by, parse_probe_output
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 
@@ -221,14 +235,17 @@ def main() -> None:
         target = {"kind": "python", "python": params["python"], "command": argv}
         rc, out, err = run_probe(argv, env, params["timeout"])
     probe = parse_probe_output(out)
-    if rc not in (0, None) and launch_error is None and "torch" not in probe and "env" not in probe:
+    signal_number = None if launch_error else killed_by(rc, container=bool(params["launcher"]))
+    if (rc not in (0, None) and launch_error is None and signal_number is None
+            and "torch" not in probe and "env" not in probe):
         module.fail_json(msg=f"the probe could not run under {target.get('python') or target.get('launcher')} "
                              f"(rc {rc}): {(err or out).strip()[-1000:]}; expected a Python 3 interpreter there.",
                          rc=rc, stdout=out, stderr=err)
     result = diagnose(probe, launch_error=launch_error, timed_out=rc is None,
                       expected_cuda_major=params["expected_cuda_major"], spark=params["spark"],
-                      container=bool(params["launcher"]))
-    module.exit_json(changed=False, target=target, probe=probe, timed_out=rc is None, **result)
+                      container=bool(params["launcher"]), signal_number=signal_number)
+    module.exit_json(changed=False, target=target, probe=probe, timed_out=rc is None, rc=rc,
+                     killed_by=signal_number, **result)
 
 
 if __name__ == "__main__":

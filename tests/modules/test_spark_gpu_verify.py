@@ -192,13 +192,44 @@ def test_only_the_abi_hypothesis_ever_suggests_reinstalling(host):
     assert all("reinstall" not in c["fix"] for c in cases)
 
 
+def test_a_segfault_on_the_first_cuda_call_is_the_abi_never_unexplained(host):
+    """The document's symptom: True 13.0 printed, then a segfault on the first .cuda(), no Python error."""
+    working_gpu(host)
+    result = host.probe({**SPARK_TORCH, "crash": "compute"})
+    assert result["verdict"] == "failed"
+    assert result["rc"] == -11 and result["killed_by"] == 11
+    assert result["line"] == "True 13.0"
+    assert result["hypothesis"] == "ABI mismatch"
+    assert result["evidence"] == ("the probe was killed by SIGSEGV (signal 11) while running the first computation "
+                                  "on the GPU (the first .cuda()) on the host; torch 2.10.0+cu130 is built for "
+                                  "CUDA 13.0")
+    assert "spark_abi_scan" in result["fix"] and "cu130" in result["fix"]
+
+
+def test_a_segfault_while_importing_torch_is_the_abi(host):
+    working_gpu(host)
+    result = host.probe({**SPARK_TORCH, "crash": "import"})
+    assert result["killed_by"] == 11
+    assert result["line"] is None
+    assert result["hypothesis"] == "ABI mismatch"
+    assert result["evidence"].startswith("the probe was killed by SIGSEGV (signal 11) while importing torch")
+
+
+def test_a_segfault_behind_a_failing_nvidia_smi_is_still_runtime_flags_first(host):
+    working_gpu(host)
+    host.nvidia_smi("echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver'; exit 9\n")
+    result = host.probe({**SPARK_TORCH, "crash": "compute"})
+    assert result["killed_by"] == 11
+    assert result["hypothesis"] == "runtime/flags"
+
+
 def test_an_interpreter_that_does_not_run_fails_clearly(tmp_path):
     result = run_module("spark_gpu_verify", {"python": str(tmp_path / "missing-python")})
     assert result["failed"] is True
     assert "the probe could not run under" in result["msg"]
 
 
-def render_launcher(directory: Path, ref: str) -> Path:
+def render_launcher(directory: Path, ref: str, **role_vars) -> Path:
     """Install the real launcher (role spark_images, launchers.yml) for `ref` into `directory`."""
     playbook = directory / "launcher.yml"
     pinned = [{"name": "test", "registry": "local", "repository": "test", "tag": "latest", "resolved_at": "now",
@@ -206,7 +237,8 @@ def render_launcher(directory: Path, ref: str) -> Path:
     playbook.write_text(json.dumps([{
         "hosts": "localhost", "gather_facts": False, "connection": "local",
         "tasks": [{"ansible.builtin.include_role": {"name": "spark_images", "tasks_from": "launchers.yml"},
-                   "vars": {"spark_images_pinned": pinned, "spark_images_launcher_dir": str(directory)}}],
+                   "vars": {"spark_images_pinned": pinned, "spark_images_launcher_dir": str(directory),
+                            **role_vars}}],
     }]))
     subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", str(playbook),
                     "-e", f"ansible_python_interpreter={sys.executable}"], cwd=REPO,
@@ -232,3 +264,30 @@ def test_container_without_the_nvidia_runtime_is_runtime_flags(tmp_path):
     leftover = subprocess.run(["docker", "ps", "-aq", "--filter", "name=sparkfleet-verify-"], capture_output=True,
                               text=True, check=True).stdout
     assert leftover.strip() == ""
+
+
+@pytest.mark.testbed
+def test_a_container_killed_by_a_signal_is_the_abi(tmp_path):
+    """docker run reports a container whose process a signal ended as 128+N (139 for SIGSEGV).
+
+    The real launcher on this machine's real dockerd, an arm64 image under
+    qemu; in place of the nvidia runtime (the hardware boundary) its flags
+    mount a working nvidia-smi double, a device node and the torch double.
+    --init: under emulation qemu-user would be the container's PID 1, and it
+    re-raises the guest's fault with kill() on itself, which the kernel
+    ignores for PID 1 (a real fault on real hardware is always delivered).
+    """
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA GB10 (UUID: GPU-00000000-0000-0000-0000-000000000000)'\n")
+    smi.chmod(0o755)
+    flags = ["--init", "--volume", f"{smi}:/usr/local/bin/nvidia-smi:ro", "--device", "/dev/null:/dev/nvidia0",
+             "--volume", f"{DOUBLES / 'torch'}:/doubles/torch:ro", "--env", "PYTHONPATH=/doubles/torch",
+             "--env", "SPARKFLEET_FAKE_TORCH=" + json.dumps({**SPARK_TORCH, "crash": "compute"})]
+    launcher = render_launcher(tmp_path, "sparkfleet/host-plain:latest", spark_images_run_flags=flags)
+    result = run_module("spark_gpu_verify", {"launcher": str(launcher), "timeout": 180})
+    assert result["rc"] == 139 and result["killed_by"] == 11
+    assert result["line"] == "True 13.0"
+    assert result["verdict"] == "failed"
+    assert result["hypothesis"] == "ABI mismatch"
+    assert "killed by SIGSEGV (signal 11) while running the first computation on the GPU" in result["evidence"]
+    assert "inside the container" in result["evidence"]

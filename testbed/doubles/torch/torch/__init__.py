@@ -1,5 +1,6 @@
 """Stand-in for torch at the hardware boundary (see ../README.md). Not real torch."""
 
+import ctypes as _ctypes
 import json as _json
 import os as _os
 import time as _time
@@ -14,6 +15,15 @@ if _os.path.exists(_STANDIN):
         _CONF.update(_json.load(_f))
 _CONF.update(_json.loads(_os.environ.get("SPARKFLEET_FAKE_TORCH", "{}")))
 
+
+
+def _crash(stage):
+    """A real segfault (a read of address 0 in native code), as a wheel linked against another CUDA gives."""
+    if _CONF.get("crash") == stage:
+        _ctypes.string_at(0)
+
+
+_crash("import")
 if _CONF.get("hang") == "import":
     while True:
         _time.sleep(3600)
@@ -46,6 +56,8 @@ class _Tensor:
 def arange(start, end, device="cpu", dtype=None):
     if device == "cuda" and not cuda.is_available():
         raise RuntimeError("No CUDA GPUs are available")
+    if device == "cuda":
+        _crash("compute")
     return _Tensor([float(v) for v in range(start, end)], device)
 
 
