@@ -139,15 +139,15 @@ def test_prune_removes_only_images_this_project_pulled_and_no_longer_pins(anon, 
     old_ref = f"{anon.host}/pintest/pytorch@{old['digest']}"
     try:
         assert playbook(REPO / "playbooks" / "pin.yml", inv).returncode == 0
-        first = playbook(play, inv, "-e", f"__spark_images_record={record}")
+        first = playbook(play, inv, "-e", f"spark_images_record_file={record}")
         assert first.returncode == 0, first.stdout
         new = push(anon.url, "pintest/pytorch:25.11-py3", ["amd64", "arm64"], seed="prune-new")
         assert playbook(REPO / "playbooks" / "pin.yml", inv).returncode == 0
-        kept = playbook(play, inv, "-e", f"__spark_images_record={record}")
+        kept = playbook(play, inv, "-e", f"spark_images_record_file={record}")
         assert kept.returncode == 0, kept.stdout
         inspect = ["docker", "image", "inspect", old_ref]
         assert subprocess.run(inspect, capture_output=True, check=False).returncode == 0  # kept without the flag
-        pruned = playbook(play, inv, "-e", f"__spark_images_record={record}", "-e", "spark_images_prune=true")
+        pruned = playbook(play, inv, "-e", f"spark_images_record_file={record}", "-e", "spark_images_prune=true")
         assert pruned.returncode == 0, pruned.stdout
         assert subprocess.run(inspect, capture_output=True, check=False).returncode != 0
         new_ref = f"{anon.host}/pintest/pytorch@{new['digest']}"
