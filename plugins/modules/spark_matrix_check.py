@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: spark_matrix_check
-short_description: Check that every pin of the stack matrix exists as a wheel for the Spark target
+short_description: Check that every pin of the stack matrix exists for the Spark target and the steps resolve
 description:
   - For each pinned package of each step, asks the step's index (or its
     override) with C(pip install --dry-run --report) for a wheel of that exact
@@ -18,6 +18,15 @@ description:
   - Each package is C(available) (with the wheel's file name), C(missing)
     (with the versions the index offers) or C(unreachable) (the index could
     not be asked). pip runs isolated from the host's pip configuration.
+  - Then resolves each step of the sequence as a whole, as pip runs it on
+    the Spark (its own arguments; its dependencies unless C(--no-deps)), with
+    the earlier steps' pins as constraints and their indexes as extra
+    indexes: C(resolves) (and what it installs), C(conflict) (pip's own
+    account of which requirements collide, e.g. an Unsloth that asks for
+    another torch once C(--no-deps) is dropped), C(missing) (a dependency
+    with no wheel for the target) or C(unreachable). A package a later step
+    pins, installed at another version, is a note: the later step moves it
+    on purpose (C(-U torchao) last).
   - Also reports the matrix's staleness against O(max_age_days).
 version_added: "0.1.0"
 author: sparkfleet contributors
@@ -80,9 +89,23 @@ staleness:
   returned: success
   type: dict
 table:
-  description: The rows as aligned text lines.
+  description: The rows and the sequence as aligned text lines.
   returned: success
   type: list
+sequence:
+  description:
+    - One per step - step, status (resolves, conflict, missing, unreachable, error, skipped), constraints
+      (the earlier pins), installs (C(name==version), when it resolves), notes, detail.
+  returned: success
+  type: list
+  elements: dict
+conflicts:
+  description: The steps that do not resolve after the earlier ones, as C(step <id>: <pip's conflict>).
+  returned: success
+  type: list
+  elements: str
+  sample: ["step unsloth: Cannot install unsloth==2026.7.2 and torch==2.10.0: The user requested (constraint)
+           torch==2.10.0; unsloth 2026.7.2 depends on torch<2.10.0 and >=2.4.0"]
 """
 
 import datetime
@@ -94,42 +117,127 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible.module_utils._stack_matrix import MatrixError, check, override, parse_pin, platform_tags, staleness
+from ansible.module_utils._stack_matrix import (
+    MatrixError,
+    check,
+    normalize,
+    override,
+    parse_pin,
+    platform_tags,
+    staleness,
+)
 from ansible.module_utils.basic import AnsibleModule
 
 _UNREACHABLE = re.compile(r"(Could not fetch URL|Max retries exceeded|NewConnectionError|Connection refused|"
                           r"Failed to establish|Temporary failure in name resolution|timed out|"
                           r"Network is unreachable|HTTP error (?:5\d\d|403|401))", re.I)
 _VERSIONS = re.compile(r"\(from versions: ([^)]*)\)")
+_NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
+# pip's ResolutionImpossible report: what it cannot install (an error) and, at its info level, the
+# requirements that collide (indented lines after "The conflict is caused by:").
+_CANNOT = re.compile(r"ERROR: (Cannot install .*?) because these package versions have conflicting dependencies")
+_CAUSES = re.compile(r"The conflict is caused by:\n((?:[ \t]+\S.*\n?)+)")
+
+
+def dry_run(pip: list[str], args: list[str], target: dict, indexes: list[str], timeout: int,
+            constraints: list[str] = ()) -> tuple[subprocess.CompletedProcess, dict | None]:
+    """`pip install --dry-run --report` for the target, isolated from this machine's pip configuration.
+
+    indexes: the first is --index-url, the others --extra-index-url. Returns
+    pip's process and its report (None when pip failed). Not --quiet: pip
+    explains a conflict at its info level, on stdout.
+    """
+    with tempfile.TemporaryDirectory() as work:
+        report = os.path.join(work, "report.json")
+        argv = [*pip, "install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
+                "--target", os.path.join(work, "t"), "--report", report, "--progress-bar", "off",
+                "--python-version", target["python"], "--implementation", "cp",
+                *[a for tag in platform_tags(target) for a in ("--platform", tag)],
+                "--index-url", indexes[0], *[a for url in indexes[1:] for a in ("--extra-index-url", url)],
+                "--timeout", str(timeout), "--retries", "1"]
+        if constraints:
+            path = os.path.join(work, "constraints.txt")
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write("".join(f"{c}\n" for c in constraints))
+            argv += ["--constraint", path]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+        env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+        proc = subprocess.run([*argv, *args], capture_output=True, text=True, env=env, check=False)
+        if proc.returncode != 0:
+            return proc, None
+        with open(report, encoding="utf-8") as handle:
+            return proc, json.load(handle)
+
+
+def failure(out: str, err: str) -> dict:
+    """What a failed pip run means: unreachable, missing (with what the index offers), conflict or error."""
+    versions = _VERSIONS.search(err)
+    offered = [v.strip() for v in versions.group(1).split(",")] if versions else []
+    offered = [v for v in offered if v and v != "none"]
+    if _UNREACHABLE.search(err) and not offered:  # pip says "not found" too when it could not ask at all
+        line = next((ln for ln in err.splitlines() if _UNREACHABLE.search(ln)), err.strip())
+        return {"status": "unreachable", "detail": line.strip()[:300]}
+    cannot = _CANNOT.search(err)
+    if cannot:
+        causes = _CAUSES.search(out + err)
+        caused = [ln.strip() for ln in causes.group(1).splitlines() if ln.strip()] if causes else []
+        return {"status": "conflict", "detail": cannot.group(1) + (f": {'; '.join(caused)}" if caused else "")}
+    if "No matching distribution" in err or "Could not find a version" in err:
+        which = _NO_MATCH.search(err)
+        detail = ("no wheel for this target; the index offers " + ", ".join(offered[-6:])
+                  if offered else "the index has no wheel of it for this target")
+        return {"status": "missing", "detail": f"{which.group(1)}: {detail}" if which else detail}
+    return {"status": "error", "detail": err.strip()[-400:]}
 
 
 def ask(pip: list[str], spec: str, index: str, target: dict, timeout: int) -> dict:
-    with tempfile.TemporaryDirectory() as work:
-        report = os.path.join(work, "report.json")
-        argv = [*pip, "install", "--dry-run", "--ignore-installed", "--no-deps", "--only-binary=:all:",
-                "--target", os.path.join(work, "t"), "--report", report, "--quiet",
-                "--python-version", target["python"], "--implementation", "cp",
-                *[a for tag in platform_tags(target) for a in ("--platform", tag)],
-                "--index-url", index, "--timeout", str(timeout), "--retries", "1", spec]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-        env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
-        if proc.returncode == 0:
-            with open(report, encoding="utf-8") as handle:
-                item = json.load(handle)["install"][0]
-            return {"status": "available", "wheel": item["download_info"]["url"].rsplit("/", 1)[-1]}
-        err = proc.stderr
-        versions = _VERSIONS.search(err)
-        offered = [v.strip() for v in versions.group(1).split(",")] if versions else []
-        offered = [v for v in offered if v and v != "none"]
-        if _UNREACHABLE.search(err) and not offered:  # pip says "not found" too when it could not ask at all
-            line = next((ln for ln in err.splitlines() if _UNREACHABLE.search(ln)), err.strip())
-            return {"status": "unreachable", "detail": line.strip()[:300]}
-        if "No matching distribution" in err or "Could not find a version" in err:
-            detail = ("no wheel for this target; the index offers " + ", ".join(offered[-6:])
-                      if offered else "the index has no wheel of it for this target")
-            return {"status": "missing", "detail": detail}
-        return {"status": "error", "detail": err.strip()[-400:]}
+    """One pin, alone: is there a wheel of exactly this version for the target?"""
+    proc, report = dry_run(pip, ["--no-deps", spec], target, [index], timeout)
+    if report is None:
+        answer = failure(proc.stdout, proc.stderr)
+        answer["detail"] = answer["detail"].split(": ", 1)[-1] if answer["status"] == "missing" else answer["detail"]
+        return answer
+    return {"status": "available", "wheel": report["install"][0]["download_info"]["url"].rsplit("/", 1)[-1]}
+
+
+def resolve_step(pip: list[str], step: dict, constraints: list[str], indexes: list[str],
+                 later_pins: dict[str, tuple[str, str]], target: dict, timeout: int) -> dict:
+    """One step of the sequence as a whole, as pip would run it after the earlier steps.
+
+    constraints: the earlier steps' pins (pip may not move them); indexes:
+    the step's own, then the earlier steps' (what they installed is there).
+    A package that a later step pins, installed here at another version, is
+    a note: the later step moves it on purpose (torchao last).
+    """
+    proc, report = dry_run(pip, [*step.get("args", []), *step["packages"]], target, indexes, timeout, constraints)
+    result = {"step": step["id"], "constraints": constraints}
+    if report is None:
+        return {**result, **failure(proc.stdout, proc.stderr)}
+    installs = {normalize(i["metadata"]["name"]): i["metadata"]["version"] for i in report["install"]}
+    notes = [f"installs {name} {version}, which step {later_pins[name][0]} then moves to {later_pins[name][1]}"
+             for name, version in sorted(installs.items())
+             if name in later_pins and version.split("+")[0] != later_pins[name][1]]
+    return {**result, "status": "resolves", "installs": [f"{n}=={v}" for n, v in sorted(installs.items())],
+            "notes": notes}
+
+
+def resolve_sequence(pip: list[str], matrix: dict, overrides: dict, skip: list[str], timeout: int) -> list[dict]:
+    """Every step in order; a skipped step's pins still hold for the later ones, its index is not asked."""
+    results = []
+    steps = matrix["steps"]
+    for position, step in enumerate(steps):
+        if step["id"] in skip:
+            results.append({"step": step["id"], "status": "skipped"})
+            continue
+        earlier = steps[:position]
+        indexes = [override(step["index_url"], overrides)]
+        indexes += [url for url in dict.fromkeys(override(e["index_url"], overrides) for e in earlier
+                                                 if e["id"] not in skip) if url not in indexes]
+        constraints = [spec for e in earlier for spec in e["packages"]]
+        later = {normalize(parse_pin(spec)[0]): (after["id"], parse_pin(spec)[1])
+                 for after in steps[position + 1:] for spec in after["packages"]}
+        results.append(resolve_step(pip, step, constraints, indexes, later, matrix["target"], timeout))
+    return results
 
 
 def main() -> None:
@@ -170,17 +278,27 @@ def main() -> None:
     for job in jobs:
         job.setdefault("status", "skipped")
         job.pop("spec")
+    sequence = resolve_sequence(pip, matrix, p["index_overrides"], p["skip_steps"], p["timeout"])
     target = matrix["target"]
     width = max(len(j["package"]) for j in jobs)
     table = [f"matrix {matrix['name']} (last verified {stale['last_verified']}, {stale['age_days']} days ago), "
              f"target cp{target['python'].replace('.', '')} linux {target['arch']} glibc {target['glibc']}"]
     table += [f"{j['step']:<8} {j['package']:<{width}} {j['version']:<12} {j['status']:<11} "
               f"{j.get('wheel') or j.get('detail') or ''}" for j in jobs]
+    table.append("the sequence, each step resolved with its dependencies after the earlier steps' pins:")
+    for step in sequence:
+        said = (f"{len(step['installs'])} packages" if step["status"] == "resolves" else step.get("detail", ""))
+        table.append(f"{step['step']:<8} {step['status']:<11} {said}")
+        table += [f"{'':<8} {'':<11} note: {note}" for note in step.get("notes", [])]
     if stale["stale"]:
         module.warn(stale["message"])
     missing = [f"{j['package']}=={j['version']} ({j['step']})" for j in jobs if j["status"] == "missing"]
-    module.exit_json(changed=False, rows=jobs, table=table, staleness=stale, missing=missing,
-                     unreachable=sorted({j["index"] for j in jobs if j["status"] in ("unreachable", "error")}))
+    # A step that could not ask its indexes says so in its row; the pins' rows name those indexes.
+    conflicts = [f"step {s['step']}: {s['detail']}" for s in sequence
+                 if s["status"] in ("conflict", "missing", "error")]
+    unreachable = sorted({j["index"] for j in jobs if j["status"] in ("unreachable", "error")})
+    module.exit_json(changed=False, rows=jobs, table=table, staleness=stale, missing=missing, sequence=sequence,
+                     conflicts=conflicts, unreachable=unreachable)
 
 
 if __name__ == "__main__":

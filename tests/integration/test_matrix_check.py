@@ -26,6 +26,36 @@ def test_every_pin_of_the_matrix_is_on_the_test_beds_index(pyindex):
     assert not any(r.endswith(".whl") for r in pyindex.requests), "metadata only: no wheel is downloaded"
 
 
+def test_the_sequence_resolves_step_by_step_on_the_test_beds_index(pyindex):
+    result = run_module("spark_matrix_check", {"matrix": MATRIX, "index_overrides": pyindex.overrides})
+    steps = {s["step"]: s for s in result["sequence"]}
+    assert [s["status"] for s in result["sequence"]] == ["resolves"] * 4, result["table"]
+    assert result["conflicts"] == []
+    # peft needs torch: the cu130 torch the first step installed satisfies it, not PyPI's.
+    assert "torch==2.10.0+cu130" in steps["stack"]["installs"]
+    assert steps["stack"]["constraints"] == ["torch==2.10.0"]
+    # trl 1.8.0 pulls an old torchao; the last step moves it on purpose (-U torchao).
+    assert steps["stack"]["notes"] == ["installs torchao 0.13.0, which step torchao then moves to 0.17.0"]
+    assert steps["unsloth"]["installs"] == ["bitsandbytes==0.49.2", "unsloth==2026.7.2", "unsloth-zoo==2026.7.2"]
+    assert "stack    resolves" in "\n".join(result["table"])
+
+
+def test_dropping_no_deps_makes_unsloth_ask_for_another_torch(pyindex):
+    """The user's rule: without --no-deps, pip re-resolves Unsloth's tree and wants another torch."""
+    matrix = copy.deepcopy(MATRIX)
+    unsloth = next(s for s in matrix["steps"] if s["id"] == "unsloth")
+    unsloth["args"] = [a for a in unsloth.get("args", []) if a != "--no-deps"]
+    result = run_module("spark_matrix_check", {"matrix": matrix, "index_overrides": pyindex.overrides})
+    steps = {s["step"]: s for s in result["sequence"]}
+    assert steps["unsloth"]["status"] == "conflict"
+    assert steps["torchao"]["status"] == "resolves"
+    [conflict] = result["conflicts"]
+    assert conflict.startswith("step unsloth: Cannot install")
+    assert "The user requested (constraint) torch==2.10.0" in conflict
+    assert "unsloth 2026.7.2 depends on torch<2.10.0" in conflict
+    assert result["missing"] == [], "every pin exists; it is the sequence that does not resolve"
+
+
 def test_a_missing_pin_and_an_unreachable_index_are_told_apart(pyindex):
     matrix = copy.deepcopy(MATRIX)
     matrix["steps"][1]["packages"][4] = "trl==9.9.9"
@@ -53,6 +83,7 @@ def test_the_playbook_fails_on_a_missing_pin_and_says_which(pyindex, tmp_path):
     assert proc.returncode == 2
     assert "no wheel for the target: torchao==0.99.0 (torchao)" in proc.stdout
     assert "torchao      0.99.0       missing" in proc.stdout
+    assert "the sequence does not resolve: step torchao: torchao==0.99.0: no wheel for this target" in proc.stdout
 
 
 @pytest.mark.network
@@ -67,3 +98,18 @@ def test_the_real_pins_exist_on_real_pypi_for_cp312_aarch64():
     assert "manylinux_2_24_aarch64" in rows["bitsandbytes"]["wheel"]
     assert "aarch64" in rows["hf_transfer"]["wheel"]
     assert rows["unsloth"]["wheel"] == "unsloth-2026.7.2-py3-none-any.whl"
+
+
+@pytest.mark.network
+def test_the_real_sequence_against_real_pypi():
+    """Each pin exists, but the stack step as written does not resolve on real PyPI: trl 1.8.0's
+    published metadata asks for datasets>=4.7.0 and the matrix pins datasets==4.3.0 (a release's
+    metadata never changes). The steps after it resolve with the earlier pins held."""
+    result = run_module("spark_matrix_check", {"matrix": MATRIX, "skip_steps": ["torch"], "timeout": 30})
+    steps = {s["step"]: s for s in result["sequence"]}
+    assert steps["torch"]["status"] == "skipped"
+    assert steps["stack"]["status"] == "conflict", result["table"]
+    assert result["conflicts"] == ["step stack: Cannot install datasets==4.3.0 and trl==1.8.0: The user requested "
+                                   "datasets==4.3.0; trl 1.8.0 depends on datasets>=4.7.0"]
+    assert steps["unsloth"]["status"] == steps["torchao"]["status"] == "resolves"
+    assert steps["torchao"]["constraints"][0] == "torch==2.10.0", "a skipped step's pins still hold"
