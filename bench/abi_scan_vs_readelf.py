@@ -1,9 +1,11 @@
 """Benchmark: spark_abi_scan's header-only reader vs `readelf -d` on every shared object.
 
-Builds (once, cached in .cache/bench/torch-venv) a venv holding a real CUDA
-PyTorch: torch==2.14.1 with its nvidia-*-cu13 dependencies (~5.5 GB, from
-this machine's wheel store), then scans it both ways in one run and prints
-the figures and their ratio. Not a test: machines are noisy, run it by hand:
+Scans the venv the ABI tests use (tests/integration/wheels.py, cached in
+.cache/tests/cuda13-venv): the real torch 2.14.1 (a CUDA 13 build) with its
+CUDA 13 runtime, cuBLAS, nvJitLink and cuSPARSE wheels from this machine's
+wheel store, and the real bitsandbytes 0.49.2 from PyPI; both ways in one
+run, and prints the figures, their ratio and what the scan says. Not a test:
+machines are noisy, run it by hand:
 
     .venv/bin/python bench/abi_scan_vs_readelf.py
 """
@@ -13,29 +15,21 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-import venv
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
+sys.path.insert(0, str(REPO / "tests" / "integration"))
 import ansible.module_utils  # noqa: E402
 
 ansible.module_utils.__path__.append(str(REPO / "plugins" / "module_utils"))
+import wheels  # noqa: E402
 from ansible.module_utils._cuda_abi import scan, shared_objects  # noqa: E402
 from ansible.module_utils._elf import read_dynamic_path  # noqa: E402
 
-ENV = REPO / ".cache" / "bench" / "torch-venv"
-WHEELS = ["torch==2.14.1"]
-
 
 def build() -> Path:
-    stamp = ENV / ".installed"
-    if not (stamp.exists() and stamp.read_text() == repr(WHEELS)):
-        print(f"building {ENV} ({' '.join(WHEELS)} with dependencies; a few minutes)", flush=True)
-        venv.create(ENV, with_pip=True, clear=True)
-        subprocess.run([str(ENV / "bin" / "python"), "-m", "pip", "install", "-q", *WHEELS], check=True)
-        stamp.write_text(repr(WHEELS))
-    return next(ENV.glob("lib/python3*/site-packages"))
+    print("the real CUDA 13 torch + bitsandbytes venv (built once, a few minutes)", flush=True)
+    return next(wheels.cuda13_venv().glob("lib/python3*/site-packages"))
 
 
 def main() -> int:
@@ -63,6 +57,10 @@ def main() -> int:
     print(f"our ELF reader on the same files:                  {reader:.3f} s "
           f"({result['header_bytes_read'] / 1e6:.2f} MB of headers read) -> {theirs / reader:.1f}x faster")
     print(f"whole scan (walk + RECORD attribution + ELF):       {ours:.3f} s -> {theirs / ours:.1f}x faster")
+    print(f"verdict: {result['verdict']}")
+    for family in result["variants"]:
+        print(f"variants: {family['distribution']} {family['version']} {family['family']}: majors "
+              f"{family['majors']}, serves {family['serves']}")
     return 0
 
 
