@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import getpass
 import json
 import os
 import subprocess
@@ -28,13 +29,14 @@ from sparkfleet.runner import (
     EXIT_OK,
     EXIT_UNREACHABLE,
     PROJECT_DIR,
+    AnsibleOptions,
     Run,
     RunOutcome,
     outcome_from_stats,
-    passthrough,
 )
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_CANCELLED", "EXIT_FAILED_HOSTS", "EXIT_OK", "EXIT_UNREACHABLE", "RunOutcome",
+__all__ = ["EXIT_BAD_INPUT", "EXIT_CANCELLED", "EXIT_FAILED_HOSTS", "EXIT_OK", "EXIT_UNREACHABLE", "AnsibleOptions",
+           "RunOutcome",
            "build_parser", "main", "outcome_from_stats"]
 
 # command -> (playbook, tags, what it does)
@@ -56,7 +58,9 @@ COMMANDS = {
                 "passed."),
     "matrix-check": ("playbooks/matrix_check.yml", None,
                      "Ask the indexes, installing nothing, whether every pin of the stack matrix exists as a "
-                     "wheel for the Spark target; show the matrix's age."),
+                     "wheel for the Spark target and whether each step of the sequence resolves after the earlier "
+                     "ones without moving a pinned package (a conflict is named as pip states it); show the "
+                     "matrix's age."),
 }
 SHORT_HELP = {"provision": "provision the Sparks (site.yml); also restores a reinstalled host",
               "verify": "re-verify every host", "pin": "resolve the image tags and write the lock",
@@ -70,8 +74,17 @@ def error(text: str) -> None:
 
 def ansible_cmdline(args: argparse.Namespace) -> list[str]:
     """The pass-through options as typed (the run itself moves inline -e values into files)."""
-    return passthrough(args.limit, args.check, args.diff, args.tags) + [
+    return AnsibleOptions.from_args(args).argv() + [
         word for extra in args.extra_vars or [] for word in ("--extra-vars", extra)]
+
+
+def ask_passwords(options: AnsibleOptions) -> dict[str, str]:
+    """Ask on the terminal for each password ansible-playbook will prompt for; map its prompt to the answer.
+
+    The answers go to ansible-runner in memory, which types them at
+    ansible-playbook's own prompts: never argv, a file or an artifact.
+    """
+    return {prompt: getpass.getpass(asked, stream=sys.stderr) for asked, prompt in options.prompts()}
 
 
 def _ansible_options(parser: argparse.ArgumentParser, inventory_default: str | None = None) -> None:
@@ -82,6 +95,18 @@ def _ansible_options(parser: argparse.ArgumentParser, inventory_default: str | N
     parser.add_argument("-C", "--check", action="store_true", help="change nothing; say what would change")
     parser.add_argument("-D", "--diff", action="store_true", help="show file changes")
     parser.add_argument("-t", "--tags", help="only roles/stages with these tags, comma-separated")
+    parser.add_argument("--skip-tags", help="skip roles/stages with these tags, comma-separated")
+    parser.add_argument("-u", "--user", help="connect as this user")
+    parser.add_argument("-b", "--become", action="store_true", help="run operations with become (sudo)")
+    parser.add_argument("-K", "--ask-become-pass", action="store_true",
+                        help="ask for the become (sudo) password on the terminal")
+    parser.add_argument("--ask-vault-pass", action="store_true", help="ask for the vault password on the terminal")
+    parser.add_argument("--vault-id", action="append", dest="vault_ids", default=[], metavar="ID",
+                        help="a vault identity (label@source, source a file, a script or 'prompt'); repeatable")
+    parser.add_argument("--vault-password-file", metavar="FILE", help="the vault password file")
+    parser.add_argument("--private-key", metavar="FILE", help="the SSH private key file")
+    parser.add_argument("-f", "--forks", type=int, help="how many hosts at once")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more output (-vvv for more)")
     parser.add_argument("-e", "--extra-vars", action="append", metavar="VARS", default=[],
                         help="extra variables (key=value, YAML/JSON, or @file); repeatable; inline values are "
                              "handed to Ansible in a private file, never on a command line")
@@ -89,6 +114,8 @@ def _ansible_options(parser: argparse.ArgumentParser, inventory_default: str | N
                         help="where this run's report goes (default reports/<time>-<command>, and reports/latest "
                              "points at it)")
     parser.add_argument("--plain", action="store_true", help="no live display: one line per task")
+    parser.add_argument("--json", action="store_true",
+                        help="print the report (report.json) on stdout; progress and the summary go to stderr")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -189,9 +216,13 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
               "inventory/example (copy it to inventory/<yours> and list your Sparks there).")
         return EXIT_BAD_INPUT
     directory = report_dir_for(command.replace("-", "_"), args.report_dir)
-    run = Run(playbook=playbook, inventory=inventory, report_dir=directory.resolve(), limit=args.limit,
-              check=args.check, diff=args.diff, tags=args.tags or tags, extra_vars=args.extra_vars,
-              live=False if args.plain else None, console=console)
+    options = AnsibleOptions.from_args(args, tags)
+    as_json = getattr(args, "json", False)
+    if as_json:
+        console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 200)
+    run = Run(playbook=playbook, inventory=inventory, report_dir=directory.resolve(), options=options,
+              extra_vars=args.extra_vars, passwords=ask_passwords(options),
+              live=False if args.plain or as_json else None, console=console)
     fleet = Fleet()
     try:
         outcome, meta = run.execute(fleet)
@@ -201,6 +232,8 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
     data = report.build(fleet, {"command": command.replace("-", " "), **meta})
     paths = report.write(data, directory)
     point_latest(directory)
+    if as_json:
+        print(json.dumps(data, indent=2))
     if command == "matrix-check":
         for line in fleet_matrix_table(directory):
             console.print(line, highlight=False, markup=False)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -59,18 +60,60 @@ def outcome_from_stats(status: str, rc: int, stats: dict | None) -> RunOutcome:
                       unreachable=set(stats.get("dark", {})))
 
 
-def passthrough(limit: str | None, check: bool, diff: bool, tags: str | None) -> list[str]:
+@dataclass
+class AnsibleOptions:
     """The ansible-playbook options sparkfleet passes through, with Ansible's own meaning."""
-    cmd: list[str] = []
-    if limit:
-        cmd += ["--limit", limit]
-    if check:
-        cmd.append("--check")
-    if diff:
-        cmd.append("--diff")
-    if tags:
-        cmd += ["--tags", tags]
-    return cmd
+
+    limit: str | None = None
+    check: bool = False
+    diff: bool = False
+    tags: str | None = None
+    skip_tags: str | None = None
+    user: str | None = None
+    become: bool = False
+    ask_become_pass: bool = False
+    ask_vault_pass: bool = False
+    vault_ids: list[str] = field(default_factory=list)
+    vault_password_file: str | None = None
+    private_key: str | None = None
+    forks: int | None = None
+    verbose: int = 0
+
+    @classmethod
+    def from_args(cls, args, tags: str | None = None) -> AnsibleOptions:
+        """From parsed command-line options; `tags` is the command's own default."""
+        known = {name: getattr(args, name) for name in cls.__dataclass_fields__ if getattr(args, name, None)}
+        return cls(**{**known, "tags": getattr(args, "tags", None) or tags})
+
+    def argv(self) -> list[str]:
+        cmd: list[str] = []
+        for flag, value in (("--limit", self.limit), ("--tags", self.tags), ("--skip-tags", self.skip_tags),
+                            ("--user", self.user), ("--vault-password-file", self.vault_password_file),
+                            ("--private-key", self.private_key), ("--forks", self.forks)):
+            if value:
+                cmd += [flag, str(value)]
+        for flag, on in (("--check", self.check), ("--diff", self.diff), ("--become", self.become),
+                         ("--ask-become-pass", self.ask_become_pass), ("--ask-vault-pass", self.ask_vault_pass)):
+            if on:
+                cmd.append(flag)
+        cmd += [word for vault_id in self.vault_ids for word in ("--vault-id", vault_id)]
+        if self.verbose:
+            cmd.append("-" + "v" * self.verbose)
+        return cmd
+
+    def prompts(self) -> list[tuple[str, str]]:
+        """(what to ask the user, the regex of ansible-playbook's own prompt) for each password it will ask."""
+        asked = []
+        if self.ask_become_pass:
+            asked.append(("BECOME password: ", r"BECOME password.*:\s*$"))
+        if self.ask_vault_pass:
+            asked.append(("Vault password: ", r"Vault password:\s*$"))
+        for vault_id in self.vault_ids:
+            label, _, source = vault_id.rpartition("@")
+            if source == "prompt":
+                asked.append((f"Vault password ({label or 'default'}): ",
+                               rf"Vault password \({re.escape(label or 'default')}\):\s*$"))
+        return asked
 
 
 def extra_vars_files(values: list[str], directory: Path) -> list[str]:
@@ -102,16 +145,15 @@ class Run:
     playbook: str
     inventory: str
     report_dir: Path
-    limit: str | None = None
-    check: bool = False
-    diff: bool = False
-    tags: str | None = None
+    options: AnsibleOptions = field(default_factory=AnsibleOptions)
     extra_vars: list[str] = field(default_factory=list)
+    # ansible-playbook's prompt (a regex) -> the answer; given to the runner in memory, never written.
+    passwords: dict[str, str] = field(default_factory=dict, repr=False)
     live: bool | None = None  # None: when stdout is a terminal
     console: object = None  # rich Console for the progress; default a new one
 
     def cmdline(self, private: Path) -> list[str]:
-        return passthrough(self.limit, self.check, self.diff, self.tags) + extra_vars_files(self.extra_vars, private)
+        return self.options.argv() + extra_vars_files(self.extra_vars, private)
 
     def execute(self, fleet: Fleet) -> tuple[RunOutcome, dict]:
         import ansible_runner
@@ -155,6 +197,7 @@ class Run:
                     suppress_env_files=True,
                     event_handler=lambda event: (fleet.handle(event), progress.update())[0] or True,
                     cancel_callback=lambda: cancelled["asked"],
+                    passwords=self.passwords,
                 )
             outcome = outcome_from_stats(runner.status, runner.rc or 0, runner.stats)
         except KeyboardInterrupt:
@@ -163,8 +206,8 @@ class Run:
             signal.signal(signal.SIGINT, previous_handler)
             shutil.rmtree(private, ignore_errors=True)
         finished = datetime.datetime.now(datetime.UTC)
-        meta = {"playbook": self.playbook, "inventory": str(self.inventory), "limit": self.limit,
-                "check": self.check, "started_at": started.replace(microsecond=0).isoformat(),
+        meta = {"playbook": self.playbook, "inventory": str(self.inventory), "limit": self.options.limit,
+                "check": self.options.check, "started_at": started.replace(microsecond=0).isoformat(),
                 "finished_at": finished.replace(microsecond=0).isoformat(),
                 "duration_s": round(time.monotonic() - clock, 1),
                 "status": outcome.status if outcome.status in ("successful", "failed", "canceled", "timeout")

@@ -55,3 +55,61 @@ def test_matrix_check_through_the_cli_prints_the_table_and_writes_the_report(pyi
     assert "unsloth  resolves    3 packages" in proc.stdout
     data = json.loads((tmp_path / "report" / "report.json").read_text())
     assert (data["command"], data["status"], data["exit_code"]) == ("matrix check", "successful", 0)
+
+
+VAULT_PASSWORD = "typed-vault-password-8d2b41"
+VAULTED_SECRET = "vaulted-registry-password-51ac07"
+
+
+def vaulted_inventory(tmp_path, overrides: dict):
+    """An inventory whose group_vars are a real ansible-vault file: the index overrides the check needs
+    (so the run can only pass if it decrypted them) and a secret."""
+    inventory = tmp_path / "inventory"
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
+    vault = inventory / "group_vars" / "all" / "vault.yml"
+    vault.write_text(json.dumps({"spark_venv_index_overrides": overrides,
+                                 "spark_images_registry_credentials": {"nvcr.io": {
+                                     "username": "$oauthtoken", "password": VAULTED_SECRET}}}))
+    password_file = tmp_path / "vault-pass"
+    password_file.write_text(VAULT_PASSWORD)
+    subprocess.run([str(BIN / "ansible-vault"), "encrypt", "--vault-password-file", str(password_file), str(vault)],
+                   check=True, capture_output=True)
+    password_file.unlink()
+    assert VAULTED_SECRET not in vault.read_text()
+    return inventory
+
+
+def test_a_vault_password_typed_at_the_terminal_reaches_ansible_and_no_file(pyindex, tmp_path):
+    import pexpect
+
+    inventory = vaulted_inventory(tmp_path, pyindex.overrides)
+    report_dir = tmp_path / "report"
+    child = pexpect.spawn(str(BIN / "sparkfleet"), ["matrix", "check", "-i", str(inventory), "--ask-vault-pass",
+                                                    "--plain", "--report-dir", str(report_dir)],
+                          cwd=str(REPO), env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"},
+                          encoding="utf-8", timeout=180)
+    child.expect("Vault password: ")
+    child.sendline(VAULT_PASSWORD)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before[-3000:]
+    assert "unsloth  resolves    3 packages" in child.before, "the vaulted index overrides were used"
+    leaked = [str(p) for p in tmp_path.rglob("*") if p.is_file()
+              and any(s.encode() in p.read_bytes() for s in (VAULT_PASSWORD, VAULTED_SECRET))]
+    assert leaked == [], "the vault password or the vaulted secret reached a file"
+    assert VAULT_PASSWORD not in child.before
+
+
+def test_json_prints_the_report_on_stdout_and_the_rest_on_stderr(pyindex, tmp_path):
+    overrides = tmp_path / "overrides.json"
+    overrides.write_text(json.dumps({"matrix_check_index_overrides": pyindex.overrides}))
+    proc = subprocess.run([str(BIN / "sparkfleet"), "matrix", "check", "-e", f"@{overrides}", "--json",
+                           "--report-dir", str(tmp_path / "report")], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    assert data == json.loads((tmp_path / "report" / "report.json").read_text())
+    assert (data["command"], data["exit_code"]) == ("matrix check", 0)
+    assert "unsloth  resolves    3 packages" in proc.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from sparkfleet import cli
@@ -15,9 +17,37 @@ def test_options_pass_through_with_ansible_meaning():
     args = _args("--limit", "spark-01", "--check", "--diff", "--tags", "spark_preflight",
                  "-e", "a=1", "-e", "@vars.yml")
     assert cli.ansible_cmdline(args) == [
-        "--limit", "spark-01", "--check", "--diff", "--tags", "spark_preflight",
+        "--limit", "spark-01", "--tags", "spark_preflight", "--check", "--diff",
         "--extra-vars", "a=1", "--extra-vars", "@vars.yml",
     ]
+
+
+def test_connection_privilege_vault_and_verbosity_options_pass_through():
+    args = _args("-u", "nvidia", "-b", "-K", "--ask-vault-pass", "--vault-id", "ngc@prompt", "--vault-id",
+                 "lab@~/.lab-pass", "--vault-password-file", "pass.txt", "--private-key", "~/.ssh/spark",
+                 "-f", "12", "-vvv", "--skip-tags", "spark_venv")
+    assert cli.ansible_cmdline(args) == [
+        "--skip-tags", "spark_venv", "--user", "nvidia", "--vault-password-file", "pass.txt",
+        "--private-key", "~/.ssh/spark", "--forks", "12", "--become", "--ask-become-pass", "--ask-vault-pass",
+        "--vault-id", "ngc@prompt", "--vault-id", "lab@~/.lab-pass", "-vvv",
+    ]
+
+
+def test_each_password_ansible_will_ask_for_is_asked_once_with_its_prompt():
+    options = cli.AnsibleOptions.from_args(_args("-K", "--ask-vault-pass", "--vault-id", "ngc@prompt",
+                                                 "--vault-id", "lab@pass.txt"))
+    prompts = options.prompts()
+    assert [asked for asked, _ in prompts] == ["BECOME password: ", "Vault password: ", "Vault password (ngc): "]
+    assert [bool(re.search(regex, shown)) for (_, regex), shown in zip(
+        prompts, ["BECOME password: ", "Vault password: ", "Vault password (ngc): "], strict=True)] == [True] * 3
+    assert not re.search(prompts[1][1], "Vault password (ngc): ")
+
+
+def test_the_commands_default_tags_apply_unless_the_user_gives_tags():
+    verify = cli.build_parser().parse_args(["verify", "-i", "inv"])
+    assert cli.AnsibleOptions.from_args(verify, "spark_verify").tags == "spark_verify"
+    chosen = cli.build_parser().parse_args(["verify", "-i", "inv", "-t", "spark_images"])
+    assert cli.AnsibleOptions.from_args(chosen, "spark_verify").tags == "spark_images"
 
 
 def test_no_options_no_arguments():
