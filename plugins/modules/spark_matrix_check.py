@@ -21,12 +21,12 @@ description:
   - Then resolves each step of the sequence as a whole, as pip runs it on
     the Spark (its own arguments; its dependencies unless C(--no-deps)), with
     the earlier steps' pins as constraints and their indexes as extra
-    indexes: C(resolves) (and what it installs), C(conflict) (pip's own
-    account of which requirements collide, e.g. an Unsloth that asks for
-    another torch once C(--no-deps) is dropped), C(missing) (a dependency
-    with no wheel for the target) or C(unreachable). A package a later step
-    pins, installed at another version, is a note: the later step moves it
-    on purpose (C(-U torchao) last).
+    indexes. Each step C(resolves) (with what it installs), or is a
+    C(conflict) (pip's own account of which requirements collide, e.g. an
+    Unsloth that asks for another torch once C(--no-deps) is dropped),
+    C(missing) (a dependency with no wheel for the target) or C(unreachable).
+    A package a later step pins, installed at another version, is only a
+    note, since the later step moves it on purpose (C(-U torchao) last).
   - Also reports the matrix's staleness against O(max_age_days).
 version_added: "0.1.0"
 author: sparkfleet contributors
@@ -100,12 +100,13 @@ sequence:
   type: list
   elements: dict
 conflicts:
-  description: The steps that do not resolve after the earlier ones, as C(step <id>: <pip's conflict>).
+  description: "The steps that do not resolve after the earlier ones, as C(step <id>: <pip's conflict>)."
   returned: success
   type: list
   elements: str
-  sample: ["step unsloth: Cannot install unsloth==2026.7.2 and torch==2.10.0: The user requested (constraint)
-           torch==2.10.0; unsloth 2026.7.2 depends on torch<2.10.0 and >=2.4.0"]
+  sample:
+    - "step unsloth: Cannot install unsloth==2026.7.2 and torch==2.10.0: The user requested (constraint)
+      torch==2.10.0; unsloth 2026.7.2 depends on torch<2.10.0 and >=2.4.0"
 """
 
 import datetime
