@@ -48,7 +48,7 @@ def parse_requirement(spec: str) -> tuple[str, str]:
     return normalize(match.group("name")), match.group("spec")
 
 
-def _date(value, what: str) -> datetime.date:
+def parse_date(value, what: str) -> datetime.date:
     text = value.isoformat() if isinstance(value, datetime.date) else str(value)
     if not _DATE.match(text):
         raise MatrixError(f"{what} is '{value}'; expected a date as YYYY-MM-DD")
@@ -68,7 +68,7 @@ def validate(matrix) -> list[str]:
     if not isinstance(matrix.get("name"), str) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", matrix["name"]):
         errors.append(f"name is {matrix.get('name')!r}; expected a short name of letters, digits, '.', '_', '-'")
     try:
-        _date(matrix.get("last_verified"), "last_verified")
+        parse_date(matrix.get("last_verified"), "last_verified")
     except MatrixError as exc:
         errors.append(str(exc))
     target = matrix.get("target")
@@ -145,7 +145,7 @@ def pins(matrix) -> dict[str, str]:
 
 
 def staleness(matrix, today: datetime.date, max_age_days: int) -> dict:
-    verified = _date(matrix["last_verified"], "last_verified")
+    verified = parse_date(matrix["last_verified"], "last_verified")
     age = (today - verified).days
     stale = age > max_age_days
     message = (f"the stack matrix {matrix['name']} was last verified on {verified.isoformat()}, {age} days ago "

@@ -62,6 +62,11 @@ COMMANDS = {
                      "ones without moving a pinned package (a conflict is named as pip states it); show the "
                      "matrix's age."),
 }
+COMMANDS["advisories-check"] = (
+    "playbooks/advisories_check.yml", None,
+    "List the issues of NVIDIA/dgx-spark-playbooks created or updated since matrix/advisories.yml was last "
+    "reviewed (its checked_on), for review. Opt-in network: asks GitHub's API (GITHUB_TOKEN in the environment "
+    "raises the rate limit). Changes nothing: record what affects you in the file and set checked_on.")
 SHORT_HELP = {"provision": "provision the Sparks (site.yml); also restores a reinstalled host",
               "verify": "re-verify every host", "pin": "resolve the image tags and write the lock",
               "refresh": "fleet-wide tag refresh: canary, batches, rollback"}
@@ -130,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sparkfleet {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (playbook, tags, text) in COMMANDS.items():
-        if name == "matrix-check":
+        if name in ("matrix-check", "advisories-check"):
             continue
         command = sub.add_parser(name, help=SHORT_HELP[name],
                                  description=f"{text} Runs {playbook}" + (f" --tags {tags}" if tags else "") + ".")
@@ -142,6 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
                                   description=COMMANDS["matrix-check"][2] + " Runs playbooks/matrix_check.yml "
                                   "(-e matrix_check_skip_steps=torch for an index this machine cannot reach).")
     _ansible_options(check, inventory_default="localhost,")
+    advisories = sub.add_parser("advisories", help="upstream advisories (matrix/advisories.yml)",
+                                description="Upstream advisories: known problems with images, pins and "
+                                            "playbooks, dated (matrix/advisories.yml).")
+    advisories_sub = advisories.add_subparsers(dest="advisories_command", required=True, metavar="SUBCOMMAND")
+    upstream = advisories_sub.add_parser("check", help="list the upstream issues since the last review",
+                                         description=COMMANDS["advisories-check"][2] + " Runs "
+                                         "playbooks/advisories_check.yml.")
+    _ansible_options(upstream, inventory_default="localhost,")
     lab = sub.add_parser("lab", help="the test bed's lab of emulated Sparks",
                          description="The lab: emulated aarch64 hosts standing in for Sparks, with the test bed's "
                                      "registry, apt repository and package index (testbed/). 'up' starts them and "
@@ -174,6 +187,8 @@ def summary_table(data: dict) -> Table:
 
 
 def print_summary(data: dict, paths: dict[str, Path] | None, console: Console) -> None:
+    for warning in data.get("warnings") or []:
+        console.print(f"warning: {warning}", highlight=False, markup=False)
     if data.get("refresh"):
         for d in data["refresh"]["diff"]:
             console.print(f"lock diff: {d['name']} ({d['tag']}): "
@@ -234,15 +249,16 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
     point_latest(directory)
     if as_json:
         print(json.dumps(data, indent=2))
-    if command == "matrix-check":
-        for line in fleet_matrix_table(directory):
+    if command in ("matrix-check", "advisories-check"):
+        for line in controller_lines(directory, "table" if command == "matrix-check" else "issues"):
             console.print(line, highlight=False, markup=False)
     print_summary(data, paths, console)
     return outcome.exit_code()
 
 
-def fleet_matrix_table(directory: Path) -> list[str]:
-    """The matrix check's table, read from the run's job events (the module's own rows)."""
+def controller_lines(directory: Path, key: str) -> list[str]:
+    """What the controller-side check showed, from the run's job events: the matrix check's table (key
+    "table") or the advisories check's lines (key "issues": the task that asked upstream)."""
     events = directory / "artifacts" / "run" / "job_events"
     for path in sorted(events.glob("*.json")) if events.is_dir() else []:
         try:
@@ -250,8 +266,12 @@ def fleet_matrix_table(directory: Path) -> list[str]:
         except (OSError, ValueError):
             continue
         res = (event.get("event_data") or {}).get("res") or {}
-        if event.get("event") == "runner_on_ok" and isinstance(res, dict) and "table" in res and "rows" in res:
+        if event.get("event") != "runner_on_ok" or not isinstance(res, dict) or key not in res:
+            continue
+        if key == "table" and "rows" in res:
             return list(res["table"])
+        if key == "issues" and res.get("upstream"):
+            return list(res["lines"])
     return []
 
 
@@ -303,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         return show_report(args.path, console)
     if args.command == "matrix":
         return run_command("matrix-check", args, console)
+    if args.command == "advisories":
+        return run_command("advisories-check", args, console)
     return run_command(args.command, args, console)
 
 

@@ -52,6 +52,7 @@ class Fleet:
     stats: dict[str, dict[str, int]] | None = None
     controller_facts: dict[str, Any] = field(default_factory=dict)
     events: int = 0
+    warnings: list[str] = field(default_factory=list)  # Ansible's warnings, once each (advisories, staleness)
 
     def host(self, name: str) -> Host:
         if name not in self.hosts:
@@ -83,6 +84,10 @@ class Fleet:
         if not name:
             return
         res = data.get("res") or {}
+        for warning in (res.get("warnings") or []) if isinstance(res, dict) else []:
+            text = warning.get("msg") if isinstance(warning, dict) else str(warning)
+            if text and text not in self.warnings:
+                self.warnings.append(text)
         if name == "localhost":
             self._facts(self.controller_facts, res)
             return

@@ -66,6 +66,7 @@ def build(fleet: Fleet, meta: dict[str, Any]) -> dict:
         "hosts": {name: host_report(host) for name, host in sorted(fleet.hosts.items())},
         "refresh": ({"diff": [{k: d.get(k) for k in ("name", "tag", "old", "new", "changed")}
                               for d in refresh.get("diff", [])]} if refresh else None),
+        "warnings": list(fleet.warnings),
     }
 
 
@@ -106,6 +107,8 @@ def markdown(report: dict) -> str:
         out += ["## Lock diff", "", "| image | tag | old | new |", "|---|---|---|---|"]
         out += [f"| {d['name']} | {d['tag']} | `{d['old']}` | `{d['new']}` |" for d in report["refresh"]["diff"]]
         out.append("")
+    if report.get("warnings"):
+        out += ["## Warnings", ""] + [f"- {w}" for w in report["warnings"]] + [""]
     out += ["## Hosts", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in summary_rows(report)]
     for name, h in report["hosts"].items():

@@ -5,7 +5,8 @@ and the extra variables, which may carry secrets) and is removed after the
 run; only the artifacts (job events, stdout, status) are kept, in the
 report directory. Extra variables given as key=value or YAML reach Ansible
 through a file in that temporary directory, never through argv, so the
-artifacts' `command` holds only a path.
+artifacts' `command` holds only a path; of the environment it records, only
+the names are kept.
 """
 
 from __future__ import annotations
@@ -140,6 +141,19 @@ def extra_vars_files(values: list[str], directory: Path) -> list[str]:
     return args
 
 
+def scrub_artifacts(artifacts: Path) -> None:
+    """Keep the names of the environment ansible-runner records in each run's `command` artifact, not the
+    values: the controller's environment may hold secrets (an NGC_API_KEY, cloud credentials, GITHUB_TOKEN)."""
+    for path in artifacts.glob("*/command"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("env"), dict):
+            data["env"] = sorted(data["env"])
+            path.write_text(json.dumps(data))
+
+
 @dataclass
 class Run:
     playbook: str
@@ -205,6 +219,7 @@ class Run:
         finally:
             signal.signal(signal.SIGINT, previous_handler)
             shutil.rmtree(private, ignore_errors=True)
+            scrub_artifacts(artifacts)
         finished = datetime.datetime.now(datetime.UTC)
         meta = {"playbook": self.playbook, "inventory": str(self.inventory), "limit": self.options.limit,
                 "check": self.options.check, "started_at": started.replace(microsecond=0).isoformat(),

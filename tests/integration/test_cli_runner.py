@@ -53,6 +53,7 @@ def test_matrix_check_through_the_cli_prints_the_table_and_writes_the_report(pyi
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "torchao  torchao      0.17.0       available   torchao-0.17.0-py3-none-any.whl" in proc.stdout
     assert "unsloth  resolves    3 packages" in proc.stdout
+    assert "advisory pypi-trl-1.8.0-datasets affects package trl==1.8.0, package datasets==4.3.0" in proc.stdout
     data = json.loads((tmp_path / "report" / "report.json").read_text())
     assert (data["command"], data["status"], data["exit_code"]) == ("matrix check", "successful", 0)
 
