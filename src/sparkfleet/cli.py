@@ -67,7 +67,15 @@ COMMANDS["advisories-check"] = (
     "List the issues of NVIDIA/dgx-spark-playbooks created or updated since matrix/advisories.yml was last "
     "reviewed (its checked_on), for review. Opt-in network: asks GitHub's API (GITHUB_TOKEN in the environment "
     "raises the rate limit). Changes nothing: record what affects you in the file and set checked_on.")
-SHORT_HELP = {"provision": "provision the Sparks (site.yml); also restores a reinstalled host",
+COMMANDS["doctor"] = (
+    "playbooks/doctor.yml", None,
+    "What someone debugging a DGX Spark needs, in one paste-able report per host, read-only: DGX OS, kernel, "
+    "driver and CUDA, the GPU and its compute capability, Docker, its runtimes and CDI, the toolkit packages and "
+    "their holds, each pinned image and whether it is present, the active venv and its matrix fingerprint, the "
+    "last verification with its diagnosis, the ABI findings. No secret; hostnames replaced unless "
+    "--keep-hostnames. Without -i it reports on this machine (-c local). Writes doctor.md and doctor.json.")
+SHORT_HELP = {"doctor": "a paste-able report of a Spark for debugging, without secrets",
+              "provision": "provision the Sparks (site.yml); also restores a reinstalled host",
               "verify": "re-verify every host", "pin": "resolve the image tags and write the lock",
               "refresh": "fleet-wide tag refresh: canary, batches, rollback"}
 REPORT_ROOT = Path("reports")
@@ -102,6 +110,7 @@ def _ansible_options(parser: argparse.ArgumentParser, inventory_default: str | N
     parser.add_argument("-t", "--tags", help="only roles/stages with these tags, comma-separated")
     parser.add_argument("--skip-tags", help="skip roles/stages with these tags, comma-separated")
     parser.add_argument("-u", "--user", help="connect as this user")
+    parser.add_argument("-c", "--connection", help="connection type (ssh, local, ...)")
     parser.add_argument("-b", "--become", action="store_true", help="run operations with become (sudo)")
     parser.add_argument("-K", "--ask-become-pass", action="store_true",
                         help="ask for the become (sudo) password on the terminal")
@@ -139,7 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         command = sub.add_parser(name, help=SHORT_HELP[name],
                                  description=f"{text} Runs {playbook}" + (f" --tags {tags}" if tags else "") + ".")
-        _ansible_options(command)
+        _ansible_options(command, inventory_default="localhost," if name == "doctor" else None)
+        if name == "doctor":
+            command.add_argument("--keep-hostnames", action="store_true",
+                                 help="keep the hosts' names in the report (replaced by host-N otherwise)")
     matrix = sub.add_parser("matrix", help="the bare-pip stack matrix",
                             description="The bare-pip stack matrix (matrix/spark-stack.yml).")
     matrix_sub = matrix.add_subparsers(dest="matrix_command", required=True, metavar="SUBCOMMAND")
@@ -231,6 +243,8 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
               "inventory/example (copy it to inventory/<yours> and list your Sparks there).")
         return EXIT_BAD_INPUT
     directory = report_dir_for(command.replace("-", "_"), args.report_dir)
+    if command == "doctor":
+        args = doctor_args(args)
     options = AnsibleOptions.from_args(args, tags)
     as_json = getattr(args, "json", False)
     if as_json:
@@ -249,11 +263,38 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
     point_latest(directory)
     if as_json:
         print(json.dumps(data, indent=2))
+    if command == "doctor":
+        write_doctor(fleet, directory, console)
     if command in ("matrix-check", "advisories-check"):
         for line in controller_lines(directory, "table" if command == "matrix-check" else "issues"):
             console.print(line, highlight=False, markup=False)
     print_summary(data, paths, console)
     return outcome.exit_code()
+
+
+def doctor_args(args: argparse.Namespace) -> argparse.Namespace:
+    """On this machine when no inventory is given; the hostname choice as an extra variable."""
+    extra = list(args.extra_vars)
+    if args.inventory == "localhost,":
+        extra.append('{"doctor_hosts": "localhost"}')
+        args = argparse.Namespace(**{**vars(args), "connection": args.connection or "local"})
+    if args.keep_hostnames:
+        extra.append('{"doctor_keep_hostnames": true}')
+    return argparse.Namespace(**{**vars(args), "extra_vars": extra})
+
+
+def write_doctor(fleet: Fleet, directory: Path, console: Console) -> None:
+    """doctor.md and doctor.json from each host's report (the controller's own when it ran on this machine)."""
+    reports = [h.facts["spark_doctor"] for _, h in sorted(fleet.hosts.items()) if "spark_doctor" in h.facts]
+    if "spark_doctor" in fleet.controller_facts:
+        reports.insert(0, fleet.controller_facts["spark_doctor"])
+    if not reports:
+        return
+    text = "\n".join(r["markdown"] for r in reports)
+    (directory / "doctor.md").write_text(text)
+    (directory / "doctor.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "markdown"}
+                                                       for r in reports], indent=2) + "\n")
+    console.print(text, highlight=False, markup=False)
 
 
 def controller_lines(directory: Path, key: str) -> list[str]:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 WATCHED_FACTS = ("spark_preflight", "spark_images_pinned", "spark_venv_active", "spark_verify_result",
-                 "spark_container_runtime_registered", "spark_images_refresh", "spark_images_refresh_failure")
+                 "spark_container_runtime_registered", "spark_images_refresh", "spark_images_refresh_failure",
+                 "spark_doctor")
 
 
 @dataclass

@@ -71,6 +71,7 @@ class AnsibleOptions:
     tags: str | None = None
     skip_tags: str | None = None
     user: str | None = None
+    connection: str | None = None
     become: bool = False
     ask_become_pass: bool = False
     ask_vault_pass: bool = False
@@ -89,7 +90,8 @@ class AnsibleOptions:
     def argv(self) -> list[str]:
         cmd: list[str] = []
         for flag, value in (("--limit", self.limit), ("--tags", self.tags), ("--skip-tags", self.skip_tags),
-                            ("--user", self.user), ("--vault-password-file", self.vault_password_file),
+                            ("--user", self.user), ("--connection", self.connection),
+                            ("--vault-password-file", self.vault_password_file),
                             ("--private-key", self.private_key), ("--forks", self.forks)):
             if value:
                 cmd += [flag, str(value)]

@@ -1,0 +1,241 @@
+#!/usr/bin/python
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""What someone debugging a DGX Spark needs, in one paste-able report."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: spark_doctor
+short_description: Report what someone debugging a DGX Spark needs, paste-able, without secrets
+description:
+  - Reads, and changes nothing - the platform facts of spark_preflight_facts
+    (DGX OS release, GPU name and compute capability, driver and CUDA from
+    C(nvidia-smi)), the kernel, Docker's version, registered runtimes, default
+    runtime and CDI, the NVIDIA Container Toolkit packages' versions and holds,
+    each image sparkfleet pinned on the host (its digest, and whether it is
+    present), the active venv and its matrix fingerprint, and the last
+    verification from the host's state file (the GPU line, the ordered
+    diagnosis with its evidence, the ABI findings).
+  - Returns the report as data (RV(report)) and as Markdown (RV(markdown)).
+    Only named fields are read from Docker and the files, so no registry
+    credential, proxy or token reaches it; the host's names (O(hostnames), its
+    node name and FQDN) are replaced by O(label) unless O(keep_hostnames).
+  - Anything it cannot read is listed under C(problems), never a failure.
+version_added: "0.1.0"
+author: sparkfleet contributors
+options:
+  platform:
+    description: The facts spark_preflight_facts gathered (C(ansible_facts['spark_preflight'])).
+    type: dict
+    required: true
+  state_file:
+    description: The host's sparkfleet state file.
+    type: path
+    default: /var/lib/sparkfleet/state.json
+  venv_link:
+    description: The link to the active venv.
+    type: path
+    default: /opt/sparkfleet/venv
+  toolkit_packages:
+    description: The NVIDIA Container Toolkit packages to report with their versions and holds.
+    type: list
+    elements: str
+    default: []
+  docker:
+    description: Docker CLI.
+    type: str
+    default: docker
+  hostnames:
+    description: Names of the host to replace (e.g. its inventory name).
+    type: list
+    elements: str
+    default: []
+  keep_hostnames:
+    description: Keep the host's names in the report.
+    type: bool
+    default: false
+  label:
+    description: What the host's names are replaced by.
+    type: str
+    default: host
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; the same in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Gather the platform facts
+  spark_preflight_facts:
+
+- name: The doctor's report
+  spark_doctor:
+    platform: "{{ ansible_facts['spark_preflight'] }}"
+    hostnames: ["{{ inventory_hostname }}"]
+"""
+
+RETURN = r"""
+report:
+  description: The report - host, platform, simulated, system, gpu, docker, toolkit, images, venv, verification,
+    abi_findings, problems.
+  returned: success
+  type: dict
+markdown:
+  description: The report as Markdown, to paste into an issue.
+  returned: success
+  type: str
+"""
+
+import json
+import os
+import socket
+
+from ansible.module_utils._doctor import markdown, redact
+from ansible.module_utils.basic import AnsibleModule
+
+
+class Doctor:
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.problems: list[str] = []
+
+    def run(self, argv: list[str]) -> str | None:
+        rc, out, err = self.module.run_command(argv, environ_update={"LC_ALL": "C"})
+        if rc != 0:
+            self.problems.append(f"{' '.join(argv[:3])}: rc {rc}: {(err or out).strip()[-300:]}")
+            return None
+        return out
+
+    def read_json(self, path: str, what: str) -> dict | None:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return json.load(handle)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            self.problems.append(f"{what} {path}: {exc}")
+            return None
+
+    def docker(self) -> dict:
+        docker = self.module.get_bin_path(self.module.params["docker"])
+        if not docker:
+            return {"error": "docker not found"}
+        out = self.run([docker, "info", "--format", "{{json .}}"])
+        try:
+            info = json.loads(out) if out else {}
+        except ValueError:
+            info = {}
+        daemon = self.read_json("/etc/docker/daemon.json", "Docker's configuration") or {}
+        features = daemon.get("features") if isinstance(daemon.get("features"), dict) else {}
+        cdi = features.get("cdi")
+        return {"server_version": info.get("ServerVersion"), "runtimes": sorted(info.get("Runtimes") or {}),
+                "default_runtime": info.get("DefaultRuntime"),
+                "cdi": ("enabled" if cdi else "disabled" if cdi is False else "not set")
+                + (f"; spec dirs {', '.join(info['CDISpecDirs'])}" if info.get("CDISpecDirs") else ""),
+                "error": None if info else "docker info gave no answer"}
+
+    def toolkit(self) -> list[dict]:
+        names = self.module.params["toolkit_packages"]
+        dpkg = self.module.get_bin_path("dpkg-query")
+        if not names or not dpkg:
+            return []
+        # dpkg-query exits 1 when a package is unknown and still lists the others.
+        _rc, out, _ = self.module.run_command([dpkg, "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n",
+                                               *names], environ_update={"LC_ALL": "C"})
+        versions = {}
+        for line in out.splitlines():
+            name, _, rest = line.partition("\t")
+            version, _, status = rest.partition("\t")
+            versions[name] = version if status.startswith("ii") else None
+        held = set()
+        mark = self.module.get_bin_path("apt-mark")
+        if mark:
+            held = set((self.run([mark, "showhold"]) or "").split())
+        return [{"name": n, "version": versions.get(n), "held": n in held} for n in names]
+
+    def images(self, state: dict) -> list[dict]:
+        docker = self.module.get_bin_path(self.module.params["docker"])
+        found = []
+        for image in (state.get("verification") or {}).get("images") or []:
+            present = False
+            if docker and image.get("ref"):
+                rc, _, _ = self.module.run_command([docker, "image", "inspect", "--format", "{{.Id}}", image["ref"]])
+                present = rc == 0
+            found.append({"name": image.get("name"), "ref": image.get("ref"), "present": present})
+        return found
+
+    def venv(self) -> dict | None:
+        link = self.module.params["venv_link"]
+        if not os.path.islink(link) and not os.path.isdir(link):
+            return None
+        path = os.path.realpath(link)
+        marker = self.read_json(os.path.join(path, "sparkfleet-venv.json"), "the venv's marker") or {}
+        return {"path": path, "matrix": marker.get("matrix"), "fingerprint": marker.get("fingerprint")}
+
+    def report(self) -> dict:
+        p = self.module.params["platform"]
+        state = self.read_json(self.module.params["state_file"], "the state file") or {}
+        verification = state.get("verification") or {}
+        lines = []
+        for g in verification.get("gpu") or []:
+            line = " ".join(w for w in (f"GPU {g.get('kind')} {g.get('target')}:", str(g.get("verdict")).upper(),
+                                        g.get("line")) if w)
+            if g.get("verdict") != "ok":
+                line += f" - {g.get('hypothesis')}: {g.get('evidence')}. Fix: {g.get('fix')}"
+            lines.append(line)
+        lines += [f"NOT VERIFIED {n.get('target')}: {n.get('reason')}" for n in verification.get("not_verified") or []]
+        lines += [f"ABI {a.get('target')}: {str(a.get('verdict')).upper()}" for a in verification.get("abi") or []]
+        gpus = p.get("gpus") or []
+        return {
+            "host": self.module.params["label"],
+            "platform": p.get("platform"),
+            "simulated": bool(p.get("simulated")),
+            "system": {"dgx_os": (p.get("dgx") or {}).get("swbuild_version"),
+                       "os": (p.get("os") or {}).get("pretty_name"), "kernel": os.uname().release,
+                       "arch": p.get("arch")},
+            "gpu": {"devices": [{"name": g.get("name"), "compute_cap": g.get("compute_cap")} for g in gpus],
+                    "driver_version": next((g.get("driver_version") for g in gpus), None),
+                    "cuda_version": p.get("cuda_driver_version")},
+            "docker": self.docker(),
+            "toolkit": self.toolkit(),
+            "images": self.images(state),
+            "venv": self.venv(),
+            "verification": {"verdict": verification.get("verdict"), "lines": lines,
+                             "written_at": state.get("written_at")},
+            "abi_findings": [f for a in verification.get("abi") or [] for f in a.get("findings") or []],
+            "problems": self.problems,
+        }
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "platform": {"type": "dict", "required": True},
+            "state_file": {"type": "path", "default": "/var/lib/sparkfleet/state.json"},
+            "venv_link": {"type": "path", "default": "/opt/sparkfleet/venv"},
+            "toolkit_packages": {"type": "list", "elements": "str", "default": []},
+            "docker": {"type": "str", "default": "docker"},
+            "hostnames": {"type": "list", "elements": "str", "default": []},
+            "keep_hostnames": {"type": "bool", "default": False},
+            "label": {"type": "str", "default": "host"},
+        },
+        supports_check_mode=True,
+    )
+    report = Doctor(module).report()
+    if module.params["keep_hostnames"]:
+        report["host"] = module.params["hostnames"][0] if module.params["hostnames"] else os.uname().nodename
+    else:
+        names = [n for n in (*module.params["hostnames"], os.uname().nodename, socket.getfqdn())
+                 if n not in ("localhost", "localhost.localdomain")]
+        report = redact(report, names, module.params["label"])
+    module.exit_json(changed=False, report=report, markdown=markdown(report))
+
+
+if __name__ == "__main__":
+    main()

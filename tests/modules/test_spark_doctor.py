@@ -1,0 +1,87 @@
+"""spark_doctor on this machine, by real Ansible: its real Docker engine, dpkg and files; the host's
+state file, venv marker and platform facts laid out as sparkfleet writes them (the GPU is the GB10
+recording of the nvidia-smi double, at the hardware boundary)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+import pytest
+import yaml
+
+from conftest import REPO, run_module
+
+PACKAGES = yaml.safe_load((REPO / "roles" / "spark_container_runtime" / "vars" / "main.yml").read_text())[
+    "__spark_container_runtime_packages"]
+PLATFORM = {"platform": "spark", "simulated": False, "arch": "aarch64",
+            "os": {"pretty_name": "Ubuntu 24.04.3 LTS"}, "dgx": {"swbuild_version": "7.4.0"},
+            "gpus": [{"name": "NVIDIA GB10", "compute_cap": "12.1", "driver_version": "580.95.05"}],
+            "cuda_driver_version": "13.0"}
+PRESENT = "sparkfleet/host-plain:latest"
+MISSING = "127.0.0.1:5000/nvidia/pytorch@sha256:" + "0" * 64
+
+
+@pytest.fixture
+def host(tmp_path):
+    venv = tmp_path / "venvs" / "unsloth-2026.7.2-0123456789ab"
+    venv.mkdir(parents=True)
+    (venv / "sparkfleet-venv.json").write_text(json.dumps({"matrix": "unsloth-2026.7.2",
+                                                           "fingerprint": "0123456789abcdef"}))
+    (tmp_path / "venv").symlink_to(venv)
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"schema": 1, "written_at": "2026-12-01T03:00:00+00:00", "verification": {
+        "verdict": "failed",
+        "images": [{"name": "ngc", "ref": MISSING}, {"name": "plain", "ref": PRESENT}],
+        "gpu": [{"kind": "image", "target": "/usr/local/bin/spark-ngc", "verdict": "failed", "line": None,
+                 "hypothesis": "runtime/flags", "evidence": "nvidia-smi inside the container failed on spark-07",
+                 "fix": "start the container with --runtime=nvidia --gpus all"}],
+        "abi": [{"target": "/opt/sparkfleet/venv/bin/python", "verdict": "mismatch",
+                 "findings": ["cupy-cuda12x 14.2.0: links libcublas.so.12 (expected 13)"]}]}}))
+    return tmp_path
+
+
+def doctor(host, **extra) -> dict:
+    result = run_module("spark_doctor", {"platform": PLATFORM, "state_file": str(host / "state.json"),
+                                         "venv_link": str(host / "venv"), "toolkit_packages": PACKAGES,
+                                         "hostnames": ["spark-07"], "label": "host-3", **extra})
+    assert not result["failed"], result.get("msg")
+    return result
+
+
+@pytest.mark.testbed
+def test_the_report_holds_what_someone_debugging_needs(host):
+    result = doctor(host)
+    report, text = result["report"], result["markdown"]
+    assert "| platform | spark |" in text and "| DGX OS | 7.4.0 |" in text
+    assert "| GPU | NVIDIA GB10 (compute 12.1) |" in text
+    assert "| driver | 580.95.05 |" in text and "| CUDA (driver) | 13.0 |" in text
+    assert f"| kernel | {os.uname().release} |" in text
+    assert report["docker"]["server_version"] and "runc" in report["docker"]["runtimes"]
+    assert [p["name"] for p in report["toolkit"]] == PACKAGES
+    assert f"| image ngc | {MISSING} MISSING |" in text
+    assert f"| image plain | {PRESENT} present |" in text
+    assert report["venv"]["fingerprint"] == "0123456789abcdef"
+    assert "Verification: **failed** (recorded 2026-12-01T03:00:00+00:00)" in text
+    assert ("- GPU image /usr/local/bin/spark-ngc: FAILED - runtime/flags: nvidia-smi inside the container "
+            "failed on host-3. Fix: start the container with --runtime=nvidia --gpus all") in text
+    assert "- cupy-cuda12x 14.2.0: links libcublas.so.12 (expected 13)" in text
+
+
+def test_hostnames_are_replaced_unless_kept(host):
+    names = [n for n in ("spark-07", os.uname().nodename, socket.getfqdn()) if n != "localhost"]
+    result = doctor(host)
+    redacted = json.dumps([result["report"], result["markdown"]])
+    assert not [n for n in names if n and n in redacted]
+    kept = doctor(host, keep_hostnames=True)
+    assert "failed on spark-07" in kept["markdown"]
+    assert kept["report"]["host"] == "spark-07"
+
+
+def test_a_host_never_provisioned_still_gets_a_report(tmp_path):
+    result = run_module("spark_doctor", {"platform": PLATFORM, "state_file": str(tmp_path / "none.json"),
+                                         "venv_link": str(tmp_path / "none")})
+    assert "Verification: **never run**" in result["markdown"]
+    assert "| venv | none active |" in result["markdown"]
+    assert result["report"]["problems"] == []
