@@ -16,7 +16,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from ansible.module_utils._stack_matrix import MatrixError, normalize, parse_date
+from ansible.module_utils._stack_matrix import MatrixError, aged, normalize, parse_date
 
 AFFECT_KINDS = ("image", "digest", "package", "playbook")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -79,14 +79,12 @@ def check(data) -> dict:
 
 def age(data: dict, today: datetime.date, max_age_days: int) -> dict:
     """How long ago the upstream issues were last reviewed (checked_on), like the matrix's last_verified."""
-    checked = parse_date(data["checked_on"], "checked_on")
-    days = (today - checked).days
-    stale = days > max_age_days
-    message = (f"the upstream advisories were last reviewed on {checked.isoformat()}, {days} days ago (older than "
-               f"{max_age_days}): run `sparkfleet advisories check`, record what affects you in "
-               "matrix/advisories.yml and set checked_on") if stale else ""
-    return {"checked_on": checked.isoformat(), "age_days": days, "max_age_days": max_age_days, "stale": stale,
-            "message": message}
+    found = aged(data["checked_on"], "checked_on", today, max_age_days)
+    found["message"] = (
+        f"the upstream advisories were last reviewed on {found['checked_on']}, {found['age_days']} days ago (older "
+        f"than {max_age_days}): run `sparkfleet advisories check`, record what affects you in matrix/advisories.yml "
+        "and set checked_on") if found["stale"] else ""
+    return found
 
 
 def _image_refs(image: dict) -> tuple[str, str | None]:

@@ -144,15 +144,20 @@ def pins(matrix) -> dict[str, str]:
     return {normalize(parse_pin(p)[0]): p for step in matrix["steps"] for p in step["packages"]}
 
 
+def aged(value, what: str, today: datetime.date, max_age_days: int) -> dict:
+    """{what: the date, age_days, max_age_days, stale} for a dated file's date field."""
+    when = parse_date(value, what)
+    days = (today - when).days
+    return {what: when.isoformat(), "age_days": days, "max_age_days": max_age_days, "stale": days > max_age_days}
+
+
 def staleness(matrix, today: datetime.date, max_age_days: int) -> dict:
-    verified = parse_date(matrix["last_verified"], "last_verified")
-    age = (today - verified).days
-    stale = age > max_age_days
-    message = (f"the stack matrix {matrix['name']} was last verified on {verified.isoformat()}, {age} days ago "
-               f"(older than {max_age_days}): verify a newer set on a Spark, update the pins and last_verified "
-               "in the matrix, and run the matrix check; sparkfleet never updates a pin by itself") if stale else ""
-    return {"last_verified": verified.isoformat(), "age_days": age, "max_age_days": max_age_days,
-            "stale": stale, "message": message}
+    found = aged(matrix["last_verified"], "last_verified", today, max_age_days)
+    found["message"] = (
+        f"the stack matrix {matrix['name']} was last verified on {found['last_verified']}, {found['age_days']} days "
+        f"ago (older than {max_age_days}): verify a newer set on a Spark, update the pins and last_verified in the "
+        "matrix, and run the matrix check; sparkfleet never updates a pin by itself") if found["stale"] else ""
+    return found
 
 
 def plan_extras(matrix, requested: list[str]) -> list[dict]:

@@ -182,3 +182,59 @@ def test_5_verify_on_the_converged_fleet_changes_nothing(fleet):
         assert entry["counts"]["changed"] == 0, (host, entry["counts"])
         assert entry["history"] == "converged"
         assert entry["verification"]["verdict"] == "not verified"  # simulated: never a pass
+
+
+def test_6_doctor_on_a_lab_host_holds_no_secret_and_no_hostname(fleet):
+    proc, _, report_dir = cli(fleet, "doctor", "doctor", "--limit", HOSTS[0])
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    text = (report_dir / "doctor.md").read_text()
+    [report] = json.loads((report_dir / "doctor.json").read_text())
+    assert text.startswith("## sparkfleet doctor: host-1")
+    assert "| platform | spark (simulated) |" in text
+    assert "| GPU | NVIDIA GB10 (compute 12.1) |" in text
+    assert "nvidia" in report["docker"]["runtimes"]
+    toolkit = {p["name"]: p for p in report["toolkit"]}
+    assert toolkit["nvidia-container-toolkit"]["held"] is True and toolkit["libnvidia-container1"]["version"]
+    assert {i["name"] for i in report["images"] if i["present"]} == set(lock(fleet))
+    assert text in proc.stdout.replace("\r", ""), "the Markdown is printed to paste"
+    for leaked in (SECRET, HOSTS[0]):
+        assert leaked not in text and leaked not in json.dumps(report)
+
+
+def test_7_a_password_sudo_host_and_a_vaulted_registry_password_typed_at_the_terminal(fleet, tmp_path):
+    """A fresh Spark's login user: not root, sudo asks for a password; the fleet's secrets are in a vault."""
+    import pexpect
+
+    host, sudo_password, vault_password = HOSTS[0], "sudo-password-2c9d", "vault-password-6b0e"
+    sh("docker", "exec", host, "sh", "-c", "id nvidia >/dev/null 2>&1 || useradd -m -s /bin/sh -G sudo nvidia; "
+       f"echo 'nvidia:{sudo_password}' | chpasswd")
+    inventory = tmp_path / "inventory"
+    shutil.copytree(fleet["inventory"], inventory)
+    vault = inventory / "group_vars" / "all" / "vault.yml"
+    vault.write_text(yaml.safe_dump({"spark_images_registry_credentials": {
+        "127.0.0.1:5000": {"username": "fleet", "password": SECRET}}}))
+    password_file = tmp_path / "vault-pass"
+    password_file.write_text(vault_password)
+    sh(str(BIN / "ansible-vault"), "encrypt", "--vault-password-file", str(password_file), str(vault))
+    password_file.unlink()
+    report_dir = tmp_path / "report"
+    child = pexpect.spawn(str(BIN / "sparkfleet"), ["verify", "-i", str(inventory), "--limit", host, "-u", "nvidia",
+                                                    "-b", "-K", "--ask-vault-pass", "--plain", "--report-dir",
+                                                    str(report_dir)],
+                          cwd=str(REPO), env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"},
+                          encoding="utf-8", timeout=900)
+    child.expect("BECOME password: ")
+    child.sendline(sudo_password)
+    child.expect("Vault password: ")
+    child.sendline(vault_password)
+    child.expect(pexpect.EOF)
+    child.close()
+    output = child.before
+    assert child.exitstatus == 0, output[-5000:]
+    data = json.loads((report_dir / "report.json").read_text())
+    assert data["hosts"][host]["counts"]["failed"] == 0 and data["hosts"][host]["history"] == "converged"
+    secrets = (SECRET, sudo_password, vault_password)
+    leaks = [str(p) for p in tmp_path.rglob("*") if p.is_file() and p != vault
+             and any(s.encode() in p.read_bytes() for s in secrets)]
+    assert leaks == []
+    assert not any(s in output for s in secrets)

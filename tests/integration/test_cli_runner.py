@@ -44,12 +44,17 @@ def test_ctrl_c_cancels_the_run_through_the_runner(tmp_path):
 
 
 
-def test_matrix_check_through_the_cli_prints_the_table_and_writes_the_report(pyindex, tmp_path):
+def matrix_check(pyindex, tmp_path, *flags: str) -> subprocess.CompletedProcess:
+    """`sparkfleet matrix check` against the test bed's index, its report in tmp_path/report."""
     overrides = tmp_path / "overrides.json"
     overrides.write_text(json.dumps({"matrix_check_index_overrides": pyindex.overrides}))
-    proc = subprocess.run([str(BIN / "sparkfleet"), "matrix", "check", "-e", f"@{overrides}", "--plain",
+    return subprocess.run([str(BIN / "sparkfleet"), "matrix", "check", "-e", f"@{overrides}", *flags,
                            "--report-dir", str(tmp_path / "report")], cwd=REPO, capture_output=True, text=True,
                           env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}, check=False)
+
+
+def test_matrix_check_through_the_cli_prints_the_table_and_writes_the_report(pyindex, tmp_path):
+    proc = matrix_check(pyindex, tmp_path, "--plain")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "torchao  torchao      0.17.0       available   torchao-0.17.0-py3-none-any.whl" in proc.stdout
     assert "unsloth  resolves    3 packages" in proc.stdout
@@ -104,11 +109,7 @@ def test_a_vault_password_typed_at_the_terminal_reaches_ansible_and_no_file(pyin
 
 
 def test_json_prints_the_report_on_stdout_and_the_rest_on_stderr(pyindex, tmp_path):
-    overrides = tmp_path / "overrides.json"
-    overrides.write_text(json.dumps({"matrix_check_index_overrides": pyindex.overrides}))
-    proc = subprocess.run([str(BIN / "sparkfleet"), "matrix", "check", "-e", f"@{overrides}", "--json",
-                           "--report-dir", str(tmp_path / "report")], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}, check=False)
+    proc = matrix_check(pyindex, tmp_path, "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(proc.stdout)
     assert data == json.loads((tmp_path / "report" / "report.json").read_text())
