@@ -179,6 +179,7 @@ class Variants:
 
 
 def _normal(name: str) -> str:
+    """PEP 503 name normalisation (as _stack_matrix.normalize; this module runs alone inside images)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
