@@ -86,8 +86,12 @@ def push_unsloth(seed: str) -> str:
 
 
 def test_1_provision_a_fresh_fleet_without_leaking_the_registry_password(fleet):
-    proc, _, _ = cli(fleet, "pin", "pin")
+    proc, pinned_report, _ = cli(fleet, "pin", "pin")
     assert proc.returncode == 0, proc.stdout[-3000:]
+    # The moving Unsloth tag has an upstream advisory (matrix/advisories.yml): said, not refused.
+    assert any(w.startswith("advisory unsloth-10491 affects image unsloth/unsloth:dgxspark-latest")
+               for w in pinned_report["warnings"])
+    assert "warning: advisory unsloth-10491" in proc.stdout
     proc, data, report_dir = cli(fleet, "provision", "provision", "-e", f"@{fleet['secrets']}")
     assert proc.returncode == 0, proc.stdout[-5000:]
     pinned = lock(fleet)
