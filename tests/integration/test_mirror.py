@@ -32,7 +32,7 @@ def upstream_and_mirror(tmp_path):
     upstream.stop()
 
 
-def test_n_hosts_through_the_mirror_fetch_each_layer_from_upstream_once(upstream_and_mirror):
+def test_n_hosts_through_the_mirror_fetch_each_layer_from_upstream_once(upstream_and_mirror, tmp_path):
     upstream, mirror = upstream_and_mirror
     pushed = push(upstream.url, "nvidia/pytorch:25.11-py3", ["arm64", "amd64"], "oci", seed="mirror")
     arm64 = pushed["platforms"]["arm64"]
@@ -49,7 +49,8 @@ def test_n_hosts_through_the_mirror_fetch_each_layer_from_upstream_once(upstream
         for host in range(HOSTS):
             subprocess.run(["docker", "image", "rm", "-f", f"{repository}@{pushed['digest']}"], capture_output=True,
                            check=False)
-            result = run_module("spark_image_pull", {"repository": repository, "digest": pushed["digest"]})
+            result = run_module("spark_image_pull", {"repository": repository, "digest": pushed["digest"],
+                                                     "record": str(tmp_path / "pulled-images.json")})
             assert not result["failed"], result.get("msg")
             assert result["pulled"] is True, f"host {host} pulled nothing"
             assert result["ref"] == f"{repository}@{pushed['digest']}"

@@ -107,7 +107,8 @@ def test_a_new_image_with_a_cuda12_wheel_is_rolled_back(tmp_path, inventory, ano
         launcher = (tmp_path / "bin" / "spark-ngc").read_text()
         assert f"nvidia/pytorch@{good}" in launcher and bad not in launcher, "the launcher was rolled back"
         assert lock_file.read_text() == locked, "the canary failed: the lock still names the verified digest"
-        assert not Path("/var/lib/sparkfleet").exists(), "the test wrote into this machine's own state"
+        record = json.loads((tmp_path / "pulled-images.json").read_text())
+        assert f"{anon.host}/nvidia/pytorch@{good}" in record, "the record is the one the inventory names"
     finally:
         for digest in (good, bad):
             subprocess.run(["docker", "image", "rm", f"{anon.host}/nvidia/pytorch@{digest}"], capture_output=True,
