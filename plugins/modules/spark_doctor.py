@@ -152,7 +152,8 @@ class Doctor:
         for line in out.splitlines():
             name, _, rest = line.partition("\t")
             version, _, status = rest.partition("\t")
-            versions[name] = version if status.startswith("ii") else None
+            # Status-Abbrev: the wanted action (i install, h hold, ...), then the state (i installed).
+            versions[name] = version if status[1:2] == "i" else None
         held = set()
         mark = self.module.get_bin_path("apt-mark")
         if mark:
