@@ -61,19 +61,19 @@ COMMANDS = {
                      "wheel for the Spark target and whether each step of the sequence resolves after the earlier "
                      "ones without moving a pinned package (a conflict is named as pip states it); show the "
                      "matrix's age."),
+    "advisories-check": ("playbooks/advisories_check.yml", None,
+                         "List the issues of NVIDIA/dgx-spark-playbooks created or updated since "
+                         "matrix/advisories.yml was last reviewed (its checked_on), for review. Opt-in network: asks "
+                         "GitHub's API (GITHUB_TOKEN in the environment raises the rate limit). Changes nothing: "
+                         "record what affects you in the file and set checked_on."),
+    "doctor": ("playbooks/doctor.yml", None,
+               "What someone debugging a DGX Spark needs, in one paste-able report per host, read-only: DGX OS, "
+               "kernel, driver and CUDA, the GPU and its compute capability, Docker, its runtimes and CDI, the toolkit "
+               "packages and their holds, each pinned image and whether it is present, the active venv and its "
+               "matrix fingerprint, the last verification with its diagnosis, the ABI findings. No secret; hostnames "
+               "replaced unless --keep-hostnames. Without -i it reports on this machine (-c local). Writes doctor.md "
+               "and doctor.json."),
 }
-COMMANDS["advisories-check"] = (
-    "playbooks/advisories_check.yml", None,
-    "List the issues of NVIDIA/dgx-spark-playbooks created or updated since matrix/advisories.yml was last "
-    "reviewed (its checked_on), for review. Opt-in network: asks GitHub's API (GITHUB_TOKEN in the environment "
-    "raises the rate limit). Changes nothing: record what affects you in the file and set checked_on.")
-COMMANDS["doctor"] = (
-    "playbooks/doctor.yml", None,
-    "What someone debugging a DGX Spark needs, in one paste-able report per host, read-only: DGX OS, kernel, "
-    "driver and CUDA, the GPU and its compute capability, Docker, its runtimes and CDI, the toolkit packages and "
-    "their holds, each pinned image and whether it is present, the active venv and its matrix fingerprint, the "
-    "last verification with its diagnosis, the ABI findings. No secret; hostnames replaced unless "
-    "--keep-hostnames. Without -i it reports on this machine (-c local). Writes doctor.md and doctor.json.")
 SHORT_HELP = {"doctor": "a paste-able report of a Spark for debugging, without secrets",
               "provision": "provision the Sparks (site.yml); also restores a reinstalled host",
               "verify": "re-verify every host", "pin": "resolve the image tags and write the lock",
