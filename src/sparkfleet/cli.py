@@ -258,6 +258,11 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
     except ValueError as exc:
         error(str(exc))
         return EXIT_BAD_INPUT
+    if outcome.exit_code() == EXIT_BAD_INPUT:
+        error("Ansible stopped on bad input: "
+              + ("; ".join(outcome.errors) or f"ansible-playbook exited {outcome.rc}")
+              + f". Expected an inventory, variables and a vault password Ansible can read (check the inventory "
+              f"with: ansible-inventory -i {inventory} --graph).")
     data = report.build(fleet, {"command": command.replace("-", " "), **meta})
     paths = report.write(data, directory)
     point_latest(directory)

@@ -44,10 +44,19 @@ class RunOutcome:
     rc: int
     failed: set[str] = field(default_factory=set)
     unreachable: set[str] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)  # Ansible's own error lines, when it stopped on bad input
+
+    @property
+    def bad_input(self) -> bool:
+        """ansible-playbook stopped on an error of its own - 1 error (an inventory it cannot parse, a vault it
+        cannot open), 4 parser error, 5 bad options - with no host failed or unreachable."""
+        return self.status != "canceled" and self.rc in (1, 4, 5) and not self.failed and not self.unreachable
 
     def exit_code(self) -> int:
         if self.status == "canceled":
             return EXIT_CANCELLED
+        if self.bad_input:
+            return EXIT_BAD_INPUT
         if self.unreachable:
             return EXIT_UNREACHABLE
         if self.failed or self.status != "successful" or self.rc != 0:
@@ -124,11 +133,20 @@ def extra_vars_files(values: list[str], directory: Path) -> list[str]:
     args = []
     for index, value in enumerate(values or []):
         if value.startswith("@"):
+            if not Path(value[1:]).expanduser().is_file():
+                raise ValueError(f"extra-variables file {value[1:]} not found; expected -e @FILE to name a "
+                                 "YAML or JSON file")
             args += ["--extra-vars", value]
             continue
         stripped = value.strip()
         if stripped.startswith(("{", "[")) or (":" in stripped.split("=", 1)[0] and "=" not in stripped):
-            data = yaml.safe_load(stripped)
+            try:
+                data = yaml.safe_load(stripped)
+            except yaml.YAMLError as exc:
+                where = getattr(exc, "problem_mark", None)
+                raise ValueError(f"extra variables '{stripped[:80]}' are not valid YAML/JSON"
+                                 + (f" (line {where.line + 1}, column {where.column + 1}: {exc.problem})" if where
+                                    else "") + "; expected key=value, YAML/JSON or @file") from None
         else:
             data = {}
             for word in shlex.split(stripped):
@@ -141,6 +159,15 @@ def extra_vars_files(values: list[str], directory: Path) -> list[str]:
         path.chmod(0o600)
         args += ["--extra-vars", f"@{path}"]
     return args
+
+
+def ansible_errors(stdout: Path) -> list[str]:
+    """Ansible's error lines from a run's stdout ('[ERROR]: ...' in ansible-core 2.19, 'ERROR! ...' before)."""
+    try:
+        text = stdout.read_text(errors="replace")
+    except OSError:
+        return []
+    return [line.strip() for line in text.splitlines() if line.lstrip().startswith(("[ERROR]", "ERROR!"))]
 
 
 def scrub_artifacts(artifacts: Path) -> None:
@@ -216,6 +243,8 @@ class Run:
                     passwords=self.passwords,
                 )
             outcome = outcome_from_stats(runner.status, runner.rc or 0, runner.stats)
+            if outcome.bad_input:
+                outcome.errors = ansible_errors(artifacts / "run" / "stdout")
         except KeyboardInterrupt:
             outcome = RunOutcome(status="canceled", rc=EXIT_CANCELLED)
         finally:

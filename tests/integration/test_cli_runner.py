@@ -115,3 +115,26 @@ def test_json_prints_the_report_on_stdout_and_the_rest_on_stderr(pyindex, tmp_pa
     assert data == json.loads((tmp_path / "report" / "report.json").read_text())
     assert (data["command"], data["exit_code"]) == ("matrix check", 0)
     assert "unsloth  resolves    3 packages" in proc.stderr
+
+
+def test_a_malformed_inventory_or_a_wrong_vault_password_is_bad_input(pyindex, tmp_path):
+    """Exit 4 with Ansible's own reason; an inventory with a typo never 'succeeds' with no hosts."""
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "hosts.yml").write_text("sparks:\n  hosts:\n    spark-01: [\n")
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    proc = subprocess.run([str(BIN / "sparkfleet"), "verify", "-i", str(broken), "--plain", "--report-dir",
+                           str(tmp_path / "r1")], cwd=REPO, capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 4, proc.stdout[-2000:]
+    assert (f"sparkfleet: Ansible stopped on bad input: [ERROR]: Completely failed to parse inventory source "
+            f"{broken / 'hosts.yml'}") in proc.stderr
+    assert json.loads((tmp_path / "r1" / "report.json").read_text())["exit_code"] == 4
+
+    inventory = vaulted_inventory(tmp_path / "vaulted", pyindex.overrides)
+    wrong = tmp_path / "wrong-pass"
+    wrong.write_text("not-the-password")
+    proc = subprocess.run([str(BIN / "sparkfleet"), "matrix", "check", "-i", str(inventory), "--vault-password-file",
+                           str(wrong), "--plain", "--report-dir", str(tmp_path / "r2")], cwd=REPO,
+                          capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 4, proc.stdout[-2000:]
+    assert "sparkfleet: Ansible stopped on bad input: [ERROR]: Decryption failed" in proc.stderr

@@ -58,7 +58,7 @@ def test_no_options_no_arguments():
     ("successful", 0, {"ok": {"a": 3}, "failures": {}, "dark": {}}, cli.EXIT_OK),
     ("failed", 2, {"ok": {"a": 3}, "failures": {"b": 1}, "dark": {}}, cli.EXIT_FAILED_HOSTS),
     ("failed", 4, {"failures": {"b": 1}, "dark": {"c": 1}}, cli.EXIT_UNREACHABLE),
-    ("failed", 1, None, cli.EXIT_FAILED_HOSTS),
+    ("failed", 1, None, cli.EXIT_BAD_INPUT),  # ansible-playbook stopped on its own error, no host failed
     ("canceled", 254, None, cli.EXIT_CANCELLED),
 ])
 def test_exit_codes_tell_failed_from_unreachable(status, rc, stats, code):

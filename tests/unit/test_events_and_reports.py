@@ -105,12 +105,33 @@ def test_history(status, previous, history):
 
 
 def test_inline_extra_vars_go_to_a_private_file_never_argv(tmp_path):
-    args = extra_vars_files(["password=s3cret user=me", '{"refresh_batches": [1, 2]}', "@vars.yml"], tmp_path)
+    (tmp_path / "vars.yml").write_text("a: 1\n")
+    given = f"@{tmp_path / 'vars.yml'}"
+    args = extra_vars_files(["password=s3cret user=me", '{"refresh_batches": [1, 2]}', given], tmp_path)
     assert "s3cret" not in " ".join(args)
-    assert args[-2:] == ["--extra-vars", "@vars.yml"]
+    assert args[-2:] == ["--extra-vars", given]
     first = json.loads((tmp_path / "extra-vars-0.json").read_text())
     assert first == {"password": "s3cret", "user": "me"}
     assert (tmp_path / "extra-vars-0.json").stat().st_mode & 0o777 == 0o600
     assert json.loads((tmp_path / "extra-vars-1.json").read_text()) == {"refresh_batches": [1, 2]}
     with pytest.raises(ValueError, match="is not key=value"):
         extra_vars_files(["novalue"], tmp_path)
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("{bad", r"extra variables '\{bad' are not valid YAML/JSON \(line 1, column 5: expected ',' or '\}'"),
+    ("[1, 2", r"extra variables '\[1, 2' are not valid YAML/JSON \(line 1, column 6"),
+    ("@/nonexistent/vars.yml", r"extra-variables file /nonexistent/vars.yml not found"),
+])
+def test_malformed_extra_vars_are_bad_input_with_the_position(value, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        extra_vars_files([value], tmp_path)
+
+
+@pytest.mark.parametrize(("rc", "failed", "code"), [(1, set(), 4), (4, set(), 4), (5, set(), 4), (2, {"a"}, 2),
+                                                    (1, {"a"}, 2), (0, set(), 0)])
+def test_ansible_stopping_on_its_own_error_is_bad_input(rc, failed, code):
+    """ansible-playbook's 1 (error), 4 (parser error), 5 (bad options) with no failed host: exit 4."""
+    from sparkfleet.runner import RunOutcome
+
+    assert RunOutcome("failed" if rc else "successful", rc, failed=failed).exit_code() == code
