@@ -24,14 +24,17 @@ from sparkfleet import __version__, report
 from sparkfleet.events import Fleet
 from sparkfleet.runner import (
     EXIT_BAD_INPUT,
+    EXIT_BUSY,
     EXIT_CANCELLED,
     EXIT_FAILED_HOSTS,
     EXIT_OK,
     EXIT_UNREACHABLE,
     PROJECT_DIR,
     AnsibleOptions,
+    InventoryBusy,
     Run,
     RunOutcome,
+    inventory_lock,
     outcome_from_stats,
 )
 
@@ -139,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "Each command runs one of the project's playbooks through ansible-runner (plain "
                     "ansible-playbook runs the same playbooks), shows live progress, ends with a summary table "
                     "per host and writes report.json, report.md and report.junit.xml.",
-        epilog="Exit codes: 0 all ok, 2 failed hosts, 3 unreachable hosts, 4 bad input, 130 cancelled (Ctrl-C).",
+        epilog="Exit codes: 0 all ok, 2 failed hosts, 3 unreachable hosts, 4 bad input, 5 another run holds the "
+               "inventory, 130 cancelled (Ctrl-C).",
     )
     parser.add_argument("--version", action="version", version=f"sparkfleet {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -254,7 +258,11 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
               live=False if args.plain or as_json else None, console=console)
     fleet = Fleet()
     try:
-        outcome, meta = run.execute(fleet)
+        with inventory_lock(inventory, command.replace("-", " ")):
+            outcome, meta = run.execute(fleet)
+    except InventoryBusy as exc:
+        error(str(exc))
+        return EXIT_BUSY
     except ValueError as exc:
         error(str(exc))
         return EXIT_BAD_INPUT

@@ -11,7 +11,9 @@ the names are kept.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import json
 import os
 import re
@@ -35,6 +37,7 @@ EXIT_OK = 0
 EXIT_FAILED_HOSTS = 2
 EXIT_UNREACHABLE = 3
 EXIT_BAD_INPUT = 4
+EXIT_BUSY = 5
 EXIT_CANCELLED = 130
 
 
@@ -159,6 +162,42 @@ def extra_vars_files(values: list[str], directory: Path) -> list[str]:
         path.chmod(0o600)
         args += ["--extra-vars", f"@{path}"]
     return args
+
+
+class InventoryBusy(Exception):
+    """Another sparkfleet run holds the inventory; str() names it."""
+
+
+@contextlib.contextmanager
+def inventory_lock(inventory: str, command: str):
+    """Hold <inventory>/.sparkfleet/run.lock for the run, so two runs never write the image lock or the hosts'
+    records at once; a second run is refused at once, naming the one that holds it. A host list (a,b,) has
+    no directory to lock."""
+    if "," in inventory:
+        yield
+        return
+    base = Path(inventory)
+    directory = (base if base.is_dir() else base.parent) / ".sparkfleet"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "run.lock"
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another run"
+            raise InventoryBusy(f"{holder} holds inventory {inventory} ({path}); wait for it to finish and run "
+                                "again. Nothing was changed.") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"sparkfleet {command} (pid {os.getpid()}, since "
+                     f"{datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()})")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.truncate(0)
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def ansible_errors(stdout: Path) -> list[str]:

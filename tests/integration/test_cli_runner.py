@@ -138,3 +138,36 @@ def test_a_malformed_inventory_or_a_wrong_vault_password_is_bad_input(pyindex, t
                           capture_output=True, text=True, env=env, check=False)
     assert proc.returncode == 4, proc.stdout[-2000:]
     assert "sparkfleet: Ansible stopped on bad input: [ERROR]: Decryption failed" in proc.stderr
+
+
+def test_a_second_run_on_the_same_inventory_is_refused_and_changes_nothing(pyindex, tmp_path):
+    """While one run holds the inventory's run lock, another sparkfleet command there exits 5, naming it."""
+    import fcntl
+
+    inventory = tmp_path / "inventory"
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
+    (inventory / "group_vars" / "all" / "main.yml").write_text(json.dumps({
+        "spark_venv_index_overrides": pyindex.overrides}))
+    lock = inventory / ".sparkfleet" / "run.lock"
+    lock.parent.mkdir()
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    with open(lock, "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write("sparkfleet refresh (pid 4242, since 2026-12-01T04:00:00+00:00)")
+        held.flush()
+        proc = subprocess.run([str(BIN / "sparkfleet"), "verify", "-i", str(inventory), "--plain", "--report-dir",
+                               str(tmp_path / "r")], cwd=REPO, capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 5, proc.stdout[-2000:]
+    assert proc.stderr.startswith(f"sparkfleet: sparkfleet refresh (pid 4242, since 2026-12-01T04:00:00+00:00) "
+                                  f"holds inventory {inventory}")
+    assert "Nothing was changed." in proc.stderr
+    assert not (tmp_path / "r").exists(), "no run, no report"
+    # Once released, the next run takes the lock and leaves it free again.
+    proc = subprocess.run([str(BIN / "sparkfleet"), "matrix", "check", "-i", str(inventory), "--plain",
+                           "--report-dir", str(tmp_path / "r2")], cwd=REPO, capture_output=True, text=True, env=env,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr + proc.stdout[-2000:]
+    with open(lock, "a+") as again:
+        fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if the run had kept it
