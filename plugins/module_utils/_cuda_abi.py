@@ -192,7 +192,6 @@ class Distribution:
     findings: list[str] = field(default_factory=list)
     bundles: list[str] = field(default_factory=list)
     variants: list[dict] = field(default_factory=list)
-    _unvaried: list[SharedObject] = field(default_factory=list, repr=False)
 
     @property
     def needs(self) -> dict[str, CudaLink]:
@@ -210,22 +209,23 @@ class Distribution:
                 groups.setdefault(keyed[0], {})[keyed[1]] = shared
         return [Variants(key, builds) for key, builds in sorted(groups.items()) if len(builds) > 1]
 
+    def outside_families(self) -> list[SharedObject]:
+        in_family = {id(f) for family in self.variant_families() for f in family.builds.values()}
+        return [f for f in self.files if id(f) not in in_family]
+
     def judge_variants(self, expected_major: int, environment: dict[str, str]) -> set[str]:
         """Judge the variant families; return the CUDA sonames the files loaded at run time link."""
-        families = self.variant_families()
-        in_family = {id(f) for family in families for f in family.builds.values()}
-        loaded = [f for f in self.files if id(f) not in in_family]
-        for family in families:
+        loaded = self.outside_families()
+        for family in self.variant_families():
             chosen = self._judge_family(family, expected_major, environment)
             if chosen in family.builds:
                 loaded.append(family.builds[chosen])
-        self._unvaried = [f for f in self.files if id(f) not in in_family]
         return {lk.elf_name for f in loaded for lk in f.needs}
 
     def judge_links(self, expected_major: int, linked: set[str]) -> None:
         """Findings and bundles from what the files outside variant families link and provide."""
         label = f"{self.name} {self.version}"
-        for shared in self._unvaried:
+        for shared in self.outside_families():
             for link in shared.needs:
                 finding = f"{label}: links {link.describe()} (expected {expected_major})"
                 if link.tracks_cuda and link.major != expected_major and finding not in self.findings:
