@@ -4,6 +4,11 @@
 
 from __future__ import annotations
 
+import os
+import re
+
+from ansible.errors import AnsibleFilterError
+
 DOCUMENTATION = r"""
 name: spark_images_pinned
 short_description: The images a host runs, from spark_image_pull's loop results and the image configuration
@@ -38,6 +43,8 @@ def spark_images_pinned(pulled: dict, images: list[dict], launcher_dir: str) -> 
             "arm64_digest": item.get("arm64_digest"),
             "resolved_at": item.get("resolved_at"),
             "fallback": item.get("fallback"),
+            "derived": False,
+            "derived_locked": item.get("derived") or {},
             "unlocked": bool(item.get("unlocked")),
             "ref": result.get("ref"),
             "pulled": bool(result.get("pulled")),
@@ -45,6 +52,12 @@ def spark_images_pinned(pulled: dict, images: list[dict], launcher_dir: str) -> 
             "launcher_path": f"{launcher_dir.rstrip('/')}/{launchers.get(item.get('name'))}",
         })
     return pinned
+
+
+def spark_images_lock_entries(lock: dict | None, names: list[str]) -> list[dict]:
+    """The lock's entries for these image names, each with its name (what a host ran before a refresh)."""
+    lock = lock or {}
+    return [{**lock[name], "name": name} for name in names if isinstance(lock.get(name), dict)]
 
 
 def spark_images_stale(recorded: list[str], pinned: list[dict]) -> list[str]:
@@ -91,10 +104,102 @@ def spark_images_lock_diff(lock: dict | None, resolved: list[dict]) -> list[dict
     return rows
 
 
+DERIVED_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+
+
+def spark_images_derived_recipes(derived: list[dict], catalog: list[dict], inventory_dir: str) -> list[dict]:
+    """spark_images_derived checked and normalized: files as absolute paths (relative ones from the inventory).
+
+    Fails with what was found and what is expected: a missing field, a bad name, a name used twice or by a
+    catalog image, a base that is not a catalog image.
+    """
+    bases = [image["name"] for image in catalog]
+    seen = set(bases)
+    recipes = []
+    for index, recipe in enumerate(derived or []):
+        if not isinstance(recipe, dict):
+            raise AnsibleFilterError(f"spark_images_derived[{index}] is {recipe!r}; expected a mapping with name, "
+                                     "base, launcher and apt_packages and/or dockerfile.")
+        name = recipe.get("name")
+        missing = [f for f in ("name", "base", "launcher") if not recipe.get(f)]
+        if missing:
+            raise AnsibleFilterError(f"spark_images_derived[{index}] ({name or 'no name'}) lacks "
+                                     f"{', '.join(missing)}; each derived image needs a name, a base (one of "
+                                     f"{', '.join(bases)}) and a launcher.")
+        if not DERIVED_NAME.match(str(name)):
+            raise AnsibleFilterError(f"derived image name {name!r} is not a valid image name; expected lower-case "
+                                     "letters, digits, '.', '_' or '-' (it becomes sparkfleet/<name>:<hash>).")
+        if name in seen:
+            raise AnsibleFilterError(f"derived image name {name!r} is used twice (catalog images: "
+                                     f"{', '.join(bases)}); give each image its own name.")
+        seen.add(name)
+        if recipe["base"] not in bases:
+            raise AnsibleFilterError(f"derived image {name}: base {recipe['base']!r} is not one of the pinned images "
+                                     f"({', '.join(bases)}); a derived image is built FROM a locked image only.")
+        if not (recipe.get("apt_packages") or (recipe.get("dockerfile") or "").strip()):
+            raise AnsibleFilterError(f"derived image {name} adds nothing (no apt_packages, no dockerfile); "
+                                     "use its base's launcher instead.")
+        files = {}
+        for file_name, src in (recipe.get("files") or {}).items():
+            if "/" in file_name or file_name.startswith("."):
+                raise AnsibleFilterError(f"derived image {name}: file name {file_name!r} must be a plain name "
+                                         "(it is copied into the build context as it is named).")
+            files[file_name] = src if os.path.isabs(src) else os.path.join(inventory_dir, src)
+        recipes.append({"name": name, "base": recipe["base"], "launcher": recipe["launcher"],
+                        "apt_packages": list(recipe.get("apt_packages") or []),
+                        "dockerfile": recipe.get("dockerfile") or "", "files": files})
+    return recipes
+
+
+def spark_images_derived_files(recipes: list[dict]) -> list[dict]:
+    """One row per file to copy into a build context: image, name, src (on the controller)."""
+    return [{"image": r["name"], "name": name, "src": src} for r in recipes or [] for name, src in r["files"].items()]
+
+
+def spark_images_derived_targets(recipes: list[dict], pinned: list[dict]) -> list[dict]:
+    """Each recipe with the locked base this host has (from spark_images_pinned); a base not locked is refused."""
+    by_name = {p["name"]: p for p in pinned or [] if not p.get("derived")}
+    targets = []
+    for recipe in recipes or []:
+        base = by_name.get(recipe["base"])
+        if base is None or base.get("unlocked"):
+            locked = ", ".join(sorted(n for n, p in by_name.items() if not p.get("unlocked"))) or "none"
+            raise AnsibleFilterError(f"derived image {recipe['name']}: its base {recipe['base']!r} is not in the "
+                                     f"lock (locked here: {locked}); nothing was built. A derived image is built "
+                                     "FROM a locked digest only: run playbooks/pin.yml first.")
+        targets.append({"recipe": recipe, "base": base,
+                        "locked": ((base.get("derived_locked") or {}).get(recipe["name"]) or {}).get("recipe", "")})
+    return targets
+
+
+def spark_images_derived_pinned(built: dict, launcher_dir: str) -> list[dict]:
+    """The derived images a host runs, from spark_image_build's loop results (what its launchers run: the ID)."""
+    pinned = []
+    for result in built.get("results", []):
+        item = result.get("item") or {}
+        recipe, base = item.get("recipe") or {}, item.get("base") or {}
+        pinned.append({
+            "name": recipe.get("name"), "derived": True, "base": base.get("name"),
+            "base_ref": base.get("ref"), "index_digest": base.get("index_digest"),
+            "registry": None, "repository": "sparkfleet/" + str(recipe.get("name")),
+            "tag": (result.get("tag") or "").rpartition(":")[2], "recipe": result.get("recipe"),
+            "image_tag": result.get("tag"), "ref": result.get("image_id") or result.get("tag"),
+            "built": bool(result.get("built")), "pulled": False, "unlocked": False, "fallback": None,
+            "resolved_at": base.get("resolved_at"), "launcher": recipe.get("launcher"),
+            "launcher_path": f"{launcher_dir.rstrip('/')}/{recipe.get('launcher')}",
+        })
+    return pinned
+
+
 class FilterModule:
     def filters(self):
         return {"spark_images_pinned": spark_images_pinned, "spark_images_stale": spark_images_stale,
                 "spark_images_effective": spark_images_effective,
                 "spark_images_pull_repository": spark_images_pull_repository,
                 "spark_images_lock_diff": spark_images_lock_diff,
-                "spark_images_pin_line": spark_images_pin_line}
+                "spark_images_pin_line": spark_images_pin_line,
+                "spark_images_derived_recipes": spark_images_derived_recipes,
+                "spark_images_derived_targets": spark_images_derived_targets,
+                "spark_images_derived_files": spark_images_derived_files,
+                "spark_images_lock_entries": spark_images_lock_entries,
+                "spark_images_derived_pinned": spark_images_derived_pinned}

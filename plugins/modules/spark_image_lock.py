@@ -53,6 +53,14 @@ options:
     type: list
     elements: dict
     default: []
+  derived:
+    description:
+      - The derived images (spark_images_derived, checked by the spark_images_derived_recipes filter), O(state=write).
+      - Each is recorded under its base's entry as C(derived.<name>) with its recipe hash and tag, computed from the
+        base's new digest and the recipe's files as this controller has them.
+    type: list
+    elements: dict
+    default: []
 attributes:
   check_mode:
     support: full
@@ -100,6 +108,7 @@ changes:
 import datetime
 
 import yaml
+from ansible.module_utils._derived import recipe_hash, tag_for
 from ansible.module_utils._files import atomic_write
 from ansible.module_utils._oci import LOCK_FIELDS, validate_lock
 from ansible.module_utils.basic import AnsibleModule
@@ -160,12 +169,33 @@ def write(module: AnsibleModule) -> dict:
     for image in module.params["resolved"]:
         previous = old.get(image["name"]) if isinstance(old, dict) else None
         same = isinstance(previous, dict) and previous.get("index_digest") == image["index_digest"]
-        entry = {k: image.get(k) for k in LOCK_FIELDS if k != "resolved_at"}
+        entry = {k: image.get(k) for k in LOCK_FIELDS if k not in ("resolved_at", "derived")}
         entry["resolved_at"] = previous.get("resolved_at") if same and previous.get("resolved_at") else now
         new[image["name"]] = entry
         if not same:
             before = previous.get("index_digest") if isinstance(previous, dict) else "(none)"
             changes.append(f"{image['name']} {image['tag']} {before} -> {image['index_digest']}")
+    for recipe in module.params["derived"]:
+        base = new.get(recipe["base"])
+        if base is None:
+            module.fail_json(msg=f"derived image {recipe['name']}: base {recipe['base']!r} is not among the images "
+                                 f"resolved ({', '.join(new) or 'none'}); the lock was left untouched.")
+        files = {}
+        for name, src in (recipe.get("files") or {}).items():
+            try:
+                with open(src, "rb") as handle:
+                    files[name] = handle.read()
+            except OSError as exc:
+                module.fail_json(msg=f"derived image {recipe['name']}: file {name} ({src}) cannot be read ({exc}); "
+                                     "the lock was left untouched.")
+        sha = recipe_hash(base["index_digest"], recipe.get("apt_packages") or [], recipe.get("dockerfile") or "",
+                          files)
+        previous = ((old.get(recipe["base"]) or {}).get("derived") or {}).get(recipe["name"]) \
+            if isinstance(old, dict) else None
+        base.setdefault("derived", {})[recipe["name"]] = {"recipe": sha, "tag": tag_for(recipe["name"], sha)}
+        if not isinstance(previous, dict) or previous.get("recipe") != sha:
+            before = previous.get("recipe") if isinstance(previous, dict) else "(none)"
+            changes.append(f"{recipe['name']} (derived from {recipe['base']}) {before} -> {sha}")
     for name in old if isinstance(old, dict) else {}:
         if name not in new:
             changes.append(f"{name} removed (no longer configured)")
@@ -188,6 +218,7 @@ def main() -> None:
             "lock": {"type": "raw"},
             "moving_tags": {"type": "list", "elements": "str", "default": ["latest"]},
             "resolved": {"type": "list", "elements": "dict", "default": []},
+            "derived": {"type": "list", "elements": "dict", "default": []},
         },
         supports_check_mode=True,
     )

@@ -35,9 +35,17 @@ options:
     description: Where to pull from instead (a mirror), e.g. C(mirror.lan:5000/nvidia/pytorch).
     type: str
   platform:
-    description: The platform to pull.
+    description: The platform to pull (the host's own; C(linux/arm64) on a Spark).
     type: str
     default: linux/arm64
+  platforms:
+    description:
+      - The platforms the locked index offers (the lock's C(platforms)). When given and O(platform) is not
+        among them, nothing is pulled and the module fails: Docker would otherwise fall back to another
+        platform's image and run it under emulation, or not at all.
+    type: list
+    elements: str
+    default: []
   record:
     description: The file listing the images (C(REPO@DIGEST)) this project pulled.
     type: path
@@ -123,6 +131,7 @@ def main() -> None:
             "digest": {"type": "str", "required": True},
             "source": {"type": "str"},
             "platform": {"type": "str", "default": "linux/arm64"},
+            "platforms": {"type": "list", "elements": "str", "default": []},
             "record": {"type": "path", "default": "/var/lib/sparkfleet/pulled-images.json"},
             "docker": {"type": "path", "default": "docker"},
         },
@@ -132,6 +141,11 @@ def main() -> None:
     digest = params["digest"]
     if not is_digest(digest):
         module.fail_json(msg=f"digest {digest!r} is not sha256: and 64 hex digits; run playbooks/pin.yml again.")
+    if params["platforms"] and params["platform"] not in params["platforms"]:
+        module.fail_json(msg=f"{params['repository']}@{digest} is locked for {', '.join(params['platforms'])}; this "
+                             f"host is {params['platform']}. Nothing was pulled: an image for another platform "
+                             f"would run emulated or not at all. Remove the image from spark_images_catalog for "
+                             f"this host, or pin a tag whose index has {params['platform']}.")
     docker = module.get_bin_path(params["docker"], required=True)
     source = params["source"] or params["repository"]
     ref = f"{source}@{digest}"
