@@ -108,6 +108,11 @@ class Fleet:
                     host.state_status = res["status"]
         elif outcome == "failed" and not data.get("ignore_errors"):
             msg = res.get("msg") if isinstance(res, dict) else str(res)
+            if isinstance(res, dict) and isinstance(res.get("results"), list):  # a loop: say which items and why
+                failed = [r for r in res["results"] if isinstance(r, dict) and r.get("failed")]
+                if failed:
+                    msg = " | ".join(f"{r.get('_ansible_item_label', r.get('item'))}: {r.get('msg') or 'failed'}"
+                                     for r in failed)
             host.failures.append({"task": data.get("task"), "msg": str(msg or "failed")[:2000]})
         elif outcome == "unreachable":
             host.unreachable = str(res.get("msg") if isinstance(res, dict) else res)[:500]

@@ -107,3 +107,42 @@ def test_a_digest_the_registry_does_not_serve_fails_closed(anon, tmp_path):
     assert result["failed"] is True
     assert f"docker pull {anon.host}/pulltest/img@{missing} failed" in result["msg"]
     assert not (tmp_path / "pulled.json").exists()
+
+
+def test_a_derived_image_is_locked_beside_its_base_and_moves_with_the_base_digest(tmp_path):
+    path = tmp_path / "spark_images_lock.yml"
+    (tmp_path / "motd").write_text("hello\n")
+    recipe = {"name": "ngc-tree", "base": "ngc", "apt_packages": ["tree"], "dockerfile": "COPY motd /etc/motd",
+              "files": {"motd": str(tmp_path / "motd")}}
+
+    def lock(digest: str, *recipes: dict) -> dict:
+        result = run_module("spark_image_lock", {"state": "write", "path": str(path), "images": CATALOG,
+                                                 "resolved": [resolved("ngc", digest, "25.11-py3")],
+                                                 "derived": list(recipes)})
+        return result, yaml.safe_load(path.read_text())["spark_images_lock"]["ngc"]
+
+    result, entry = lock(D1, recipe)
+    first = entry["derived"]["ngc-tree"]
+    assert first["tag"] == f"sparkfleet/ngc-tree:{first['recipe'][7:19]}"
+    assert result["changes"][-1] == f"ngc-tree (derived from ngc) (none) -> {first['recipe']}"
+    assert lock(D1, recipe)[0]["changed"] is False
+    (tmp_path / "motd").write_text("hello again\n")
+    assert lock(D1, recipe)[1]["derived"]["ngc-tree"]["recipe"] != first["recipe"], "a file changed"
+    (tmp_path / "motd").write_text("hello\n")
+    result, entry = lock(D2, recipe)
+    assert entry["derived"]["ngc-tree"]["recipe"] not in (first["recipe"], None), "the base moved"
+    assert any(c.startswith("ngc-tree (derived from ngc) ") for c in result["changes"])
+    refused = run_module("spark_image_lock", {"state": "write", "path": str(path), "images": CATALOG,
+                                              "resolved": [resolved("ngc", D1, "25.11-py3")],
+                                              "derived": [{**recipe, "base": "unsloth"}]})
+    assert refused["failed"] and "base 'unsloth' is not among the images resolved (ngc)" in refused["msg"]
+    assert yaml.safe_load(path.read_text())["spark_images_lock"]["ngc"]["index_digest"] == D2, "left untouched"
+
+
+def test_an_image_locked_without_the_hosts_platform_is_refused_before_pulling():
+    result = run_module("spark_image_pull", {"repository": "nvcr.io/nvidia/pytorch", "digest": D1,
+                                             "platform": "linux/amd64", "platforms": ["linux/arm64"],
+                                             "docker": "/nonexistent/docker"})
+    assert result["failed"]
+    assert result["msg"].startswith(f"nvcr.io/nvidia/pytorch@{D1} is locked for linux/arm64; this host is "
+                                    "linux/amd64. Nothing was pulled")

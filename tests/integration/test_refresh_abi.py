@@ -71,6 +71,8 @@ def inventory(tmp_path, anon) -> Path:
         "spark_preflight_require_spark": False,
         "spark_preflight_simulated": True,
         "spark_preflight_min_docker_free_gib": 1,
+        # This x86_64 machine runs the arm64 images under qemu, on purpose.
+        "spark_images_platform": "linux/arm64",
         "spark_images_catalog": [{"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch",
                                   "tags": ["25.11-py3"], "launcher": "spark-ngc"}],
         "spark_images_registry_overrides": {"nvcr.io": anon.host},
