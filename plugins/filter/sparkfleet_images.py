@@ -48,6 +48,7 @@ def spark_images_pinned(pulled: dict, images: list[dict], launcher_dir: str) -> 
             "unlocked": bool(item.get("unlocked")),
             "ref": result.get("ref"),
             "pulled": bool(result.get("pulled")),
+            "local_fallback": result.get("local_fallback"),
             "launcher": launchers.get(item.get("name")),
             "launcher_path": f"{launcher_dir.rstrip('/')}/{launchers.get(item.get('name'))}",
         })
@@ -74,6 +75,19 @@ def spark_images_pin_line(image: dict) -> str:
     if fallback:
         line += f", FALLBACK from {fallback['wanted']}: {'; '.join(fallback['reasons'])}"
     return line
+
+
+def spark_images_blessed_local(image: dict, catalog: list[dict], mirrors: dict, moving: list[str]) -> list[str]:
+    """The REPO:TAG names a host may already have for an image's blessed tags, newest first.
+
+    Moving tags are left out: what a host has under one is of unknown date, never a pin.
+    """
+    entry = next((c for c in catalog if c["name"] == image["name"]), None)
+    if entry is None:
+        return []
+    sources = [image["registry"]] + ([mirrors[image["registry"]]] if (mirrors or {}).get(image["registry"]) else [])
+    return [f"{source}/{image['repository']}:{tag}" for tag in entry.get("tags") or [] if tag not in (moving or [])
+            for source in sources]
 
 
 def spark_images_effective(catalog: list[dict], overrides: dict) -> list[dict]:
@@ -202,4 +216,5 @@ class FilterModule:
                 "spark_images_derived_targets": spark_images_derived_targets,
                 "spark_images_derived_files": spark_images_derived_files,
                 "spark_images_lock_entries": spark_images_lock_entries,
+                "spark_images_blessed_local": spark_images_blessed_local,
                 "spark_images_derived_pinned": spark_images_derived_pinned}

@@ -17,7 +17,7 @@ description:
   - Refuses, before building, a recipe that installs or upgrades a component the base pins (torch, triton,
     transformers, xformers, flash-attn, CUDA/NVIDIA packages, or any Python distribution the base already
     has, read from the base itself), with the reasons.
-  - A failed build tags nothing: the host keeps the images it had.
+  - A failed build tags nothing, so the host keeps the images it had.
 version_added: "0.2.0"
 author: sparkfleet contributors
 options:

@@ -41,8 +41,17 @@ options:
   platforms:
     description:
       - The platforms the locked index offers (the lock's C(platforms)). When given and O(platform) is not
-        among them, nothing is pulled and the module fails: Docker would otherwise fall back to another
+        among them, nothing is pulled and the module fails, since Docker would otherwise fall back to another
         platform's image and run it under emulation, or not at all.
+    type: list
+    elements: str
+    default: []
+  local_fallback:
+    description:
+      - Blessed tags (C(REPO:TAG), newest first) to use when the pull fails, because the registry cannot be
+        reached or no longer has the locked digest, and the host already has one of them for O(platform).
+      - The one used is returned as RV(local_fallback) with the reason and a warning, never recorded as pulled
+        (so never pruned), and runs by its own digest.
     type: list
     elements: str
     default: []
@@ -81,6 +90,10 @@ pulled:
   description: Whether the image was pulled in this run.
   returned: success
   type: bool
+local_fallback:
+  description: When a blessed tag already on the host was used instead, C(wanted), C(used), C(image_id) and C(reason).
+  returned: when used
+  type: dict
 repo_digests:
   description: The image's RepoDigests after the run.
   returned: success
@@ -114,6 +127,26 @@ def repo_digests(module: AnsibleModule, docker: str, ref: str) -> list[str] | No
         return []
 
 
+def blessed_local(module: AnsibleModule, docker: str, refs: list[str], platform: str) -> dict | None:
+    """The first of refs (REPO:TAG, newest first) this host has for the platform: ref to run it by, id, tag."""
+    arch = platform.rpartition("/")[2]
+    for tagged in refs:
+        rc, out, _ = module.run_command([docker, "image", "inspect", "--format",
+                                         "{{json .Id}} {{json .Architecture}} {{json .RepoDigests}}", tagged],
+                                        environ_update={"LC_ALL": "C"})
+        if rc != 0:
+            continue
+        image_id, architecture, digests = (json.loads(part) for part in out.strip().split(" ", 2))
+        if architecture != arch:
+            continue
+        repository = tagged.rpartition(":")[0]
+        names = {repository, short_name(repository)}
+        by_digest = [d for d in digests or [] if d.rpartition("@")[0] in names]
+        return {"used": tagged, "id": image_id, "repo_digests": digests or [],
+                "ref": by_digest[0] if by_digest else image_id}
+    return None
+
+
 def record(path: str, ref: str) -> None:
     try:
         with open(path, encoding="utf-8") as handle:
@@ -132,6 +165,7 @@ def main() -> None:
             "source": {"type": "str"},
             "platform": {"type": "str", "default": "linux/arm64"},
             "platforms": {"type": "list", "elements": "str", "default": []},
+            "local_fallback": {"type": "list", "elements": "str", "default": []},
             "record": {"type": "path", "default": "/var/lib/sparkfleet/pulled-images.json"},
             "docker": {"type": "path", "default": "docker"},
         },
@@ -158,8 +192,19 @@ def main() -> None:
     cmd = [docker, "pull", "--platform", params["platform"], ref]
     rc, out, err = module.run_command(cmd, environ_update={"LC_ALL": "C"})
     if rc != 0:
-        module.fail_json(msg=f"docker pull {ref} failed (rc {rc}): {(err or out).strip()[-800:]}. The previously "
-                             f"pinned image, if any, is untouched.", cmd=cmd, rc=rc, stdout=out, stderr=err)
+        reason = (err or out).strip()[-800:]
+        local = blessed_local(module, docker, params["local_fallback"], params["platform"])
+        if local:
+            module.warn(f"{ref} could not be pulled ({reason[-300:]}); using the blessed tag {local['used']} that this "
+                        f"host already has ({local['ref']}), as the rules allow. Pull the locked digest when the "
+                        "registry answers again (re-run).")
+            module.exit_json(changed=False, pulled=False, ref=local["ref"], repo_digests=local["repo_digests"],
+                             local_fallback={"wanted": ref, "used": local["used"], "image_id": local["id"],
+                                             "reason": reason.splitlines()[-1] if reason else f"rc {rc}"})
+        looked = (f" No blessed tag is on the host to fall back to (looked for {', '.join(params['local_fallback'])})."
+                  if params["local_fallback"] else "")
+        module.fail_json(msg=f"docker pull {ref} failed (rc {rc}): {reason}. The previously pinned image, if any, is "
+                             f"untouched.{looked}", cmd=cmd, rc=rc, stdout=out, stderr=err)
     after = repo_digests(module, docker, ref) or []
     if not wanted & set(after):
         module.fail_json(msg=f"pulled {ref} but its RepoDigests are {after}, expected {sorted(wanted)[0]}; the "

@@ -15,7 +15,7 @@ from typing import Any
 
 WATCHED_FACTS = ("spark_preflight", "spark_images_pinned", "spark_venv_active", "spark_verify_result",
                  "spark_container_runtime_registered", "spark_images_refresh", "spark_images_refresh_failure",
-                 "spark_doctor")
+                 "spark_doctor", "spark_preflight_override")
 
 
 @dataclass

@@ -22,15 +22,27 @@ SCHEMA_FILE = Path(__file__).with_name("report-schema.json")
 def _platform(host: Host) -> dict:
     facts = host.facts.get("spark_preflight") or {}
     state = (host.facts.get("spark_verify_result") or {}).get("state") or {}
+    override = host.facts.get("spark_preflight_override") in (True, "True", "true")
     return {"platform": facts.get("platform") or state.get("platform"),
-            "simulated": bool(facts.get("simulated") or state.get("simulated"))}
+            "simulated": bool(facts.get("simulated") or state.get("simulated")),
+            "override": "not a Spark (override)" if override else None}
+
+
+def image_source(pinned: dict) -> str:
+    """Where a host's image comes from: the lock, a build FROM a locked image, or a blessed tag already on the host."""
+    if pinned.get("derived"):
+        return f"derived from {pinned.get('base')} ({pinned.get('image_tag')})"
+    local = pinned.get("local_fallback")
+    if local:
+        return f"local blessed tag {local.get('used')} (wanted {local.get('wanted')}: {local.get('reason')})"
+    return "not locked, resolved for this run" if pinned.get("unlocked") else "lock"
 
 
 def host_report(host: Host) -> dict:
     verify = host.facts.get("spark_verify_result") or {}
     state = verify.get("state") or {}
     runtime = host.facts.get("spark_container_runtime_registered")
-    images = [{"name": p.get("name"), "ref": p.get("ref"), "tag": p.get("tag")}
+    images = [{"name": p.get("name"), "ref": p.get("ref"), "tag": p.get("tag"), "source": image_source(p)}
               for p in host.facts.get("spark_images_pinned") or []]
     venv = host.facts.get("spark_venv_active") or None
     abi = [f for a in state.get("abi") or [] for f in a.get("findings") or []]
@@ -79,8 +91,12 @@ def summary_rows(report: dict) -> list[list[str]]:
     rows = []
     for name, h in report["hosts"].items():
         platform = f"{h['platform'] or '?'}{' (simulated)' if h['simulated'] else ''}"
+        if h.get("override"):
+            platform = f"{h['override']}{' (simulated)' if h['simulated'] else ''}"
         runtime = "-" if h["runtime"] is None else ("registered" if h["runtime"]["registered"] else "NOT registered")
-        images = ", ".join(f"{i['name']}@{str(i['ref']).rsplit('@sha256:', 1)[-1][:12]}" for i in h["images"]) or "-"
+        images = ", ".join(f"{i['name']}@{str(i['ref']).rsplit('@sha256:', 1)[-1].removeprefix('sha256:')[:12]}"
+                           + (" LOCAL" if str(i.get("source", "")).startswith("local") else "")
+                           for i in h["images"]) or "-"
         venv = "-" if not h["venv"] else f"{h['venv']['matrix']} {h['venv']['status']}" + (
             " STALE" if h["venv"]["stale"] else "")
         verdict = (h["verification"] or {}).get("verdict") or ("unreachable" if not h["reachable"] else "-")
@@ -146,13 +162,14 @@ def junit(report: dict) -> str:
         run_failure = "; ".join(f"{f['task']}: {f['msg']}" for f in h["failures"])
         case(name, "run", failure=run_failure or None,
              text=f"changed={h['counts'].get('changed', 0)} ok={h['counts'].get('ok', 0)}")
-        case(name, "platform", failure=None if h["platform"] == "spark" else f"platform {h['platform']}",
-             text=f"{h['platform']}{' (simulated)' if h['simulated'] else ''}")
+        case(name, "platform", failure=None if h["platform"] == "spark" or h.get("override")
+             else f"platform {h['platform']}",
+             text=f"{h.get('override') or h['platform']}{' (simulated)' if h['simulated'] else ''}")
         if h["runtime"] is not None:
             case(name, "runtime", failure=None if h["runtime"]["registered"] else
                  f"nvidia runtime not registered; Docker's runtimes: {', '.join(h['runtime']['runtimes'])}")
         for image in h["images"]:
-            case(name, f"image {image['name']}", text=str(image["ref"]))
+            case(name, f"image {image['name']}", text=f"{image['ref']} ({image.get('source')})")
         if h["venv"]:
             case(name, "venv", failure=None if h["venv"]["status"] == "verified" else f"venv {h['venv']['status']}",
                  text=f"{h['venv']['path']} {h['venv']['line']} [{h['venv']['verified_by']}]")

@@ -22,13 +22,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import thishost
 import yaml
 from pyindex import build_wheel
+from thishost import HOST, lock_of, sparkfleet
 
-from conftest import BIN, REPO
+from conftest import REPO
 
 pytestmark = [pytest.mark.testbed, pytest.mark.network]
-HOST = "this-machine"
 TREE_DEB = "tree_2.1.0-1_arm64.deb"
 TREE_URL = f"http://deb.debian.org/debian/pool/main/t/tree/{TREE_DEB}"
 CACHE = REPO / ".cache" / "tests" / "debs"
@@ -88,49 +89,19 @@ def push_base(work: Path, registry: str, apt_url: str, marker: str) -> str:
 
 @pytest.fixture
 def inventory(tmp_path, anon, apt_repo) -> Path:
-    inventory = tmp_path / "inventory"
-    (inventory / "group_vars" / "all").mkdir(parents=True)
-    (inventory / "files").mkdir()
-    (inventory / "files" / "motd").write_text("derived for the audio project\n")
-    (inventory / "hosts.yml").write_text(yaml.safe_dump({"sparks": {"hosts": {HOST: {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
-    (inventory / "group_vars" / "all" / "main.yml").write_text(yaml.safe_dump({
-        "spark_preflight_require_spark": False,
-        "spark_preflight_simulated": True,
-        "spark_preflight_min_docker_free_gib": 1,
-        # This x86_64 machine runs the arm64 images under qemu, on purpose.
-        "spark_images_platform": "linux/arm64",
-        "spark_images_catalog": [{"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch",
-                                  "tags": ["25.11-py3"], "launcher": "spark-ngc"}],
-        "spark_images_registry_overrides": {"nvcr.io": anon.host},
-        "spark_images_launcher_dir": str(tmp_path / "bin"),
-        "spark_images_record_file": str(tmp_path / "pulled-images.json"),
-        "spark_images_build_dir": str(tmp_path / "build"),
-        "spark_images_build_network": "host",
-        "spark_images_derived": [{"name": "ngc-tree", "base": "ngc", "apt_packages": ["tree"],
-                                  "dockerfile": "COPY motd /etc/motd.d/sparkfleet\n",
-                                  "files": {"motd": "files/motd"}, "launcher": "spark-ngc-tree"}],
-        "spark_verify_state_file": str(tmp_path / "state.json"),
-    }))
-    (tmp_path / "bin").mkdir()
-    yield inventory
+    inv = thishost.inventory(
+        tmp_path, anon.host, spark_images_build_network="host",
+        spark_images_derived=[{"name": "ngc-tree", "base": "ngc", "apt_packages": ["tree"],
+                               "dockerfile": "COPY motd /etc/motd.d/sparkfleet\n", "files": {"motd": "files/motd"},
+                               "launcher": "spark-ngc-tree"}])
+    (inv / "files").mkdir()
+    (inv / "files" / "motd").write_text("derived for the audio project\n")
+    yield inv
     images = run("docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "sparkfleet/ngc-tree").stdout
     for ref in images.split():
         subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True, check=False)
-    for ref in run("docker", "image", "ls", "--format", "{{.Repository}}@{{.Digest}}",
-                   f"{anon.host}/nvidia/pytorch").stdout.split():
-        subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True, check=False)
-
-
-def sparkfleet(inventory: Path, report: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    proc = subprocess.run([str(BIN / "sparkfleet"), *args, "-i", str(inventory), "--plain", "--report-dir",
-                           str(report)], cwd=REPO, capture_output=True, text=True, check=False,
-                          env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
-    return proc, json.loads((report / "report.json").read_text())
-
-
-def lock_of(inventory: Path) -> dict:
-    return yaml.safe_load((inventory / "group_vars" / "all" / "spark_images_lock.yml").read_text())["spark_images_lock"]
+    for image_id in set(run("docker", "image", "ls", "-q", f"{anon.host}/nvidia/pytorch").stdout.split()):
+        subprocess.run(["docker", "image", "rm", "-f", image_id], capture_output=True, check=False)
 
 
 def derived_tags() -> set[str]:
@@ -164,7 +135,8 @@ def test_a_derived_image_is_built_once_from_the_locked_digest_refused_when_it_up
     assert f"built FROM\n# {anon.host}/nvidia/pytorch@{base}" in (tmp_path / "bin" / "spark-ngc-tree").read_text()
     out = run("docker", "run", "--rm", image["Id"], "sh", "-c", "tree --version; cat /etc/motd.d/sparkfleet").stdout
     assert "tree v2.1.0" in out and "derived for the audio project" in out
-    assert {"name": "ngc-tree", "ref": image["Id"], "tag": recipe[7:19]} in report["hosts"][HOST]["images"]
+    assert {"name": "ngc-tree", "ref": image["Id"], "tag": recipe[7:19],
+            "source": f"derived from ngc ({tag})"} in report["hosts"][HOST]["images"]
 
     # Converged: nothing is built again.
     proc, report = sparkfleet(inventory, tmp_path / "p2", *provision)

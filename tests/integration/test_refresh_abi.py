@@ -20,13 +20,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import thishost
 import yaml
 from pyindex import build_wheel
-
-from conftest import BIN, REPO
+from thishost import HOST, sparkfleet
 
 pytestmark = pytest.mark.testbed
-HOST = "this-machine"
 
 
 def gcc(*args: str) -> None:
@@ -63,31 +62,7 @@ def image_with_wheel(work: Path, registry: str, major: int) -> str:
 
 @pytest.fixture
 def inventory(tmp_path, anon) -> Path:
-    inventory = tmp_path / "inventory"
-    (inventory / "group_vars" / "all").mkdir(parents=True)
-    (inventory / "hosts.yml").write_text(yaml.safe_dump({"sparks": {"hosts": {HOST: {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
-    (inventory / "group_vars" / "all" / "main.yml").write_text(yaml.safe_dump({
-        "spark_preflight_require_spark": False,
-        "spark_preflight_simulated": True,
-        "spark_preflight_min_docker_free_gib": 1,
-        # This x86_64 machine runs the arm64 images under qemu, on purpose.
-        "spark_images_platform": "linux/arm64",
-        "spark_images_catalog": [{"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch",
-                                  "tags": ["25.11-py3"], "launcher": "spark-ngc"}],
-        "spark_images_registry_overrides": {"nvcr.io": anon.host},
-        "spark_images_launcher_dir": str(tmp_path / "bin"),
-        "spark_images_record_file": str(tmp_path / "pulled-images.json"),
-    }))
-    (tmp_path / "bin").mkdir()
-    return inventory
-
-
-def sparkfleet(inventory: Path, report: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    proc = subprocess.run([str(BIN / "sparkfleet"), *args, "-i", str(inventory), "--plain", "--report-dir",
-                           str(report)], cwd=REPO, capture_output=True, text=True, check=False,
-                          env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
-    return proc, json.loads((report / "report.json").read_text())
+    return thishost.inventory(tmp_path, anon.host)
 
 
 def test_a_new_image_with_a_cuda12_wheel_is_rolled_back(tmp_path, inventory, anon):
