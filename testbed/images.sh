@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Build and cache the aarch64 host images from debootstrap:
+# Build and cache the host images from debootstrap:
 #   sparkfleet/host-plain  a minimal aarch64 Debian (a non-Spark host)
 #   sparkfleet/host-spark  systemd + docker.io, standing in for DGX OS
+#   sparkfleet/host-amd64  a minimal x86_64 Debian (other hardware, native)
+# Each image's folder under images/ names its architecture in `arch`.
 # An image is rebuilt only when its recipe (this script, its package list,
 # overlay and Dockerfile tail) changes: the recipe hash is an image label.
-# Usage: images.sh [plain|spark ...]   (default: both, built in parallel)
+# Usage: images.sh [plain|spark|amd64 ...]   (default: all, built in parallel)
 source "$(dirname "$0")/lib.sh"
 
 SUITE=bookworm
@@ -26,8 +28,9 @@ image_label() {
 
 build_one() {
     local name="$1" dir="$TESTBED_DIR/images/$1" image="sparkfleet/host-$1:latest"
-    local hash work include cache
+    local hash work include cache arch
     hash="$(recipe_hash "$name")"
+    arch="$(cat "$dir/arch")"
     if [ "$(image_label "$image")" = "$hash" ]; then
         say "$image is current (recipe $hash)"
         return 0
@@ -39,10 +42,10 @@ build_one() {
     rm -rf "$work"
     mkdir -p "$work/rootfs" "$cache"
     include="$(grep -v '^#' "$dir/packages" | grep -v '^$' | paste -sd, -)"
-    say "$image: debootstrap $SUITE arm64 with $include (a few minutes under emulation; log $work.log)"
+    say "$image: debootstrap $SUITE $arch with $include (a few minutes under emulation; log $work.log)"
     local attempt
     for attempt in 1 2; do
-        if debootstrap --arch=arm64 --variant=minbase --cache-dir="$cache" \
+        if debootstrap --arch="$arch" --variant=minbase --cache-dir="$cache" \
                 --include="$include" "$SUITE" "$work/rootfs" "$MIRROR" >"$work.log" 2>&1; then
             break
         fi
@@ -67,10 +70,10 @@ build_one() {
         echo "LABEL io.sparkfleet.recipe=\"$hash\""
         cat "$dir/Dockerfile.tail"
     } > "$work/Dockerfile"
-    say "$image: docker build --platform linux/arm64"
+    say "$image: docker build --platform linux/$arch"
     # The legacy builder labels a FROM-scratch image with --platform; 'docker
     # import' would label it amd64 and Molecule's platform check refuses that.
-    DOCKER_BUILDKIT=0 docker build --quiet --platform linux/arm64 -t "$image" "$work" >/dev/null 2>"$work.build.log" \
+    DOCKER_BUILDKIT=0 docker build --quiet --platform "linux/$arch" -t "$image" "$work" >/dev/null 2>"$work.build.log" \
         || { cat "$work.build.log" >&2; die "docker build of $image failed (above)."; }
     rm -rf "$work"
     say "$image built (recipe $hash, $(docker image inspect --format '{{.Architecture}}' "$image"))"
@@ -78,7 +81,7 @@ build_one() {
 
 main() {
     local names=("$@") pids=() n rc=0
-    [ "${#names[@]}" -gt 0 ] || names=(plain spark)
+    [ "${#names[@]}" -gt 0 ] || names=(plain spark amd64)
     for n in "${names[@]}"; do
         [ -d "$TESTBED_DIR/images/$n" ] || die "unknown image '$n'; expected one of: $(ls "$TESTBED_DIR/images" | paste -sd' ')"
     done

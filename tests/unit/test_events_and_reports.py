@@ -135,3 +135,42 @@ def test_ansible_stopping_on_its_own_error_is_bad_input(rc, failed, code):
     from sparkfleet.runner import RunOutcome
 
     assert RunOutcome("failed" if rc else "successful", rc, failed=failed).exit_code() == code
+
+
+def event(kind: str, host: str, res: dict, task: str = "t") -> dict:
+    return {"event": f"runner_on_{kind}", "event_data": {"host": host, "task": task, "res": res}}
+
+
+def test_a_host_provisioned_on_purpose_is_marked_and_each_image_says_where_it_comes_from():
+    fleet = Fleet()
+    d1 = "sha256:" + "1" * 64
+    fleet.handle(event("ok", "box", {"ansible_facts": {
+        "spark_preflight": {"platform": "not-spark", "simulated": False}, "spark_preflight_override": True}}))
+    fleet.handle(event("ok", "box", {"ansible_facts": {"spark_images_pinned": [
+        {"name": "ngc", "ref": f"r/nvidia/pytorch@{d1}", "tag": "25.11-py3"},
+        {"name": "ngc-audio", "ref": d1, "tag": "0123456789ab", "derived": True, "base": "ngc",
+         "image_tag": "sparkfleet/ngc-audio:0123456789ab"},
+        {"name": "unsloth", "ref": f"u/unsloth@{d1}", "tag": "dgxspark-latest", "local_fallback": {
+            "used": "u/unsloth:25.09-py3", "wanted": "u/unsloth@sha256:2", "reason": "connection refused"}}]}}))
+    data = report.build(fleet, META)
+    jsonschema.validate(data, SCHEMA)
+    box = data["hosts"]["box"]
+    assert box["override"] == "not a Spark (override)"
+    assert [i["source"] for i in box["images"]] == [
+        "lock", "derived from ngc (sparkfleet/ngc-audio:0123456789ab)",
+        "local blessed tag u/unsloth:25.09-py3 (wanted u/unsloth@sha256:2: connection refused)"]
+    (row,) = report.summary_rows(data)
+    assert row[1] == "not a Spark (override)"
+    assert row[4] == "ngc@111111111111, ngc-audio@111111111111, unsloth@111111111111 LOCAL"
+    cases = {c.get("name"): c for c in ET.fromstring(report.junit(data)).iter("testcase")}
+    assert cases["platform"].find("failure") is None, "an override is the user's decision, not a failure"
+
+
+def test_a_failed_loop_says_which_items_failed_and_why():
+    fleet = Fleet()
+    fleet.handle(event("failed", "box", {"msg": "One or more items failed", "results": [
+        {"failed": False, "_ansible_item_label": "ngc"},
+        {"failed": True, "_ansible_item_label": "unsloth", "msg": "locked for linux/arm64; this host is linux/amd64"}]},
+        task="Pull each pinned image by digest"))
+    assert fleet.hosts["box"].failures == [{"task": "Pull each pinned image by digest",
+                                            "msg": "unsloth: locked for linux/arm64; this host is linux/amd64"}]
