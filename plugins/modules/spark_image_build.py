@@ -165,6 +165,10 @@ def main() -> None:
             with open(path, "rb") as handle:
                 contents[name] = handle.read()
         except OSError as exc:
+            if module.check_mode and not os.path.exists(path):  # the copy before this one wrote nothing
+                module.exit_json(changed=True, built=False, image_id=None, tag=None, recipe=None,
+                                 notes=[f"{path} is not on the host yet (check mode copies nothing): the image "
+                                        "would be built once its files are there"])
             module.fail_json(msg=f"derived image {p['name']}: context file {path} cannot be read ({exc}); nothing "
                                  "was built.")
     recipe = {"name": p["name"], "apt_packages": p["apt_packages"], "dockerfile": p["dockerfile"]}

@@ -123,8 +123,13 @@ def test_a_derived_image_is_built_once_from_the_locked_digest_refused_when_it_up
     recipe = locked["derived"]["ngc-tree"]["recipe"]
     assert locked["derived"]["ngc-tree"]["tag"] == f"sparkfleet/ngc-tree:{recipe[7:19]}"
 
-    # Built on the host FROM the locked digest, for arm64, with the real package, run by ID by its launcher.
+    # Check mode says it would build, and builds nothing.
     provision = ("provision", "-t", "spark_preflight,spark_images")
+    proc, report = sparkfleet(inventory, tmp_path / "check", *provision, "--check", "--diff")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "Build each derived image" in proc.stdout and not derived_tags()
+
+    # Built on the host FROM the locked digest, for arm64, with the real package, run by ID by its launcher.
     proc, report = sparkfleet(inventory, tmp_path / "p1", *provision)
     assert proc.returncode == 0, proc.stdout[-4000:]
     tag = f"sparkfleet/ngc-tree:{recipe[7:19]}"
