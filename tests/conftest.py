@@ -56,6 +56,7 @@ def run_module(module: str, args: dict, *flags: str, **env: str) -> dict:
             pytest.fail(f"ansible gave no result (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     result["failed"] = proc.returncode != 0
     result["_stdout"] = proc.stdout  # what the user sees, e.g. the --diff output
+    result["_stderr"] = proc.stderr  # [WARNING] lines
     return result
 
 

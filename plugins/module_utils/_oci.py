@@ -116,7 +116,7 @@ def select_platform(index: dict, architecture: str = "arm64", os_name: str = "li
 
 # The lock entry's fields, in the order the file is written (its diff is the review).
 LOCK_FIELDS = ("requested", "registry", "repository", "tag", "index_digest", "arm64_digest", "media_type",
-               "platforms", "fallback", "resolved_at", "derived")
+               "platforms", "sizes", "fallback", "resolved_at", "derived")
 
 
 def validate_lock(lock: object, path: str) -> list[str]:

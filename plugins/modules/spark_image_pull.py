@@ -46,6 +46,17 @@ options:
     type: list
     elements: str
     default: []
+  size:
+    description:
+      - Bytes the image is for O(platform) in the registry (config and compressed layers, the lock's C(sizes)).
+        When given, the free space on Docker's data root is checked before pulling; an image that would not fit
+        is refused, nothing pulled.
+      - A pull holds the compressed layers and their unpacked content at once; about 3 times the size is asked for.
+    type: int
+  headroom_bytes:
+    description: Bytes to keep free on Docker's data root after the pull.
+    type: int
+    default: 0
   local_fallback:
     description:
       - Blessed tags (C(REPO:TAG), newest first) to use when the pull fails, because the registry cannot be
@@ -102,6 +113,7 @@ repo_digests:
 """
 
 import json
+import os
 
 from ansible.module_utils._files import atomic_write
 from ansible.module_utils._oci import is_digest
@@ -147,6 +159,39 @@ def blessed_local(module: AnsibleModule, docker: str, refs: list[str], platform:
     return None
 
 
+UNPACK_FACTOR = 3  # compressed layers + their unpacked content, both on disk while a pull runs
+
+
+def gib(size: float) -> str:
+    return f"{size / 1024 ** 3:.1f} GiB"
+
+
+def check_space(module: AnsibleModule, docker: str, ref: str, size: int, headroom: int) -> None:
+    """Refuse, before any byte is fetched, an image that would not fit on Docker's data root."""
+    rc, out, _ = module.run_command([docker, "info", "--format", "{{.DockerRootDir}}"],
+                                    environ_update={"LC_ALL": "C"})
+    root = out.strip()
+    if rc != 0 or not root:
+        module.warn(f"Docker's data root could not be read (docker info rc {rc}); the free space for {ref} was "
+                    "not checked.")
+        return
+    try:
+        stat = os.statvfs(root)
+    except OSError as exc:
+        module.warn(f"the free space on {root} could not be read ({exc}); it was not checked for {ref}.")
+        return
+    free = stat.f_bavail * stat.f_frsize
+    needed = size * UNPACK_FACTOR + headroom
+    if free < needed:
+        module.fail_json(msg=f"not enough disk for {ref}: it is {gib(size)} to download (about "
+                             f"{gib(size * UNPACK_FACTOR)} on disk while it is pulled and unpacked), and Docker's "
+                             f"data root {root} has "
+                             f"{gib(free)} free, keeping {gib(headroom)} free (spark_images_disk_headroom_gib). "
+                             "Nothing was pulled and the images on the host are untouched. Free space there "
+                             "('docker image ls', then 'docker image rm' what you no longer need) and run again.",
+                         free_bytes=free, needed_bytes=needed)
+
+
 def record(path: str, ref: str) -> None:
     try:
         with open(path, encoding="utf-8") as handle:
@@ -166,6 +211,8 @@ def main() -> None:
             "platform": {"type": "str", "default": "linux/arm64"},
             "platforms": {"type": "list", "elements": "str", "default": []},
             "local_fallback": {"type": "list", "elements": "str", "default": []},
+            "size": {"type": "int"},
+            "headroom_bytes": {"type": "int", "default": 0},
             "record": {"type": "path", "default": "/var/lib/sparkfleet/pulled-images.json"},
             "docker": {"type": "path", "default": "docker"},
         },
@@ -189,6 +236,8 @@ def main() -> None:
         module.exit_json(changed=False, pulled=False, ref=ref, repo_digests=present)
     if module.check_mode:
         module.exit_json(changed=True, pulled=False, ref=ref, repo_digests=present or [])
+    if params["size"]:
+        check_space(module, docker, ref, params["size"], params["headroom_bytes"])
     cmd = [docker, "pull", "--platform", params["platform"], ref]
     rc, out, err = module.run_command(cmd, environ_update={"LC_ALL": "C"})
     if rc != 0:
@@ -201,6 +250,10 @@ def main() -> None:
             module.exit_json(changed=False, pulled=False, ref=local["ref"], repo_digests=local["repo_digests"],
                              local_fallback={"wanted": ref, "used": local["used"], "image_id": local["id"],
                                              "reason": reason.splitlines()[-1] if reason else f"rc {rc}"})
+        if "toomanyrequests" in reason.lower() or "429" in reason:
+            reason += (" - the registry rate-limits pulls (HTTP 429). Log in to it (spark_images_registry_credentials: "
+                       "Docker Hub's limit is higher for an account), pull through a mirror (spark_images_mirrors) "
+                       "so the fleet fetches each layer once, or re-run later")
         looked = (f" No blessed tag is on the host to fall back to (looked for {', '.join(params['local_fallback'])})."
                   if params["local_fallback"] else "")
         module.fail_json(msg=f"docker pull {ref} failed (rc {rc}): {reason}. The previously pinned image, if any, is "

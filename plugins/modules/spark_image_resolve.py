@@ -27,7 +27,8 @@ description:
     newest one that resolves (with arm64) is used and a fallback is recorded
     (wanted, used, why).
   - Transient failures (connection refused, timeouts, 429, 5xx) are retried
-    with backoff; 401, 404 and a missing arm64 variant are not.
+    with backoff, or after the registry's C(Retry-After) when it sends one (up to
+    O(retry_after_max)); 401, 404 and a missing arm64 variant are not.
 version_added: "0.1.0"
 author: sparkfleet contributors
 options:
@@ -78,6 +79,12 @@ options:
     description: Seconds per request.
     type: int
     default: 30
+  retry_after_max:
+    description:
+      - Longest C(Retry-After) (seconds) a registry's 429 or 503 is waited out for; a longer one fails at once
+        with what the registry asked, rather than holding the run.
+    type: int
+    default: 60
   retries:
     description: Attempts for a transient failure.
     type: int
@@ -122,6 +129,7 @@ images:
       arm64_digest: sha256:4567...
       media_type: application/vnd.oci.image.index.v1+json
       platforms: [linux/amd64, linux/arm64]
+      sizes: {linux/amd64: 9876543210, linux/arm64: 9123456789}
       fallback: {wanted: 25.11-py3, used: 25.09-py3, reasons: ["25.11-py3: 404 manifest unknown"]}
 requests:
   description: HTTP requests made, per registry (to show that each tag is resolved once).
@@ -130,6 +138,8 @@ requests:
 """
 
 import base64
+import datetime
+import email.utils
 import hashlib
 import json
 import time
@@ -148,6 +158,21 @@ from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.urls import open_url
 
 _TRANSIENT = {429, 500, 502, 503, 504}
+
+
+def retry_after(headers: dict) -> float | None:
+    """Seconds a Retry-After header asks for (delta-seconds or an HTTP date); None when absent or unreadable."""
+    value = next((v for k, v in (headers or {}).items() if k.lower() == "retry-after"), None)
+    if value is None:
+        return None
+    value = str(value).strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - datetime.datetime.now(datetime.UTC)).total_seconds())
 
 
 class RegistryError(Exception):
@@ -186,6 +211,7 @@ class Registry:
     def _retrying(self, method: str, url: str, headers: dict) -> tuple[int, dict, bytes]:
         attempts = max(1, self.module.params["retries"])
         for attempt in range(attempts):
+            wait = 0.5 * 2 ** attempt
             try:
                 status, resp_headers, body = self._once(method, url, headers)
             except RegistryError:
@@ -194,7 +220,16 @@ class Registry:
             else:
                 if status not in _TRANSIENT or attempt == attempts - 1:
                     return status, resp_headers, body
-            time.sleep(0.5 * 2 ** attempt)
+                asked = retry_after(resp_headers)
+                if asked is not None:
+                    limit = self.module.params["retry_after_max"]
+                    if asked > limit:
+                        raise RegistryError(
+                            f"{self.host} rate-limits this client (HTTP {status}) and asks to wait {asked:.0f} s, "
+                            f"longer than retry_after_max ({limit} s). Try again later, log in (credentials raise "
+                            "Docker Hub's limit) or resolve through a mirror")
+                    wait = asked
+            time.sleep(wait)
         raise AssertionError("unreachable")
 
     def _authorize(self, challenge: str, repository: str) -> str:
@@ -291,6 +326,13 @@ def resolve_tag(module: AnsibleModule, registry: Registry, repository: str, tag:
         platform_digest, platforms = select_platform(index, arch)
         if not platform_digest:
             raise RegistryError(f"{ref}: no linux/{arch} variant (the index lists {', '.join(platforms) or 'none'})")
+        sizes = {}
+        for entry in index.get("manifests") or []:
+            platform = entry.get("platform") or {}
+            label = "/".join(p for p in (platform.get("os"), platform.get("architecture"), platform.get("variant"))
+                             if p)
+            if label and label not in sizes and entry.get("digest"):
+                sizes[label] = manifest_size(registry, repository, entry["digest"])
     else:
         status, _, manifest_body = registry.request("GET", repository, f"manifests/{digest}")
         config_digest = (json.loads(manifest_body).get("config") or {}).get("digest") if status == 200 else None
@@ -300,8 +342,22 @@ def resolve_tag(module: AnsibleModule, registry: Registry, repository: str, tag:
             raise RegistryError(f"{ref}: a single-platform image for {config.get('os')}/{config.get('architecture')}, "
                                 f"no linux/{arch} variant")
         platform_digest, platforms = digest, [f"{config.get('os')}/{config.get('architecture')}"]
+        sizes = {platforms[0]: manifest_size(registry, repository, digest)}
     return {"tag": tag, "index_digest": digest, "arm64_digest": platform_digest, "media_type": media_type,
-            "platforms": platforms}
+            "platforms": platforms, "sizes": {k: v for k, v in sizes.items() if v is not None}}
+
+
+def manifest_size(registry: Registry, repository: str, digest: str) -> int | None:
+    """Bytes a host downloads for one platform's image: its config and layers (compressed), from the manifest."""
+    status, _, body = registry.request("GET", repository, f"manifests/{digest}")
+    if status != 200:
+        return None
+    try:
+        manifest = json.loads(body)
+        return int((manifest.get("config") or {}).get("size") or 0) + sum(
+            int(layer.get("size") or 0) for layer in manifest.get("layers") or [])
+    except (ValueError, TypeError, AttributeError):
+        return None
 
 
 def main() -> None:
@@ -319,6 +375,7 @@ def main() -> None:
             "architecture": {"type": "str", "default": "arm64"},
             "timeout": {"type": "int", "default": 30},
             "retries": {"type": "int", "default": 3},
+            "retry_after_max": {"type": "int", "default": 60},
         },
         supports_check_mode=True,
     )

@@ -242,3 +242,31 @@ def test_7_a_password_sudo_host_and_a_vaulted_registry_password_typed_at_the_ter
              and any(s.encode() in p.read_bytes() for s in secrets)]
     assert leaks == []
     assert not any(s in output for s in secrets)
+
+
+def test_8_a_host_unreachable_during_a_refresh_stops_it_and_nothing_is_lost(fleet):
+    """A host that goes away (powered off, network lost) mid-rollout: exit 3, reported unreachable, no lock past
+    what was verified, and the host, back, still runs the digest it had."""
+    before = lock(fleet)["unsloth"]["index_digest"]
+    canary = HOSTS[0]
+    sh("docker", "stop", canary)
+    try:
+        new = push_unsloth("fleet-refresh-unreachable")
+        proc, data, _ = cli(fleet, "refresh-canary-gone", "refresh", "-e", '{"refresh_batches": [1, 1]}')
+        assert proc.returncode == 3, proc.stdout[-5000:]
+        assert data["hosts"][canary]["reachable"] is False and data["hosts"][canary]["unreachable"]
+        assert lock(fleet)["unsloth"]["index_digest"] == before, "nothing verified: the lock did not move"
+        assert all(launcher_ref(h).endswith(before) for h in HOSTS[1:]), "the rollout stopped at the canary"
+    finally:
+        sh("docker", "start", canary)
+    last = HOSTS[2]
+    sh("docker", "stop", last)
+    try:
+        proc, data, _ = cli(fleet, "refresh-last-gone", "refresh", "-e", '{"refresh_batches": [1, 1]}')
+        assert proc.returncode == 3, proc.stdout[-5000:]
+        assert data["hosts"][last]["reachable"] is False
+        assert lock(fleet)["unsloth"]["index_digest"] == new, "the canary verified the new digest"
+        assert all(launcher_ref(h).endswith(new) for h in HOSTS[:2])
+    finally:
+        sh("docker", "start", last)
+    assert launcher_ref(last).endswith(before), "the unreachable host kept what it ran"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import urllib.request
 
 import pytest
 import yaml
@@ -146,3 +148,29 @@ def test_an_image_locked_without_the_hosts_platform_is_refused_before_pulling():
     assert result["failed"]
     assert result["msg"].startswith(f"nvcr.io/nvidia/pytorch@{D1} is locked for linux/arm64; this host is "
                                     "linux/amd64. Nothing was pulled")
+
+
+def test_an_image_that_would_not_fit_is_refused_before_any_byte_is_pulled(anon, tmp_path):
+    pushed = push(anon.url, "disktest/img:1", ["arm64", "amd64"], seed="disk")
+    (image,) = run_module("spark_image_resolve", {"images": [
+        {"name": "img", "registry": anon.host, "repository": "disktest/img", "tags": ["1"]}]})["images"]
+    manifest = json.loads(urllib.request.urlopen(urllib.request.Request(
+        f"{anon.url}/v2/disktest/img/manifests/{pushed['platforms']['arm64']}",
+        headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})).read())
+    size = manifest["config"]["size"] + sum(layer["size"] for layer in manifest["layers"])
+    assert image["sizes"]["linux/arm64"] == size, "the manifest's config and layers"
+    free = shutil.disk_usage("/var/lib/docker").free
+    args = {"repository": f"{anon.host}/disktest/img", "digest": pushed["digest"], "size": size,
+            "record": str(tmp_path / "pulled.json")}
+    refused = run_module("spark_image_pull", {**args, "headroom_bytes": free + 10 * 1024 ** 3})
+    assert refused["failed"]
+    assert refused["msg"].startswith(f"not enough disk for {anon.host}/disktest/img@{pushed['digest']}: ")
+    assert "Docker's data root /var/lib/docker has" in refused["msg"] and "Nothing was pulled" in refused["msg"]
+    ref = f"{anon.host}/disktest/img@{pushed['digest']}"
+    assert subprocess.run(["docker", "image", "inspect", ref], capture_output=True).returncode != 0
+    assert anon.requests("GET", f"/v2/disktest/img/blobs/{manifest['layers'][0]['digest']}") == 0, "no byte fetched"
+    assert not (tmp_path / "pulled.json").exists()
+    try:
+        assert run_module("spark_image_pull", {**args, "headroom_bytes": 0})["pulled"] is True
+    finally:
+        subprocess.run(["docker", "image", "rm", ref], capture_output=True, check=False)

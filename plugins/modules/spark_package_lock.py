@@ -1,0 +1,133 @@
+#!/usr/bin/python
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Wait until no other process holds the package manager's locks, or fail saying who holds them."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: spark_package_lock
+short_description: Wait for apt/dpkg's locks to be free, up to a timeout, naming the process that holds them
+description:
+  - Asks the kernel (C(fcntl F_GETLK), the locks apt and dpkg take) whether another process holds any of
+    O(paths), without taking them. While one does, polls until O(timeout) seconds have passed.
+  - A fresh DGX OS runs unattended-upgrades after its first boot; provisioning then would fail half-way in the
+    first apt task. This waits for it, warns how long it waited and for whom, and fails before anything is
+    changed when the wait runs out, naming the holder (pid and command).
+version_added: "0.2.0"
+author: sparkfleet contributors
+options:
+  timeout:
+    description: Seconds to wait for the locks; 0 checks once.
+    type: int
+    default: 600
+  paths:
+    description: The lock files (missing ones are skipped).
+    type: list
+    elements: path
+    default: [/var/lib/dpkg/lock-frontend, /var/lib/dpkg/lock, /var/lib/apt/lists/lock, /var/cache/apt/archives/lock]
+  poll:
+    description: Seconds between checks.
+    type: float
+    default: 2.0
+attributes:
+  check_mode:
+    support: full
+    details: Only reads lock state, in both modes.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details: Changes nothing.
+"""
+
+EXAMPLES = r"""
+- name: Wait for the package manager
+  spark_package_lock:
+    timeout: 600
+"""
+
+RETURN = r"""
+waited:
+  description: Seconds spent waiting for the locks.
+  returned: success
+  type: float
+holders:
+  description: The holders seen while waiting, C(path), C(pid) and C(command).
+  returned: always
+  type: list
+  elements: dict
+"""
+
+import fcntl
+import os
+import struct
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+# struct flock on Linux (64-bit): short l_type, short l_whence, off_t l_start, off_t l_len, pid_t l_pid.
+FLOCK = "hhqqi"
+
+
+def holder(path: str) -> dict | None:
+    """Who holds a write-conflicting lock on path: {path, pid, command}; None when free or missing."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        query = struct.pack(FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        kind, _, _, _, pid = struct.unpack(FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, query))
+    finally:
+        os.close(fd)
+    if kind == fcntl.F_UNLCK:
+        return None
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8") as handle:
+            command = handle.read().strip()
+    except OSError:
+        command = "unknown"
+    return {"path": path, "pid": pid, "command": command}
+
+
+def describe(held: list[dict]) -> str:
+    return "; ".join(f"{h['path']} is held by pid {h['pid']} ({h['command']})" for h in held)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "timeout": {"type": "int", "default": 600},
+            "paths": {"type": "list", "elements": "path",
+                      "default": ["/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/apt/lists/lock",
+                                  "/var/cache/apt/archives/lock"]},
+            "poll": {"type": "float", "default": 2.0},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    started = time.monotonic()
+    seen: list[dict] = []
+    while True:
+        held = [h for h in (holder(path) for path in p["paths"]) if h]
+        for h in held:
+            if h not in seen:
+                seen.append(h)
+        waited = round(time.monotonic() - started, 1)
+        if not held:
+            if seen:
+                module.warn(f"waited {waited} s for the package manager: {describe(seen)}")
+            module.exit_json(changed=False, waited=waited, holders=seen)
+        if waited >= p["timeout"]:
+            module.fail_json(msg=f"the package manager is busy: {describe(held)}, still after {waited} s "
+                                 f"(timeout {p['timeout']} s). Nothing was changed. Let it finish (a fresh DGX OS "
+                                 "runs unattended-upgrades after its first boot: 'systemctl status "
+                                 "unattended-upgrades') and run again, or raise spark_preflight_package_lock_timeout.",
+                             waited=waited, holders=seen)
+        time.sleep(min(p["poll"], max(0.1, p["timeout"] - waited)))
+
+
+if __name__ == "__main__":
+    main()
