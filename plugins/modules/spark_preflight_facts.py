@@ -134,6 +134,10 @@ ansible_facts:
         docker_data_root_free_bytes:
           description: Bytes free for an unprivileged writer on the data root's file system.
           type: int
+        dockerd:
+          description: The Docker engine's binary (C(/usr/bin/dockerd) or C(/usr/sbin/dockerd)); null when neither exists.
+          type: str
+          sample: /usr/bin/dockerd
         memory_total_bytes:
           description: MemTotal from C(/proc/meminfo).
           type: int
@@ -254,6 +258,7 @@ class PreflightFacts:
             "nvidia_smi": nvsmi,
             "docker_data_root": data_root,
             "docker_data_root_free_bytes": self.free_bytes(data_root),
+            "dockerd": next((p for p in ("/usr/bin/dockerd", "/usr/sbin/dockerd") if os.path.exists(p)), None),
             "memory_total_bytes": mem.get("MemTotal"),
             "memory_available_bytes": mem.get("MemAvailable"),
         }
