@@ -20,6 +20,7 @@ description:
   - A failed build tags nothing, so the host keeps the images it had.
 version_added: "0.2.0"
 author: sparkfleet contributors
+extends_documentation_fragment: [sparkfleet_docker]
 options:
   name:
     description: The derived image's name.
@@ -70,10 +71,6 @@ options:
   locked_recipe:
     description: The recipe hash the lock records for this image, if any; a different one is a warning.
     type: str
-  docker:
-    description: Docker CLI.
-    type: path
-    default: docker
 attributes:
   check_mode:
     support: full

@@ -22,6 +22,7 @@ description:
     digests are the same there, so the lock stays the upstream truth.
 version_added: "0.1.0"
 author: sparkfleet contributors
+extends_documentation_fragment: [sparkfleet_docker]
 options:
   repository:
     description: The image's name as locked, e.g. C(nvcr.io/nvidia/pytorch).
@@ -70,10 +71,6 @@ options:
     description: The file listing the images (C(REPO@DIGEST)) this project pulled.
     type: path
     default: /var/lib/sparkfleet/pulled-images.json
-  docker:
-    description: Docker CLI.
-    type: path
-    default: docker
 attributes:
   check_mode:
     support: full

@@ -31,6 +31,7 @@ description:
     O(retry_after_max)); 401, 404 and a missing arm64 variant are not.
 version_added: "0.1.0"
 author: sparkfleet contributors
+extends_documentation_fragment: [sparkfleet_read_only]
 options:
   images:
     description: Images to resolve.
@@ -89,15 +90,6 @@ options:
     description: Attempts for a transient failure.
     type: int
     default: 3
-attributes:
-  check_mode:
-    support: full
-    details: Only reads from registries.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
-    details: Changes nothing.
 """
 
 EXAMPLES = r"""

@@ -17,6 +17,7 @@ description:
     changed when the wait runs out, naming the holder (pid and command).
 version_added: "0.2.0"
 author: sparkfleet contributors
+extends_documentation_fragment: [sparkfleet_read_only]
 options:
   timeout:
     description: Seconds to wait for the locks; 0 checks once.
@@ -31,15 +32,6 @@ options:
     description: Seconds between checks.
     type: float
     default: 2.0
-attributes:
-  check_mode:
-    support: full
-    details: Only reads lock state, in both modes.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
-    details: Changes nothing.
 """
 
 EXAMPLES = r"""

@@ -135,7 +135,7 @@ ansible_facts:
           description: Bytes free for an unprivileged writer on the data root's file system.
           type: int
         dockerd:
-          description: The Docker engine's binary (C(/usr/bin/dockerd) or C(/usr/sbin/dockerd)); null when neither exists.
+          description: The Docker engine's binary (C(/usr/bin/dockerd) or C(/usr/sbin/dockerd)), null when absent.
           type: str
           sample: /usr/bin/dockerd
         memory_total_bytes:

@@ -270,3 +270,18 @@ def test_8_a_host_unreachable_during_a_refresh_stops_it_and_nothing_is_lost(flee
     finally:
         sh("docker", "start", last)
     assert launcher_ref(last).endswith(before), "the unreachable host kept what it ran"
+
+
+def test_9_fast_provision_of_the_converged_fleet_changes_nothing_and_reports_the_same(fleet):
+    """--fast (Mitogen) on the whole fleet: the same outcome as the plain strategy, nothing changed."""
+    proc, plain, _ = cli(fleet, "verify-plain", "verify")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    proc, fast, _ = cli(fleet, "provision-fast", "provision", "--fast")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    for host in HOSTS:
+        entry = fast["hosts"][host]
+        assert entry["counts"]["changed"] == 0, (host, entry["counts"])
+        assert entry["history"] == "converged"
+        assert entry["images"] == plain["hosts"][host]["images"]
+        assert entry["runtime"]["registered"] is True
+        assert entry["verification"]["lines"] == plain["hosts"][host]["verification"]["lines"]

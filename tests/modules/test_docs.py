@@ -22,6 +22,11 @@ def _documented(module: str) -> dict:
         and node.targets[0].id in {"DOCUMENTATION", "EXAMPLES", "RETURN"}
     }
     assert set(docs) == {"DOCUMENTATION", "EXAMPLES", "RETURN"}, module
+    for fragment in docs["DOCUMENTATION"].get("extends_documentation_fragment") or []:
+        text = (REPO / "plugins" / "doc_fragments" / f"{fragment}.py").read_text()
+        shared = yaml.safe_load(text.split('DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0])
+        for section in ("options", "attributes"):
+            docs["DOCUMENTATION"].setdefault(section, {}).update(shared.get(section) or {})
     return docs
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +77,11 @@ def test_help_is_a_manual(capsys):
     out = capsys.readouterr().out
     for option in ("--inventory", "--limit", "--check", "--diff", "--tags", "--extra-vars"):
         assert option in out
+
+
+def test_fast_runs_ansible_under_mitogens_strategy_plugin():
+    from sparkfleet.runner import mitogen_env
+
+    env = mitogen_env()
+    assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
+    assert (Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
