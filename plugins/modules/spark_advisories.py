@@ -22,6 +22,7 @@ description:
     changes the file or a pin.
 version_added: "0.1.0"
 author: sparkfleet contributors
+extends_documentation_fragment: [sparkfleet_read_only]
 options:
   path:
     description: The advisories file.
@@ -72,14 +73,6 @@ options:
 notes:
   - A GitHub token for a higher rate limit is read from the controller's C(GITHUB_TOKEN) environment variable,
     never from an option, so it reaches no command line and no log.
-attributes:
-  check_mode:
-    support: full
-    details: Reads only; the same in check mode.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
 """
 
 EXAMPLES = r"""

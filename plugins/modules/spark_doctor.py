@@ -25,6 +25,7 @@ description:
   - Anything it cannot read is listed under C(problems), never a failure.
 version_added: "0.1.0"
 author: sparkfleet contributors
+extends_documentation_fragment: [sparkfleet_read_only]
 options:
   platform:
     description: The facts spark_preflight_facts gathered (C(ansible_facts['spark_preflight'])).
@@ -60,14 +61,6 @@ options:
     description: What the host's names are replaced by.
     type: str
     default: host
-attributes:
-  check_mode:
-    support: full
-    details: Reads only; the same in check mode.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
 """
 
 EXAMPLES = r"""

@@ -30,6 +30,7 @@ description:
   - Also reports the matrix's staleness against O(max_age_days).
 version_added: "0.1.0"
 author: sparkfleet contributors
+extends_documentation_fragment: [sparkfleet_read_only]
 options:
   matrix:
     description: The stack matrix (matrix/spark-stack.yml, loaded).
@@ -55,14 +56,6 @@ options:
     description: Seconds pip waits for an index before it counts as unreachable.
     type: int
     default: 20
-attributes:
-  check_mode:
-    support: full
-    details: Reads only; the same in check mode.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
 """
 
 EXAMPLES = r"""
