@@ -5,7 +5,7 @@ non-Spark by override that runs arm64 images under qemu, its GPU simulated), thr
 `provision` (site.yml's preflight and images) and `refresh`. The base is a stand-in for nvidia/pytorch (NVIDIA's
 image is out of reach): the test bed's aarch64 Debian with a Python distribution installed the way NGC ships its
 own. The extra system package is real: Debian bookworm's `tree` for arm64 (fetched once from Debian's archive
-into .cache/tests), served to the build from an apt repository on 127.0.0.1.
+into .cache/tests), served to the build from a signed apt repository on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -57,6 +57,14 @@ def apt_repo(tmp_path_factory):
     packages = run("apt-ftparchive", "packages", ".", cwd=root).stdout
     (root / "Packages").write_text(packages)
     (root / "Release").write_text(run("apt-ftparchive", "release", ".", cwd=root).stdout)
+    # Signed like any real repository, with a key made for this test only; the base trusts it by signed-by.
+    gnupg = tmp_path_factory.mktemp("gnupg")
+    gpg = ("gpg", "--homedir", str(gnupg), "--batch", "--quiet", "--yes")
+    run(*gpg, "--passphrase", "", "--quick-gen-key", "sparkfleet derived-image test <noreply@localhost>", "ed25519",
+        "sign", "never")
+    run(*gpg, "--clearsign", "-o", str(root / "InRelease"), str(root / "Release"))
+    run(*gpg, "-abs", "-o", str(root / "Release.gpg"), str(root / "Release"))
+    (root / "key.asc").write_text(run(*gpg, "--armor", "--export").stdout)
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
     handler.log_message = lambda *a: None
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -71,11 +79,14 @@ def push_base(work: Path, registry: str, apt_url: str, marker: str) -> str:
     wheel = build_wheel(work / "wheels", "einops", "0.8.1", {"einops/__init__.py": b"__version__ = '0.8.1'\n"})
     run(sys.executable, "-m", "pip", "install", "-q", "--isolated", "--no-deps", "--target", str(work / "site"),
         str(wheel))
-    (work / "sources.list").write_text(f"deb [trusted=yes] {apt_url} ./\n")
+    (work / "sources.list").write_text(f"deb [signed-by=/etc/apt/keyrings/derived-test.asc] {apt_url} ./\n")
+    with urllib.request.urlopen(f"{apt_url}/key.asc", timeout=10) as response:
+        (work / "derived-test.asc").write_bytes(response.read())
     (work / "marker").write_text(marker)
     (work / "Dockerfile").write_text(
         "FROM sparkfleet/host-plain:latest\n"
         "COPY sources.list /etc/apt/sources.list\n"
+        "COPY derived-test.asc /etc/apt/keyrings/derived-test.asc\n"
         "COPY marker /etc/sparkfleet-standin-base\n"
         "COPY site/ /usr/local/lib/python3.11/dist-packages/\n")
     tag = f"{registry}/nvidia/pytorch:25.11-py3"
