@@ -19,12 +19,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
-import ansible.module_utils  # noqa: E402
-
-ansible.module_utils.__path__.append(str(REPO / "plugins" / "module_utils"))
+# module_utils as the collection sparkfleet.spark (collections/ansible_collections/sparkfleet/spark links here).
+sys.path.insert(0, str(REPO / "collections"))
 import wheels  # noqa: E402
-from ansible.module_utils._cuda_abi import scan, shared_objects  # noqa: E402
-from ansible.module_utils._elf import read_dynamic_path  # noqa: E402
+from ansible_collections.sparkfleet.spark.plugins.module_utils._cuda_abi import scan, shared_objects  # noqa: E402
+from ansible_collections.sparkfleet.spark.plugins.module_utils._elf import read_dynamic_path  # noqa: E402
 
 
 def build() -> Path:

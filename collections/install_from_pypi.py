@@ -27,6 +27,8 @@ ANSIBLE_DIST = "ansible==12.3.0"
 HERE = Path(__file__).resolve().parent
 TARGET = HERE / "ansible_collections"
 STAMP = TARGET / ".installed-from"
+# collections/ansible_collections/sparkfleet/spark links to the repository root (committed).
+OWN_NAMESPACE = "sparkfleet"
 
 
 def _manifest(wheel: zipfile.ZipFile, name: str) -> dict:
@@ -37,6 +39,13 @@ def _manifest(wheel: zipfile.ZipFile, name: str) -> dict:
     except KeyError:
         sys.exit(f"{ANSIBLE_DIST} has no collection {name} ({path} missing); "
                  f"pick another release in {Path(__file__).name} or drop {name} from requirements.yml")
+
+
+def _installed_namespaces() -> set[str]:
+    """The namespaces a previous run extracted (all but this repository's own link)."""
+    if not TARGET.is_dir():
+        return set()
+    return {p.name for p in TARGET.iterdir() if p.is_dir() and not p.is_symlink() and p.name != OWN_NAMESPACE}
 
 
 def main() -> int:
@@ -67,8 +76,10 @@ def main() -> int:
                              f"asks for {spec}; change one of them so they agree")
                 chosen[name] = info["version"]
                 todo.extend(info.get("dependencies") or {})
-            if TARGET.exists():
-                shutil.rmtree(TARGET)
+            # Each namespace we take is replaced whole; sparkfleet/ (this
+            # repository, linked in as the collection sparkfleet.spark) is not ours to touch.
+            for namespace in {name.split(".")[0] for name in chosen} | _installed_namespaces():
+                shutil.rmtree(TARGET / namespace, ignore_errors=True)
             for name in chosen:
                 prefix = "ansible_collections/{}/{}/".format(*name.split("."))
                 for member in wheel.namelist():

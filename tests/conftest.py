@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-MODULE_UTILS = REPO / "plugins" / "module_utils"
 DOUBLES = REPO / "testbed" / "doubles"
 NVSMI = DOUBLES / "nvidia-smi"
 BIN = Path(sys.executable).parent
 
-# Tests import the module_utils the way modules do (ansible.module_utils._x).
-import ansible.module_utils  # noqa: E402
-
-ansible.module_utils.__path__.append(str(MODULE_UTILS))
+# Tests import module_utils the way modules do, from the collection sparkfleet.spark
+# (ansible_collections.sparkfleet.spark.plugins.module_utils._x): pyproject's
+# pythonpath puts collections/ on sys.path, where ansible_collections/sparkfleet/spark
+# links to this repository.
+COLLECTION = "sparkfleet.spark"
 
 
 def ansible_env(**extra: str) -> dict[str, str]:
@@ -35,6 +35,11 @@ def ansible_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def fqcn(module: str) -> str:
+    """sparkfleet's own modules by their full name (sparkfleet.spark.spark_state); others as given."""
+    return module if "." in module else f"{COLLECTION}.{module}"
+
+
 def run_module(module: str, args: dict, *flags: str, **env: str) -> dict:
     """Run one module natively on localhost through real `ansible` and return its whole result.
 
@@ -43,7 +48,7 @@ def run_module(module: str, args: dict, *flags: str, **env: str) -> dict:
     """
     with tempfile.TemporaryDirectory() as tree:
         proc = subprocess.run(
-            [str(BIN / "ansible"), "localhost", "-c", "local", "-i", "localhost,", "-m", module,
+            [str(BIN / "ansible"), "localhost", "-c", "local", "-i", "localhost,", "-m", fqcn(module),
              "-a", json.dumps(args), *flags,
              "-e", f"ansible_python_interpreter={sys.executable}"],
             cwd=REPO, capture_output=True, text=True, check=False,

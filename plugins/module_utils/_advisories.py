@@ -16,7 +16,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from ansible.module_utils._stack_matrix import MatrixError, aged, normalize, parse_date
+from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
+    MatrixError,
+    aged,
+    normalize,
+    parse_date,
+)
 
 AFFECT_KINDS = ("image", "digest", "package", "playbook")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")

@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ansible.module_utils._elf import ElfSkip, read_dynamic_path
+from ansible_collections.sparkfleet.spark.plugins.module_utils._elf import ElfSkip, read_dynamic_path
 
 # Libraries whose soname major IS the CUDA major (libcudart.so.12 = CUDA 12):
 # only these prove a CUDA-major mismatch.

@@ -89,7 +89,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Scan the bare-pip venv
-  spark_abi_scan:
+  sparkfleet.spark.spark_abi_scan:
     path: /opt/sparkfleet/venv
   register: abi
 
@@ -99,11 +99,11 @@ EXAMPLES = r"""
     fail_msg: "{{ abi.findings | join('; ') }}"
 
 - name: Scan the environment of a given interpreter
-  spark_abi_scan:
+  sparkfleet.spark.spark_abi_scan:
     python: /usr/bin/python3
 
 - name: Scan the pinned NGC image
-  spark_abi_scan:
+  sparkfleet.spark.spark_abi_scan:
     image: "nvcr.io/nvidia/pytorch@sha256:{{ digest }}"
 """
 
@@ -190,9 +190,9 @@ import inspect
 import json
 import os
 
-from ansible.module_utils import _cuda_abi, _elf
-from ansible.module_utils._cuda_abi import scan, system_cuda
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _cuda_abi, _elf
+from ansible_collections.sparkfleet.spark.plugins.module_utils._cuda_abi import scan, system_cuda
 
 
 def _unique(paths: list[str]) -> list[str]:
@@ -240,7 +240,7 @@ def container_script(expected_major: int, cuda_home: str) -> str:
     for module in (_elf, _cuda_abi):
         source = inspect.getsource(module)
         source = source.replace("from __future__ import annotations\n", "")
-        source = source.replace("from ansible.module_utils._elf import ElfSkip, read_dynamic_path\n", "")
+        source = source.replace(f"from {_elf.__name__} import ElfSkip, read_dynamic_path\n", "")
         parts.append(source)
     return ("from __future__ import annotations\n" + "\n".join(parts) + _cuda_abi.CONTAINER_MAIN
             + f"\n_container_main({expected_major!r}, {cuda_home!r})\n")

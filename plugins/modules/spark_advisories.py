@@ -22,7 +22,7 @@ description:
     changes the file or a pin.
 version_added: "0.1.0"
 author: sparkfleet contributors
-extends_documentation_fragment: [sparkfleet_read_only]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
 options:
   path:
     description: The advisories file.
@@ -77,12 +77,12 @@ notes:
 
 EXAMPLES = r"""
 - name: Warn about the images about to be pinned
-  spark_advisories:
+  sparkfleet.spark.spark_advisories:
     path: "{{ playbook_dir }}/../matrix/advisories.yml"
     images: "{{ resolved.images }}"
 
 - name: List the upstream issues since the file was last reviewed
-  spark_advisories:
+  sparkfleet.spark.spark_advisories:
     path: matrix/advisories.yml
     upstream: true
 """
@@ -117,9 +117,15 @@ import datetime
 import os
 
 import yaml
-from ansible.module_utils._advisories import AdvisoryError, affected, age, check, github_issues
-from ansible.module_utils._stack_matrix import MatrixError
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils._advisories import (
+    AdvisoryError,
+    affected,
+    age,
+    check,
+    github_issues,
+)
+from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import MatrixError
 
 
 def main() -> None:

@@ -56,7 +56,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Install NVIDIA's container toolkit signing key
-  spark_apt_keyring:
+  sparkfleet.spark.spark_apt_keyring:
     url: https://nvidia.github.io/libnvidia-container/gpgkey
     dest: /usr/share/keyrings/nvidia-container-toolkit-keyring.gpg
     fingerprint: "{{ expected_fingerprint }}"
@@ -75,9 +75,9 @@ import os
 import shutil
 import tempfile
 
-from ansible.module_utils._gpg import normalize_fingerprint, primary_fingerprints
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import fetch_url
+from ansible_collections.sparkfleet.spark.plugins.module_utils._gpg import normalize_fingerprint, primary_fingerprints
 
 _ARMOR = b"-----BEGIN PGP PUBLIC KEY BLOCK-----"
 

@@ -68,11 +68,11 @@ notes:
 
 EXAMPLES = r"""
 - name: Register the NVIDIA runtime with Docker
-  spark_docker_runtime:
+  sparkfleet.spark.spark_docker_runtime:
   notify: Restart docker
 
 - name: Register it and enable CDI
-  spark_docker_runtime:
+  sparkfleet.spark.spark_docker_runtime:
     enable_cdi: true
 """
 
@@ -99,14 +99,14 @@ import json
 import os
 import tempfile
 
-from ansible.module_utils._docker_daemon import (
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils._docker_daemon import (
     RUNTIME_NAME,
     DaemonJsonError,
     lost_user_settings,
     parse_daemon_json,
     registration_gaps,
 )
-from ansible.module_utils.basic import AnsibleModule
 
 
 def _read(path: str) -> str | None:

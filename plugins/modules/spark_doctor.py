@@ -25,7 +25,7 @@ description:
   - Anything it cannot read is listed under C(problems), never a failure.
 version_added: "0.1.0"
 author: sparkfleet contributors
-extends_documentation_fragment: [sparkfleet_read_only]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
 options:
   platform:
     description: The facts spark_preflight_facts gathered (C(ansible_facts['spark_preflight'])).
@@ -65,10 +65,10 @@ options:
 
 EXAMPLES = r"""
 - name: Gather the platform facts
-  spark_preflight_facts:
+  sparkfleet.spark.spark_preflight_facts:
 
 - name: The doctor's report
-  spark_doctor:
+  sparkfleet.spark.spark_doctor:
     platform: "{{ ansible_facts['spark_preflight'] }}"
     hostnames: ["{{ inventory_hostname }}"]
 """
@@ -89,8 +89,8 @@ import json
 import os
 import socket
 
-from ansible.module_utils._doctor import markdown, redact
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils._doctor import markdown, redact
 
 
 class Doctor:

@@ -83,7 +83,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Verify the pinned NGC image through its launcher
-  spark_gpu_verify:
+  sparkfleet.spark.spark_gpu_verify:
     launcher: /usr/local/bin/spark-ngc
   register: gpu
 
@@ -93,7 +93,7 @@ EXAMPLES = r"""
     fail_msg: "{{ gpu.line }}: {{ gpu.hypothesis }}: {{ gpu.evidence }}. Fix: {{ gpu.fix }}"
 
 - name: Verify a venv on another GPU machine (not a Spark)
-  spark_gpu_verify:
+  sparkfleet.spark.spark_gpu_verify:
     python: /opt/venv/bin/python
     spark: false
 """
@@ -178,9 +178,14 @@ import os
 import subprocess
 import uuid
 
-from ansible.module_utils._gpu_probe import PROBE, diagnose, killed_by, parse_probe_output
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
+from ansible_collections.sparkfleet.spark.plugins.module_utils._gpu_probe import (
+    PROBE,
+    diagnose,
+    killed_by,
+    parse_probe_output,
+)
 
 _DOCKER_LAUNCH_FAILED = 125  # docker run's own exit status when the container could not start
 

@@ -20,7 +20,7 @@ description:
   - A failed build tags nothing, so the host keeps the images it had.
 version_added: "0.2.0"
 author: sparkfleet contributors
-extends_documentation_fragment: [sparkfleet_docker]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_docker]
 options:
   name:
     description: The derived image's name.
@@ -85,7 +85,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Build the NGC image with ffmpeg on top
-  spark_image_build:
+  sparkfleet.spark.spark_image_build:
     name: ngc-ffmpeg
     base: ngc
     base_ref: nvcr.io/nvidia/pytorch@sha256:...
@@ -120,9 +120,15 @@ dockerfile:
 import json
 import os
 
-from ansible.module_utils._derived import INSTALLED_PROBE, recipe_hash, refusals, render, tag_for
-from ansible.module_utils._files import atomic_write
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils._derived import (
+    INSTALLED_PROBE,
+    recipe_hash,
+    refusals,
+    render,
+    tag_for,
+)
+from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
 
 
 def inspect(module: AnsibleModule, docker: str, ref: str) -> dict | None:

@@ -75,7 +75,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Plan the pulls
-  spark_image_lock:
+  sparkfleet.spark.spark_image_lock:
     path: "{{ spark_images_lock_file }}"
     images: "{{ spark_images }}"
     lock: "{{ spark_images_lock | default(none) }}"
@@ -108,10 +108,10 @@ changes:
 import datetime
 
 import yaml
-from ansible.module_utils._derived import recipe_hash, tag_for
-from ansible.module_utils._files import atomic_write
-from ansible.module_utils._oci import LOCK_FIELDS, validate_lock
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils._derived import recipe_hash, tag_for
+from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import LOCK_FIELDS, validate_lock
 
 HEADER = ("# Written by playbooks/pin.yml: the images every host pulls, by digest.\n"
           "# Review a refresh by its diff; edit only through pin.yml.\n")

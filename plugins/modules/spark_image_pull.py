@@ -22,7 +22,7 @@ description:
     digests are the same there, so the lock stays the upstream truth.
 version_added: "0.1.0"
 author: sparkfleet contributors
-extends_documentation_fragment: [sparkfleet_docker]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_docker]
 options:
   repository:
     description: The image's name as locked, e.g. C(nvcr.io/nvidia/pytorch).
@@ -84,7 +84,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Pull the pinned NGC image
-  spark_image_pull:
+  sparkfleet.spark.spark_image_pull:
     repository: nvcr.io/nvidia/pytorch
     digest: "{{ spark_images_lock.ngc.index_digest }}"
 """
@@ -112,9 +112,9 @@ repo_digests:
 import json
 import os
 
-from ansible.module_utils._files import atomic_write
-from ansible.module_utils._oci import is_digest
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import is_digest
 
 
 def short_name(repository: str) -> str:

@@ -31,7 +31,7 @@ description:
     O(retry_after_max)); 401, 404 and a missing arm64 variant are not.
 version_added: "0.1.0"
 author: sparkfleet contributors
-extends_documentation_fragment: [sparkfleet_read_only]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
 options:
   images:
     description: Images to resolve.
@@ -94,7 +94,7 @@ options:
 
 EXAMPLES = r"""
 - name: Resolve the blessed tags once for the fleet
-  spark_image_resolve:
+  sparkfleet.spark.spark_image_resolve:
     images:
       - {name: ngc, registry: nvcr.io, repository: nvidia/pytorch, tags: [25.11-py3, 25.09-py3]}
       - {name: unsloth, registry: docker.io, repository: unsloth/unsloth, tags: [dgxspark-latest]}
@@ -137,7 +137,10 @@ import json
 import time
 from urllib.parse import urlencode
 
-from ansible.module_utils._oci import (
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
+from ansible.module_utils.urls import open_url
+from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import (
     ACCEPT,
     INDEX_TYPES,
     BadReference,
@@ -145,9 +148,6 @@ from ansible.module_utils._oci import (
     parse_reference,
     select_platform,
 )
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
-from ansible.module_utils.urls import open_url
 
 _TRANSIENT = {429, 500, 502, 503, 504}
 

@@ -30,7 +30,7 @@ description:
   - Also reports the matrix's staleness against O(max_age_days).
 version_added: "0.1.0"
 author: sparkfleet contributors
-extends_documentation_fragment: [sparkfleet_read_only]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
 options:
   matrix:
     description: The stack matrix (matrix/spark-stack.yml, loaded).
@@ -60,7 +60,7 @@ options:
 
 EXAMPLES = r"""
 - name: Check the pins against PyPI
-  spark_matrix_check:
+  sparkfleet.spark.spark_matrix_check:
     matrix: "{{ lookup('ansible.builtin.file', 'matrix/spark-stack.yml') | from_yaml }}"
 """
 
@@ -111,7 +111,8 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible.module_utils._stack_matrix import (
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
     MatrixError,
     check,
     normalize,
@@ -120,7 +121,6 @@ from ansible.module_utils._stack_matrix import (
     platform_tags,
     staleness,
 )
-from ansible.module_utils.basic import AnsibleModule
 
 _UNREACHABLE = re.compile(r"(Could not fetch URL|Max retries exceeded|NewConnectionError|Connection refused|"
                           r"Failed to establish|Temporary failure in name resolution|timed out|"

@@ -64,10 +64,10 @@ notes:
 
 EXAMPLES = r"""
 - name: Gather Spark platform facts
-  spark_preflight_facts:
+  sparkfleet.spark.spark_preflight_facts:
 
 - name: Classify a lab host that carries an nvidia-smi stand-in
-  spark_preflight_facts:
+  sparkfleet.spark.spark_preflight_facts:
     simulated: true
 
 - name: Refuse anything that is not a Spark
@@ -150,7 +150,9 @@ import json
 import os
 import subprocess
 
-from ansible.module_utils._spark_platform import (
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_text
+from ansible_collections.sparkfleet.spark.plugins.module_utils._spark_platform import (
     QUERY_ARGS,
     classify,
     parse_cuda_banner,
@@ -159,8 +161,6 @@ from ansible.module_utils._spark_platform import (
     parse_meminfo,
     parse_os_release,
 )
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_text
 
 _C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 

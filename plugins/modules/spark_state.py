@@ -42,7 +42,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Record the verification
-  spark_state:
+  sparkfleet.spark.spark_state:
     content:
       platform: spark
       verification: {verdict: ok, line: True 13.0}
@@ -70,9 +70,9 @@ state:
 
 import datetime
 
-from ansible.module_utils._files import atomic_write
-from ansible.module_utils._state import merge, parse, render
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils._state import merge, parse, render
 
 
 def main() -> None:

@@ -102,12 +102,12 @@ attributes:
 
 EXAMPLES = r"""
 - name: Build the venv from the matrix
-  spark_venv:
+  sparkfleet.spark.spark_venv:
     matrix: "{{ lookup('ansible.builtin.file', 'matrix/spark-stack.yml') | from_yaml }}"
   register: built
 
 - name: Switch to it once verified
-  spark_venv:
+  sparkfleet.spark.spark_venv:
     matrix: "{{ lookup('ansible.builtin.file', 'matrix/spark-stack.yml') | from_yaml }}"
     state: active
     path: "{{ built.path }}"
@@ -166,8 +166,9 @@ import shutil
 import subprocess
 import time
 
-from ansible.module_utils._files import atomic_write
-from ansible.module_utils._stack_matrix import (
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
     MatrixError,
     check,
     display,
@@ -177,7 +178,6 @@ from ansible.module_utils._stack_matrix import (
     plan_extras,
     staleness,
 )
-from ansible.module_utils.basic import AnsibleModule
 
 MARKER = "sparkfleet-venv.json"
 CONSTRAINTS = "sparkfleet-constraints.txt"

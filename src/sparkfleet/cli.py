@@ -44,11 +44,11 @@ __all__ = ["EXIT_BAD_INPUT", "EXIT_CANCELLED", "EXIT_FAILED_HOSTS", "EXIT_OK", "
 
 # command -> (playbook, tags, what it does)
 COMMANDS = {
-    "provision": ("site.yml", None,
+    "provision": ("playbooks/site.yml", None,
                   "Run site.yml on the inventory's 'sparks': preflight, NVIDIA container runtime, images pinned "
                   "by digest, the bare-pip venv where enabled, verification. Also the way to restore a host "
                   "after an OS reinstall: it comes back on the locked digests and matrix, verified from scratch."),
-    "verify": ("site.yml", "spark_preflight,spark_images,spark_venv,spark_verify",
+    "verify": ("playbooks/site.yml", "spark_preflight,spark_images,spark_venv,spark_verify",
                "Re-verify every host: site.yml without the container-runtime role. On a converged host it "
                "changes nothing (an image the lock pins that went missing is pulled again)."),
     "pin": ("playbooks/pin.yml", None,
@@ -335,6 +335,10 @@ def controller_lines(directory: Path, key: str) -> list[str]:
 
 def lab(args: argparse.Namespace, console: Console) -> int:
     testbed = PROJECT_DIR / "testbed"
+    if not testbed.is_dir():
+        error(f"sparkfleet lab needs a checkout of the sparkfleet repository (its testbed/); this sparkfleet runs "
+              f"from {PROJECT_DIR}. Clone the repository and run `make lab` there.")
+        return EXIT_BAD_INPUT
     if args.lab_command == "down":
         for script in (["lab.sh", "down"], ["aptrepo.sh", "stop"], ["registry.sh", "stop"], ["pyindex.sh", "stop"]):
             subprocess.run([str(testbed / script[0]), *script[1:]], check=False)

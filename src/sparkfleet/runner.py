@@ -31,7 +31,26 @@ import yaml
 from sparkfleet.events import Fleet
 from sparkfleet.progress import Progress
 
-PROJECT_DIR = Path(__file__).resolve().parents[2]
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_CHECKOUT = _PACKAGE_DIR.parents[1]
+
+
+def _where() -> tuple[Path, Path, Path]:
+    """(the collection sparkfleet.spark, the collections path that holds it, the ansible.cfg to use).
+
+    From a checkout (an editable install, the tests) that is the repository
+    itself, linked in as collections/ansible_collections/sparkfleet/spark;
+    from a wheel, the copy setup.py put into the package.
+    """
+    if (_CHECKOUT / "galaxy.yml").is_file() and (_CHECKOUT / "collections" / "ansible_collections").is_dir():
+        return _CHECKOUT, _CHECKOUT / "collections", _CHECKOUT / "ansible.cfg"
+    shipped = _PACKAGE_DIR / "collection"
+    return shipped / "ansible_collections" / "sparkfleet" / "spark", shipped, shipped / "ansible.cfg"
+
+
+PROJECT_DIR, COLLECTIONS_DIR, ANSIBLE_CFG = _where()
+# Collections the user installed stay reachable after sparkfleet's own.
+COLLECTIONS_PATH = os.pathsep.join([str(COLLECTIONS_DIR), "~/.ansible/collections", "/usr/share/ansible/collections"])
 
 EXIT_OK = 0
 EXIT_FAILED_HOSTS = 2
@@ -275,7 +294,8 @@ class Run:
         progress = Progress(fleet, live=sys.stdout.isatty() if self.live is None else self.live,
                             console=self.console)
         env = {
-            "ANSIBLE_CONFIG": str(PROJECT_DIR / "ansible.cfg"),
+            "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
+            "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS_PATH,
             "ANSIBLE_FORCE_COLOR": "0",
             "ANSIBLE_NOCOLOR": "1",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",

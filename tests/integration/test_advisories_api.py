@@ -13,7 +13,7 @@ import time
 import urllib.parse
 
 import pytest
-from ansible.module_utils._advisories import AdvisoryError, github_issues
+from ansible_collections.sparkfleet.spark.plugins.module_utils._advisories import AdvisoryError, github_issues
 
 from conftest import BIN, REPO, run_module
 

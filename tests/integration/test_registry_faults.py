@@ -136,7 +136,7 @@ def test_a_pull_cut_off_half_way_leaves_nothing_half_pulled_and_the_next_run_com
     ref = f"{slow.host}/cutoff/img@{pushed['digest']}"
     try:
         run = subprocess.Popen([str(BIN / "ansible"), "localhost", "-c", "local", "-i", "localhost,", "-m",
-                                "spark_image_pull", "-a", json.dumps(args),
+                                "sparkfleet.spark.spark_image_pull", "-a", json.dumps(args),
                                 "-e", f"ansible_python_interpreter={sys.executable}"],
                                cwd=REPO, env=ansible_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import BIN, REPO, ansible_env
+from conftest import BIN, COLLECTION, REPO, ansible_env, fqcn
 
 MODULES = sorted(p.stem for p in (REPO / "plugins" / "modules").glob("*.py"))
 
@@ -23,7 +23,9 @@ def _documented(module: str) -> dict:
     }
     assert set(docs) == {"DOCUMENTATION", "EXAMPLES", "RETURN"}, module
     for fragment in docs["DOCUMENTATION"].get("extends_documentation_fragment") or []:
-        text = (REPO / "plugins" / "doc_fragments" / f"{fragment}.py").read_text()
+        namespace, collection, name = fragment.split(".")
+        assert f"{namespace}.{collection}" == COLLECTION, f"{module}: fragment {fragment} is not this collection's"
+        text = (REPO / "plugins" / "doc_fragments" / f"{name}.py").read_text()
         shared = yaml.safe_load(text.split('DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0])
         for section in ("options", "attributes"):
             docs["DOCUMENTATION"].setdefault(section, {}).update(shared.get(section) or {})
@@ -40,7 +42,7 @@ def _argument_spec_keys(module: str) -> set[str]:
 
 @pytest.mark.parametrize("module", MODULES)
 def test_ansible_doc_renders(module):
-    proc = subprocess.run([str(BIN / "ansible-doc"), "-t", "module", module], cwd=REPO,
+    proc = subprocess.run([str(BIN / "ansible-doc"), "-t", "module", fqcn(module)], cwd=REPO,
                           env=ansible_env(), capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "OPTIONS" in proc.stdout

@@ -79,7 +79,8 @@ def test_on_a_real_debian_the_module_names_the_holder_apt_names(tmp_path):
         inventory.write_text(f"all:\n  hosts:\n    {name}:\n      ansible_connection: community.docker.docker\n"
                              "      ansible_python_interpreter: /usr/bin/python3\n")
         from conftest import BIN, REPO, ansible_env
-        proc = subprocess.run([str(BIN / "ansible"), name, "-i", str(inventory), "-m", "spark_package_lock",
+        proc = subprocess.run([str(BIN / "ansible"), name, "-i", str(inventory),
+                               "-m", "sparkfleet.spark.spark_package_lock",
                                "-a", "timeout=1 poll=0.5"], cwd=REPO, env=ansible_env(), capture_output=True,
                               text=True)
         assert proc.returncode != 0

@@ -7,7 +7,14 @@ import datetime
 
 import pytest
 import yaml
-from ansible.module_utils._advisories import AdvisoryError, affected, age, check, next_link, validate
+from ansible_collections.sparkfleet.spark.plugins.module_utils._advisories import (
+    AdvisoryError,
+    affected,
+    age,
+    check,
+    next_link,
+    validate,
+)
 
 from conftest import REPO
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils._gpu_probe import killed_by, signal_name
+from ansible_collections.sparkfleet.spark.plugins.module_utils._gpu_probe import killed_by, signal_name
 
 
 @pytest.mark.parametrize(("rc", "container", "signal"), [

@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-
-from conftest import REPO
-
-_spec = importlib.util.spec_from_file_location("sparkfleet_images", REPO / "plugins/filter/sparkfleet_images.py")
-images = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(images)
+from ansible_collections.sparkfleet.spark.plugins.filter import sparkfleet_images as images
 
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 CATALOG = [{"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch", "tags": ["25.11-py3"],

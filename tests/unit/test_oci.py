@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils._oci import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import (
     BadReference,
     parse_challenge,
     parse_reference,

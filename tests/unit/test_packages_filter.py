@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 
 import pytest
+from ansible_collections.sparkfleet.spark.plugins.filter import sparkfleet_packages as packages
 
-from conftest import REPO
-
-_spec = importlib.util.spec_from_file_location("sparkfleet_packages", REPO / "plugins/filter/sparkfleet_packages.py")
-packages = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(packages)
 missing = packages.spark_dpkg_missing
 
 TOOLKIT = ["nvidia-container-toolkit", "nvidia-container-toolkit-base"]

@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-
-from conftest import REPO
-
-_spec = importlib.util.spec_from_file_location("sparkfleet_verify", REPO / "plugins/filter/sparkfleet_verify.py")
-verify = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(verify)
+from ansible_collections.sparkfleet.spark.plugins.filter import sparkfleet_verify as verify
 
 OK = {"item": "/opt/venv/bin/python", "verdict": "ok", "line": "True 13.0", "torch_version": "2.10.0+cu130",
       "torch_cuda": "13.0", "device": {"name": "NVIDIA GB10", "capability": [12, 1]}, "notes": []}
