@@ -15,6 +15,9 @@ REPO = Path(__file__).resolve().parents[1]
 DOUBLES = REPO / "testbed" / "doubles"
 NVSMI = DOUBLES / "nvidia-smi"
 BIN = Path(sys.executable).parent
+# Tests import these helpers as `conftest`; under ansible-test's importer this file is loaded by another
+# name, so it registers itself under that one too.
+sys.modules.setdefault("conftest", sys.modules[__name__])
 
 # Tests import module_utils the way modules do, from the collection sparkfleet.spark
 # (ansible_collections.sparkfleet.spark.plugins.module_utils._x): pyproject's

@@ -1,6 +1,8 @@
 # Copyright: sparkfleet contributors
 # Apache License 2.0
-"""Filters for spark_images: what each host runs, and what may be pruned."""
+"""Filters for spark_images: what each host runs, and what may be pruned.
+(ansible-doc reads each filter's documentation from plugins/filter/<filter>.yml.)
+"""
 
 from __future__ import annotations
 
@@ -8,25 +10,6 @@ import os
 import re
 
 from ansible.errors import AnsibleFilterError
-
-DOCUMENTATION = r"""
-name: spark_images_pinned
-short_description: The images a host runs, from spark_image_pull's loop results and the image configuration
-positional: _input, images, launcher_dir
-options:
-  _input:
-    description: The registered loop results of spark_image_pull (each item is a planned lock entry).
-    type: dict
-    required: true
-  images:
-    description: spark_images_catalog (for each image's launcher name).
-    type: list
-    required: true
-  launcher_dir:
-    description: Where the launchers are installed.
-    type: str
-    required: true
-"""
 
 
 def spark_images_pinned(pulled: dict, images: list[dict], launcher_dir: str) -> list[dict]:

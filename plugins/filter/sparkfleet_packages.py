@@ -1,33 +1,10 @@
 # Copyright: sparkfleet contributors
 # Apache License 2.0
-"""Filters over what dpkg reports: which packages still need apt (act only where there is drift)."""
+"""Filters over what dpkg reports: which packages still need apt (act only where there is drift).
+(ansible-doc reads each filter's documentation from plugins/filter/<filter>.yml.)
+"""
 
 from __future__ import annotations
-
-DOCUMENTATION = r"""
-name: spark_dpkg_missing
-short_description: The packages dpkg does not have installed (at a version), from dpkg-query lines
-positional: _input, packages, version, states
-options:
-  _input:
-    description: Lines of C(dpkg-query --show --showformat='${Package} ${Version} ${db:Status-Abbrev}\n').
-    type: list
-    elements: str
-    required: true
-  packages:
-    description: The packages wanted.
-    type: list
-    elements: str
-    required: true
-  version:
-    description: The version each must have; any version when omitted.
-    type: str
-  states:
-    description: The dpkg C(Status-Abbrev) that count as there (C([hi]) for installed and held).
-    type: list
-    elements: str
-    default: [ii, hi]
-"""
 
 
 def spark_dpkg_missing(lines: list[str], packages: list[str], version: str | None = None,

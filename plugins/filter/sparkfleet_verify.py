@@ -1,27 +1,12 @@
 # Copyright: sparkfleet contributors
 # Apache License 2.0
-"""Filters that turn spark_verify's registered results into the state and the judgement."""
+"""Filters that turn spark_verify's registered results into the state and the judgement.
+(ansible-doc reads each filter's documentation from plugins/filter/<filter>.yml.)
+"""
 
 from __future__ import annotations
 
 from typing import Any
-
-DOCUMENTATION = r"""
-name: spark_verification
-short_description: Summarise spark_gpu_verify and spark_abi_scan results for the state file and the verdict
-description:
-  - Takes the registered loop results of spark_gpu_verify (images, interpreters) and spark_abi_scan, and
-    returns C(state) (what the state file records), C(failures) (one line per failed check) and C(lines)
-    (one line per check, for the run's output).
-  - A check that could not run (simulated host) is recorded as C(not verified) with the reason, never as a pass.
-positional: _input
-options:
-  _input:
-    description: Dict with keys images, pythons, abi (registered loop results), platform (spark_preflight facts)
-      and gpu_not_verifiable (a reason, or empty).
-    type: dict
-    required: true
-"""
 
 
 def _results(registered: Any) -> list[dict]:

@@ -16,6 +16,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from ansible.module_utils.urls import open_url
 from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
     MatrixError,
     aged,
@@ -97,7 +98,7 @@ def _image_refs(image: dict) -> tuple[str, str | None]:
 
 
 def _package(spec: str) -> tuple[str, str | None]:
-    name, _, version = spec.partition("==")
+    name, _unused, version = spec.partition("==")
     return normalize(name.strip()), version.strip() or None
 
 
@@ -115,9 +116,9 @@ def affected(data: dict, images: list[dict] = (), packages: list[str] = (), play
         matched = []
         for affect in entry["affects"]:
             kind, value = next(iter(affect.items()))
-            if kind == "image" and any(ref == value for ref, _ in used_images):
+            if kind == "image" and any(ref == value for ref, _unused in used_images):
                 matched.append(f"image {value}")
-            elif kind == "digest" and any(digest == value for _, digest in used_images):
+            elif kind == "digest" and any(digest == value for _unused, digest in used_images):
                 matched.append(f"digest {value}")
             elif kind == "package":
                 name, version = _package(value)
@@ -153,8 +154,14 @@ def _retry_after(headers, now: float) -> float | None:
     return None
 
 
+def _open_url(request: urllib.request.Request, timeout: float):
+    """Ansible's open_url (its proxy, CA and redirect handling) for a prepared request."""
+    headers = dict(request.header_items())
+    return open_url(request.full_url, headers=headers, http_agent=headers.pop("User-agent", None), timeout=timeout)
+
+
 def github_issues(api_url: str, repository: str, since: str, token: str | None = None, timeout: float = 20,
-                  max_wait: float = 60, max_pages: int = 20, opener=urllib.request.urlopen,
+                  max_wait: float = 60, max_pages: int = 20, opener=_open_url,
                   sleep=time.sleep, clock=time.time) -> dict:
     """The issues (not pull requests) of `repository` created or updated since `since` (YYYY-MM-DD), all pages.
 

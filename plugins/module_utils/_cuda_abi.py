@@ -119,7 +119,7 @@ def owners(site_packages: str) -> dict[str, tuple[str, str]]:
             continue
         name, version = parse_metadata_name_version(_read_text(os.path.join(entry.path, "METADATA")))
         if name is None:
-            name, _, version = entry.name[: -len(".dist-info")].partition("-")
+            name, _unused, version = entry.name[: -len(".dist-info")].partition("-")
         for rel in parse_record(_read_text(os.path.join(entry.path, "RECORD"))):
             if is_shared_object_name(os.path.basename(rel)):
                 result[os.path.normpath(os.path.join(site_packages, rel))] = (name, version or "?")

@@ -80,7 +80,7 @@ def _commands(fragment: str) -> list[tuple[str, list[str]]]:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        instruction, _, rest = line.partition(" ")
+        instruction, _unused, rest = line.partition(" ")
         if instruction.upper() != "RUN":
             out.append((instruction.upper(), []))
             continue

@@ -43,7 +43,6 @@ class Reference:
         return DOCKER_HUB_API if self.registry == DOCKER_HUB else self.registry
 
 
-
 def is_digest(value: str | None) -> bool:
     return bool(value) and bool(_DIGEST.match(value))
 
@@ -79,7 +78,7 @@ def parse_reference(text: str) -> Reference:
         path = ["library", *path]
     if not path or not all(_COMPONENT.match(p) for p in path):
         raise BadReference(f"{text!r}: repository {'/'.join(path)!r} must be lowercase components "
-                              f"separated by '/'")
+                           f"separated by '/'")
     if tag is None and digest is None:
         tag = "latest"
     return Reference(registry, "/".join(path), tag, digest)
@@ -92,7 +91,7 @@ def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
     contain commas (scope="repository:a:pull,push").
     """
     header = header.strip()
-    scheme, _, rest = header.partition(" ")
+    scheme, _unused, rest = header.partition(" ")
     params: dict[str, str] = {}
     for match in re.finditer(r'([A-Za-z_][A-Za-z0-9_-]*)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^,\s]*))', rest):
         value = match.group(2) if match.group(2) is not None else match.group(3)

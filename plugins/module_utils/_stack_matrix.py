@@ -103,7 +103,7 @@ def validate(matrix) -> list[str]:
             continue
         for spec in packages:
             try:
-                name, _ = parse_pin(str(spec))
+                name, _unused = parse_pin(str(spec))
             except MatrixError as exc:
                 errors.append(f"{where}: {exc}")
                 continue
@@ -166,7 +166,7 @@ def plan_extras(matrix, requested: list[str]) -> list[dict]:
     pinned = pins(matrix)
     plan, refused = [], []
     for spec in requested:
-        name, _ = parse_requirement(spec)
+        name, _unused = parse_requirement(spec)
         comp = components.get(name, {"policy": "install", "note": "not in the matrix's component table"})
         policy = comp["policy"]
         if name in pinned or policy == "matrix":

@@ -33,13 +33,13 @@ description:
     O(environment) forces another build (C(BNB_CUDA_VERSION)).
   - Libraries vendored and renamed by auditwheel (C(<pkg>.libs/libcudart-1a2b3c4d.so.12.8.90))
     are judged by their real name. A private copy of another CUDA major that
-    nothing links is a bundle (RV(distributions[].bundles)), not a finding.
+    nothing links is a bundle (listed in C(bundles) of each of RV(distributions)), not a finding.
   - Also reports which CUDA runtimes the system provides (the ldconfig cache
     and the toolkit under O(cuda_home)).
   - Reads headers only, a few kilobytes per file. Truncated, non-ELF, 32-bit,
     big-endian or unreadable files are listed in RV(unreadable) with a reason.
 version_added: "0.1.0"
-author: sparkfleet contributors
+author: sparkfleet contributors (@sparkfleet)
 options:
   path:
     description:
@@ -78,11 +78,16 @@ options:
     default: {}
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Only reads; runs the same in check mode.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
+      diff mode.
     support: none
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation
+      indicates no change.
     support: full
     details: Never changes anything.
 """
@@ -229,7 +234,7 @@ def host_system_cuda(module: AnsibleModule) -> dict:
     ldconfig = module.get_bin_path("ldconfig", opt_dirs=["/sbin", "/usr/sbin"])
     output = ""
     if ldconfig:
-        rc, out, _ = module.run_command([ldconfig, "-p"], environ_update={"LC_ALL": "C"})
+        rc, out, _unused = module.run_command([ldconfig, "-p"], environ_update={"LC_ALL": "C"})
         output = out if rc == 0 else ""
     return system_cuda(module.params["cuda_home"], output)
 

@@ -21,7 +21,7 @@ description:
     waiting out a short rate limit, and lists them for review. It never
     changes the file or a pin.
 version_added: "0.1.0"
-author: sparkfleet contributors
+author: sparkfleet contributors (@sparkfleet)
 extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
 options:
   path:
@@ -115,9 +115,16 @@ lines:
 
 import datetime
 import os
+import traceback
 
-import yaml
-from ansible.module_utils.basic import AnsibleModule
+try:  # on the controller, where ansible-core brings PyYAML; the import test runs without it
+    import yaml
+except ImportError:
+    yaml = None
+    YAML_IMPORT_ERROR = traceback.format_exc()
+else:
+    YAML_IMPORT_ERROR = None
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.sparkfleet.spark.plugins.module_utils._advisories import (
     AdvisoryError,
     affected,
@@ -145,6 +152,8 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
+    if yaml is None:
+        module.fail_json(msg=missing_required_lib("PyYAML"), exception=YAML_IMPORT_ERROR)
     p = module.params
     try:
         with open(p["path"], encoding="utf-8") as handle:

@@ -17,7 +17,7 @@ description:
     atomically for an apt C(signed-by=) option. No C(apt-key).
   - A refused or unreadable key leaves O(dest) as it was.
 version_added: "0.1.0"
-author: sparkfleet contributors
+author: sparkfleet contributors (@sparkfleet)
 options:
   url:
     description: Where the key is published (ASCII-armored or binary).
@@ -44,12 +44,17 @@ requirements:
   - gpg on the target host
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Downloads and checks the key, writes nothing.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
+      diff mode.
     support: full
     details: Shows the keyring's fingerprints before and after.
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation
+      indicates no change.
     support: full
     details: An installed keyring with the same bytes reports C(changed=false).
 """

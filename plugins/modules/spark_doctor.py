@@ -24,7 +24,7 @@ description:
     node name and FQDN) are replaced by O(label) unless O(keep_hostnames).
   - Anything it cannot read is listed under C(problems), never a failure.
 version_added: "0.1.0"
-author: sparkfleet contributors
+author: sparkfleet contributors (@sparkfleet)
 extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
 options:
   platform:
@@ -139,12 +139,12 @@ class Doctor:
         if not names or not dpkg:
             return []
         # dpkg-query exits 1 when a package is unknown and still lists the others.
-        _rc, out, _ = self.module.run_command([dpkg, "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n",
-                                               *names], environ_update={"LC_ALL": "C"})
+        _rc, out, _unused = self.module.run_command([dpkg, "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n",
+                                                    *names], environ_update={"LC_ALL": "C"})
         versions = {}
         for line in out.splitlines():
-            name, _, rest = line.partition("\t")
-            version, _, status = rest.partition("\t")
+            name, _unused, rest = line.partition("\t")
+            version, _unused, status = rest.partition("\t")
             # Status-Abbrev: the wanted action (i install, h hold, ...), then the state (i installed).
             versions[name] = version if status[1:2] == "i" else None
         held = set()
@@ -159,7 +159,8 @@ class Doctor:
         for image in (state.get("verification") or {}).get("images") or []:
             present = False
             if docker and image.get("ref"):
-                rc, _, _ = self.module.run_command([docker, "image", "inspect", "--format", "{{.Id}}", image["ref"]])
+                rc, _unused, _unused = self.module.run_command([docker, "image", "inspect", "--format", "{{.Id}}",
+                                                                image["ref"]])
                 present = rc == 0
             found.append({"name": image.get("name"), "ref": image.get("ref"), "present": present})
         return found

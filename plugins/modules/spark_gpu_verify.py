@@ -37,7 +37,7 @@ description:
     after it printed C(True 13.0).
   - The probe runs under O(timeout); a hang is a diagnosis, not a stuck play.
 version_added: "0.1.0"
-author: sparkfleet contributors
+author: sparkfleet contributors (@sparkfleet)
 options:
   python:
     description: Interpreter to probe on the host. Exactly one of O(python) and O(launcher).
@@ -72,11 +72,16 @@ options:
     default: {}
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Only reads (the container it starts is removed); runs the same in check mode.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
+      diff mode.
     support: none
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation
+      indicates no change.
     support: full
     details: Never changes anything on the host.
 """

@@ -19,7 +19,7 @@ description:
     has, read from the base itself), with the reasons.
   - A failed build tags nothing, so the host keeps the images it had.
 version_added: "0.2.0"
-author: sparkfleet contributors
+author: sparkfleet contributors (@sparkfleet)
 extends_documentation_fragment: [sparkfleet.spark.sparkfleet_docker]
 options:
   name:
@@ -73,12 +73,17 @@ options:
     type: str
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Says whether it would build and what the recipe hash is; builds nothing.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
+      diff mode.
     support: full
     details: The rendered Dockerfile.
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation
+      indicates no change.
     support: full
     details: A tag that exists with the same recipe label is never built again.
 """
@@ -132,11 +137,11 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._files import ato
 
 
 def inspect(module: AnsibleModule, docker: str, ref: str) -> dict | None:
-    rc, out, _ = module.run_command([docker, "image", "inspect", "--format",
-                                     "{{json .Id}} {{json .Config.Labels}}", ref], environ_update={"LC_ALL": "C"})
+    rc, out, _unused = module.run_command([docker, "image", "inspect", "--format",
+                                          "{{json .Id}} {{json .Config.Labels}}", ref], environ_update={"LC_ALL": "C"})
     if rc != 0:
         return None
-    image_id, _, labels = out.strip().partition(" ")
+    image_id, _unused, labels = out.strip().partition(" ")
     return {"id": json.loads(image_id), "labels": json.loads(labels) or {}}
 
 

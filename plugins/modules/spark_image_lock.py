@@ -24,7 +24,7 @@ description:
     refresh. An entry whose digest did not change keeps its C(resolved_at). In
     check mode it shows the diff and writes nothing.
 version_added: "0.1.0"
-author: sparkfleet contributors
+author: sparkfleet contributors (@sparkfleet)
 options:
   state:
     description: C(plan) reads, C(write) writes.
@@ -63,12 +63,17 @@ options:
     default: []
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Plans the same; a write shows its diff and writes nothing.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
+      diff mode.
     support: full
     details: The lock file before and after.
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation
+      indicates no change.
     support: full
     details: The same digests write the same file.
 """
@@ -106,9 +111,16 @@ changes:
 """
 
 import datetime
+import traceback
 
-import yaml
-from ansible.module_utils.basic import AnsibleModule
+try:  # on the controller, where ansible-core brings PyYAML; the import test runs without it
+    import yaml
+except ImportError:
+    yaml = None
+    YAML_IMPORT_ERROR = traceback.format_exc()
+else:
+    YAML_IMPORT_ERROR = None
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.sparkfleet.spark.plugins.module_utils._derived import recipe_hash, tag_for
 from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
 from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import LOCK_FIELDS, validate_lock
@@ -222,6 +234,8 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
+    if yaml is None:
+        module.fail_json(msg=missing_required_lib("PyYAML"), exception=YAML_IMPORT_ERROR)
     module.exit_json(**(plan(module) if module.params["state"] == "plan" else write(module)))
 
 

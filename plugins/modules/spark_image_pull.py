@@ -21,7 +21,7 @@ description:
   - O(source) lets hosts pull through a mirror (C(<mirror>/<repo>@<digest>));
     digests are the same there, so the lock stays the upstream truth.
 version_added: "0.1.0"
-author: sparkfleet contributors
+author: sparkfleet contributors (@sparkfleet)
 extends_documentation_fragment: [sparkfleet.spark.sparkfleet_docker]
 options:
   repository:
@@ -73,11 +73,16 @@ options:
     default: /var/lib/sparkfleet/pulled-images.json
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Says whether it would pull; pulls nothing.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
+      diff mode.
     support: none
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation
+      indicates no change.
     support: full
     details: A present digest is never pulled again.
 """
@@ -126,8 +131,8 @@ def short_name(repository: str) -> str:
 
 
 def repo_digests(module: AnsibleModule, docker: str, ref: str) -> list[str] | None:
-    rc, out, _ = module.run_command([docker, "image", "inspect", "--format", "{{json .RepoDigests}}", ref],
-                                    environ_update={"LC_ALL": "C"})
+    rc, out, _unused = module.run_command([docker, "image", "inspect", "--format", "{{json .RepoDigests}}", ref],
+                                          environ_update={"LC_ALL": "C"})
     if rc != 0:
         return None
     try:
@@ -140,9 +145,9 @@ def blessed_local(module: AnsibleModule, docker: str, refs: list[str], platform:
     """The first of refs (REPO:TAG, newest first) this host has for the platform: ref to run it by, id, tag."""
     arch = platform.rpartition("/")[2]
     for tagged in refs:
-        rc, out, _ = module.run_command([docker, "image", "inspect", "--format",
-                                         "{{json .Id}} {{json .Architecture}} {{json .RepoDigests}}", tagged],
-                                        environ_update={"LC_ALL": "C"})
+        rc, out, _unused = module.run_command([docker, "image", "inspect", "--format",
+                                              "{{json .Id}} {{json .Architecture}} {{json .RepoDigests}}", tagged],
+                                              environ_update={"LC_ALL": "C"})
         if rc != 0:
             continue
         image_id, architecture, digests = (json.loads(part) for part in out.strip().split(" ", 2))
@@ -165,8 +170,8 @@ def gib(size: float) -> str:
 
 def check_space(module: AnsibleModule, docker: str, ref: str, size: int, headroom: int) -> None:
     """Refuse, before any byte is fetched, an image that would not fit on Docker's data root."""
-    rc, out, _ = module.run_command([docker, "info", "--format", "{{.DockerRootDir}}"],
-                                    environ_update={"LC_ALL": "C"})
+    rc, out, _unused = module.run_command([docker, "info", "--format", "{{.DockerRootDir}}"],
+                                          environ_update={"LC_ALL": "C"})
     root = out.strip()
     if rc != 0 or not root:
         module.warn(f"Docker's data root could not be read (docker info rc {rc}); the free space for {ref} was "

@@ -30,7 +30,7 @@ description:
     with backoff, or after the registry's C(Retry-After) when it sends one (up to
     O(retry_after_max)); 401, 404 and a missing arm64 variant are not.
 version_added: "0.1.0"
-author: sparkfleet contributors
+author: sparkfleet contributors (@sparkfleet)
 extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
 options:
   images:
@@ -244,7 +244,7 @@ class Registry:
         if self.username:
             raw = f"{self.username}:{self.password}".encode()
             headers["Authorization"] = "Basic " + base64.b64encode(raw).decode()
-        status, _, body = self._retrying("GET", url, headers)
+        status, _unused, body = self._retrying("GET", url, headers)
         if status != 200:
             who = "with the configured credentials" if self.username else "anonymously"
             raise RegistryError(f"{self.host}: the token service {realm} refused a pull token for {repository} "
@@ -291,11 +291,11 @@ def _error_text(status: int, body: bytes) -> str:
 
 def resolve_tag(module: AnsibleModule, registry: Registry, repository: str, tag: str) -> dict:
     ref = f"{registry.host}/{repository}:{tag}"
-    status, headers, _ = registry.request("HEAD", repository, f"manifests/{tag}")
+    status, headers, _unused = registry.request("HEAD", repository, f"manifests/{tag}")
     if status == 401:
         raise RegistryError(f"{ref}: 401 unauthorized after authenticating; check the credentials for {registry.host}")
     if status != 200:
-        _, _, body = registry.request("GET", repository, f"manifests/{tag}")
+        _unused, _unused, body = registry.request("GET", repository, f"manifests/{tag}")
         raise RegistryError(f"{ref}: {_error_text(status, body)}", transient=status in _TRANSIENT)
     media_type = (_header(headers, "Content-Type") or "").split(";")[0].strip()
     digest = _header(headers, "Docker-Content-Digest")
@@ -326,9 +326,9 @@ def resolve_tag(module: AnsibleModule, registry: Registry, repository: str, tag:
             if label and label not in sizes and entry.get("digest"):
                 sizes[label] = manifest_size(registry, repository, entry["digest"])
     else:
-        status, _, manifest_body = registry.request("GET", repository, f"manifests/{digest}")
+        status, _unused, manifest_body = registry.request("GET", repository, f"manifests/{digest}")
         config_digest = (json.loads(manifest_body).get("config") or {}).get("digest") if status == 200 else None
-        status, _, config_body = registry.request("GET", repository, f"blobs/{config_digest}", accept="*/*")
+        status, _unused, config_body = registry.request("GET", repository, f"blobs/{config_digest}", accept="*/*")
         config = json.loads(config_body) if status == 200 else {}
         if config.get("architecture") != arch:
             raise RegistryError(f"{ref}: a single-platform image for {config.get('os')}/{config.get('architecture')}, "
@@ -341,7 +341,7 @@ def resolve_tag(module: AnsibleModule, registry: Registry, repository: str, tag:
 
 def manifest_size(registry: Registry, repository: str, digest: str) -> int | None:
     """Bytes a host downloads for one platform's image: its config and layers (compressed), from the manifest."""
-    status, _, body = registry.request("GET", repository, f"manifests/{digest}")
+    status, _unused, body = registry.request("GET", repository, f"manifests/{digest}")
     if status != 200:
         return None
     try:
@@ -399,8 +399,8 @@ def main() -> None:
         resolved.append({
             "name": image["name"], "requested": f"{host}/{image['repository']}:{wanted}", "registry": host,
             "repository": image["repository"], **found,
-            "fallback": None if found["tag"] == wanted else {"wanted": wanted, "used": found["tag"],
-                                                              "reasons": reasons},
+            "fallback": (None if found["tag"] == wanted
+                         else {"wanted": wanted, "used": found["tag"], "reasons": reasons}),
         })
     module.exit_json(changed=False, images=resolved,
                      requests={host: reg.requests for host, reg in registries.items()})

@@ -29,7 +29,7 @@ description:
     note, since the later step moves it on purpose (C(-U torchao) last).
   - Also reports the matrix's staleness against O(max_age_days).
 version_added: "0.1.0"
-author: sparkfleet contributors
+author: sparkfleet contributors (@sparkfleet)
 extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
 options:
   matrix:

@@ -16,7 +16,7 @@ description:
     first apt task. This waits for it, warns how long it waited and for whom, and fails before anything is
     changed when the wait runs out, naming the holder (pid and command).
 version_added: "0.2.0"
-author: sparkfleet contributors
+author: sparkfleet contributors (@sparkfleet)
 extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
 options:
   timeout:
@@ -71,7 +71,7 @@ def holder(path: str) -> dict | None:
         return None
     try:
         query = struct.pack(FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
-        kind, _, _, _, pid = struct.unpack(FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, query))
+        kind, _unused, _unused, _unused, pid = struct.unpack(FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, query))
     finally:
         os.close(fd)
     if kind == fcntl.F_UNLCK:

@@ -22,7 +22,7 @@ description:
   - C(nvidia-smi) fields reported as C([N/A]) or C([Not Supported]) (as NVML
     does for memory on the Spark's unified memory) become null, never errors.
 version_added: "0.1.0"
-author: sparkfleet contributors
+author: sparkfleet contributors (@sparkfleet)
 options:
   nvidia_smi:
     description:
@@ -33,7 +33,7 @@ options:
   command_timeout:
     description:
       - Seconds to wait for each C(nvidia-smi) or C(docker) call. A hung call
-        is reported in O(ansible_facts.spark_preflight.nvidia_smi.error), not
+        is reported in C(ansible_facts.spark_preflight.nvidia_smi.error), not
         left to hang the play.
     type: int
     default: 30
@@ -51,11 +51,16 @@ options:
     default: false
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Only reads; runs the same in check mode.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
+      diff mode.
     support: none
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation
+      indicates no change.
     support: full
     details: Never changes anything; always reports C(changed=false).
 notes:
@@ -218,7 +223,7 @@ class PreflightFacts:
             return self.module.params["docker_data_root"]
         docker = self.module.get_bin_path("docker")
         if docker:
-            rc, out, _ = _run([docker, "info", "--format", "{{.DockerRootDir}}"], self.timeout)
+            rc, out, _unused = _run([docker, "info", "--format", "{{.DockerRootDir}}"], self.timeout)
             if rc == 0 and out.strip().startswith("/"):
                 return out.strip()
         try:

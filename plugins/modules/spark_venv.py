@@ -29,7 +29,7 @@ description:
   - The venv's activate script, and nothing system-wide, exports the matrix's
     environment (TRITON_PTXAS_PATH, HF_XET_HIGH_PERFORMANCE).
 version_added: "0.1.0"
-author: sparkfleet contributors
+author: sparkfleet contributors (@sparkfleet)
 options:
   matrix:
     description: The stack matrix (matrix/spark-stack.yml, loaded).
@@ -91,11 +91,16 @@ options:
     type: str
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Reports the versioned path and the pip commands it would run; creates nothing.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
+      diff mode.
     support: none
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation
+      indicates no change.
     support: full
     details: Same fingerprint as the active venv, no pip and changed=false.
 """
@@ -302,8 +307,7 @@ class Venv:
             self.result["action"] = "none"
             self.module.exit_json(**self.result)
         marker = read_marker(self.path)
-        if marker and marker.get("fingerprint") == self.fp and marker.get("status") in ("built", "verified",
-                                                                                          "failed"):
+        if marker and marker.get("fingerprint") == self.fp and marker.get("status") in ("built", "verified", "failed"):
             self.result.update(action="reuse", imports=marker.get("imports", []), packages=marker.get("packages", {}))
             self.module.exit_json(**self.result)
         self.result.update(action="build", changed=True)
@@ -426,7 +430,7 @@ class Venv:
                 when = marker.get("verified_at") or marker.get("built_at") or marker.get("started_at") or ""
                 others.append((os.path.realpath(entry.path) == previous, when, entry.path))
         others.sort(reverse=True)  # the replaced venv first, then the newest
-        doomed = sorted(path for _, _, path in others[self.module.params["keep"]:])
+        doomed = sorted(path for _unused, _unused, path in others[self.module.params["keep"]:])
         if not self.module.check_mode:
             for path in doomed:
                 shutil.rmtree(path, ignore_errors=True)

@@ -55,3 +55,35 @@ def test_documented_options_are_the_argument_spec(module):
     docs = _documented(module)
     assert set(docs["DOCUMENTATION"].get("options", {})) == _argument_spec_keys(module)
     assert {"check_mode", "diff_mode"} <= set(docs["DOCUMENTATION"]["attributes"])
+
+
+def _filters() -> dict:
+    from ansible_collections.sparkfleet.spark.plugins.filter import (
+        sparkfleet_images,
+        sparkfleet_packages,
+        sparkfleet_verify,
+    )
+    return {name: fn for module in (sparkfleet_images, sparkfleet_packages, sparkfleet_verify)
+            for name, fn in module.FilterModule().filters().items()}
+
+
+FILTERS = sorted(_filters())
+
+
+@pytest.mark.parametrize("name", FILTERS)
+def test_every_filter_has_documentation_that_matches_its_arguments(name):
+    import inspect
+
+    docs = yaml.safe_load((REPO / "plugins" / "filter" / f"{name}.yml").read_text())
+    params = list(inspect.signature(_filters()[name]).parameters)
+    assert docs["DOCUMENTATION"]["name"] == name
+    assert list(docs["DOCUMENTATION"]["options"]) == ["_input", *params[1:]]
+    assert "_value" in docs["RETURN"]
+    proc = subprocess.run([str(BIN / "ansible-doc"), "-t", "filter", f"{COLLECTION}.{name}"], cwd=REPO,
+                          env=ansible_env(), capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr
+    assert "OPTIONS" in proc.stdout and "RETURN VALUES" in proc.stdout
+
+
+def test_no_documentation_file_without_its_filter():
+    assert sorted(p.stem for p in (REPO / "plugins" / "filter").glob("*.yml")) == FILTERS

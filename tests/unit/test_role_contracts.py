@@ -38,8 +38,7 @@ DRIVER_PACKAGE_PREFIXES = ("nvidia-driver", "libnvidia-compute", "cuda-drivers",
 
 
 def _yaml_files() -> list[Path]:
-    return [p for p in (REPO / "roles").rglob("*.yml")] + list((REPO / "playbooks").rglob("*.yml")) \
-        + [REPO / "site.yml"]
+    return [*(REPO / "roles").rglob("*.yml"), *(REPO / "playbooks").rglob("*.yml")]
 
 
 def test_no_task_names_a_gpu_driver_package():

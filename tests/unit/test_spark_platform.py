@@ -36,7 +36,7 @@ def test_gb10_recording_parses_to_one_spark_gpu():
 
 
 def test_h200_recording_parses():
-    gpus, _ = parse_gpu_query(H200_QUERY)
+    gpus, _errors = parse_gpu_query(H200_QUERY)
     assert [(g["name"], g["compute_cap"]) for g in gpus] == [("NVIDIA H200", "9.0")]
     assert parse_cuda_banner(H200_BANNER) == "13.0"
 
@@ -50,7 +50,7 @@ def test_unavailable_fields_become_none(field):
 
 
 def test_several_gpus_and_a_comma_in_the_name():
-    gpus, _ = parse_gpu_query("NVIDIA H200, 9.0, 580.82.07\nNVIDIA A, B, 8.0, 580.82.07\n")
+    gpus, _errors = parse_gpu_query("NVIDIA H200, 9.0, 580.82.07\nNVIDIA A, B, 8.0, 580.82.07\n")
     assert [g["name"] for g in gpus] == ["NVIDIA H200", "NVIDIA A, B"]
     assert [g["index"] for g in gpus] == [0, 1]
 
@@ -109,7 +109,7 @@ def test_a_gb10_whose_driver_is_not_cuda_13_is_refused(cuda):
 
 
 def test_a_gb10_capability_that_is_not_12_1_is_not_a_spark():
-    platform, _ = classify("aarch64", _gpus("NVIDIA GB10, 12.0, 580.95.05"), "13.0")
+    platform, _reasons = classify("aarch64", _gpus("NVIDIA GB10, 12.0, 580.95.05"), "13.0")
     assert platform == PLATFORM_AARCH64_OTHER
 
 
