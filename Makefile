@@ -11,17 +11,24 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
 
-.PHONY: help venv testbed registry aptrepo pyindex lab lab-down test lint unit pytest molecule clean
+.PHONY: help venv collection testbed registry aptrepo pyindex lab lab-down test lint unit pytest molecule clean
 
 help:
 	@echo "make lab        start LAB_HOSTS (default 2) virtual Sparks, provision them through sparkfleet, report"
 	@echo "make lab-down   remove the lab"
 	@echo "make test       lint + unit + integration + Molecule"
+	@echo "make collection dist/sparkfleet-spark.tar.gz, the collection for ansible-galaxy and ansible-builder"
 	@echo "make lint | unit | pytest | molecule   one part of the tests"
 	@echo "  unit: pytest without the test bed or network; pytest: all of pytest, test bed started"
 
 venv:
 	@testbed/venv.sh
+
+# The collection sparkfleet.spark as a tarball for ansible-galaxy / ansible-builder
+# (dist/sparkfleet-spark-<version>.tar.gz, and a copy under a name without the version).
+collection: venv
+	ansible-galaxy collection build --force --output-path dist .
+	cp dist/sparkfleet-spark-$$(sed -n 's/^version: *//p' galaxy.yml).tar.gz dist/sparkfleet-spark.tar.gz
 
 testbed: venv
 	@testbed/tools.sh
@@ -45,7 +52,7 @@ lab-down:
 	@if [ -x $(BIN)/sparkfleet ]; then sparkfleet lab down; else testbed/lab.sh down; fi
 
 lint: venv
-	ruff check src plugins tests collections testbed bench
+	ruff check setup.py src plugins tests collections testbed bench
 	yamllint --strict .
 	ansible-lint
 
@@ -62,4 +69,6 @@ molecule: testbed aptrepo registry pyindex
 test: lint pytest molecule
 
 clean: lab-down
-	rm -rf .cache .venv collections/ansible_collections
+	rm -rf .cache .venv dist build
+	@# the collections from PyPI (ignored files); the link to this repository is tracked and stays
+	git clean -fdXq collections

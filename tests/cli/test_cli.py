@@ -1,0 +1,87 @@
+"""The sparkfleet driver: option pass-through and exit codes."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from sparkfleet import cli
+
+
+def _args(*argv: str):
+    return cli.build_parser().parse_args(["provision", "-i", "inventory/example", *argv])
+
+
+def test_options_pass_through_with_ansible_meaning():
+    args = _args("--limit", "spark-01", "--check", "--diff", "--tags", "spark_preflight",
+                 "-e", "a=1", "-e", "@vars.yml")
+    assert cli.ansible_cmdline(args) == [
+        "--limit", "spark-01", "--tags", "spark_preflight", "--check", "--diff",
+        "--extra-vars", "a=1", "--extra-vars", "@vars.yml",
+    ]
+
+
+def test_connection_privilege_vault_and_verbosity_options_pass_through():
+    args = _args("-u", "nvidia", "-b", "-K", "--ask-vault-pass", "--vault-id", "ngc@prompt", "--vault-id",
+                 "lab@~/.lab-pass", "--vault-password-file", "pass.txt", "--private-key", "~/.ssh/spark",
+                 "-f", "12", "-vvv", "--skip-tags", "spark_venv")
+    assert cli.ansible_cmdline(args) == [
+        "--skip-tags", "spark_venv", "--user", "nvidia", "--vault-password-file", "pass.txt",
+        "--private-key", "~/.ssh/spark", "--forks", "12", "--become", "--ask-become-pass", "--ask-vault-pass",
+        "--vault-id", "ngc@prompt", "--vault-id", "lab@~/.lab-pass", "-vvv",
+    ]
+
+
+def test_each_password_ansible_will_ask_for_is_asked_once_with_its_prompt():
+    options = cli.AnsibleOptions.from_args(_args("-K", "--ask-vault-pass", "--vault-id", "ngc@prompt",
+                                                 "--vault-id", "lab@pass.txt"))
+    prompts = options.prompts()
+    assert [asked for asked, _ in prompts] == ["BECOME password: ", "Vault password: ", "Vault password (ngc): "]
+    assert [bool(re.search(regex, shown)) for (_, regex), shown in zip(
+        prompts, ["BECOME password: ", "Vault password: ", "Vault password (ngc): "], strict=True)] == [True] * 3
+    assert not re.search(prompts[1][1], "Vault password (ngc): ")
+
+
+def test_the_commands_default_tags_apply_unless_the_user_gives_tags():
+    verify = cli.build_parser().parse_args(["verify", "-i", "inv"])
+    assert cli.AnsibleOptions.from_args(verify, "spark_verify").tags == "spark_verify"
+    chosen = cli.build_parser().parse_args(["verify", "-i", "inv", "-t", "spark_images"])
+    assert cli.AnsibleOptions.from_args(chosen, "spark_verify").tags == "spark_images"
+
+
+def test_no_options_no_arguments():
+    assert cli.ansible_cmdline(_args()) == []
+
+
+@pytest.mark.parametrize(("status", "rc", "stats", "code"), [
+    ("successful", 0, {"ok": {"a": 3}, "failures": {}, "dark": {}}, cli.EXIT_OK),
+    ("failed", 2, {"ok": {"a": 3}, "failures": {"b": 1}, "dark": {}}, cli.EXIT_FAILED_HOSTS),
+    ("failed", 4, {"failures": {"b": 1}, "dark": {"c": 1}}, cli.EXIT_UNREACHABLE),
+    ("failed", 1, None, cli.EXIT_BAD_INPUT),  # ansible-playbook stopped on its own error, no host failed
+    ("canceled", 254, None, cli.EXIT_CANCELLED),
+])
+def test_exit_codes_tell_failed_from_unreachable(status, rc, stats, code):
+    assert cli.outcome_from_stats(status, rc, stats).exit_code() == code
+
+
+def test_missing_inventory_is_bad_input(capsys):
+    assert cli.main(["provision", "-i", "/nonexistent/inventory"]) == cli.EXIT_BAD_INPUT
+    assert "inventory /nonexistent/inventory not found" in capsys.readouterr().err
+
+
+def test_help_is_a_manual(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["provision", "--help"])
+    out = capsys.readouterr().out
+    for option in ("--inventory", "--limit", "--check", "--diff", "--tags", "--extra-vars"):
+        assert option in out
+
+
+def test_fast_runs_ansible_under_mitogens_strategy_plugin():
+    from sparkfleet.runner import mitogen_env
+
+    env = mitogen_env()
+    assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
+    assert (Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()

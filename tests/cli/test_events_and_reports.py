@@ -1,0 +1,176 @@
+"""The driver's reading of runner events and its reports, fed with event streams recorded from real lab runs.
+
+tests/fixtures/events/*.jsonl were captured from `sparkfleet provision` and a
+`sparkfleet refresh` in which one host failed and was rolled back, on the lab
+(trimmed by tests/fixtures/events/trim.py to the fields the driver reads).
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import jsonschema
+import pytest
+
+from conftest import REPO
+from sparkfleet import report
+from sparkfleet.events import Fleet, Host
+from sparkfleet.progress import status_lines
+from sparkfleet.runner import EXIT_FAILED_HOSTS, extra_vars_files, outcome_from_stats
+
+FIXTURES = REPO / "tests" / "fixtures" / "events"
+SCHEMA = json.loads((REPO / "src" / "sparkfleet" / "report-schema.json").read_text())
+META = {"command": "provision", "playbook": "site.yml", "inventory": "inventory/lab", "limit": None, "check": False,
+        "started_at": "2026-11-30T18:56:49+00:00", "finished_at": "2026-11-30T18:59:19+00:00", "duration_s": 150.4,
+        "status": "successful", "exit_code": 0}
+
+
+def replay(name: str, upto: int | None = None) -> Fleet:
+    fleet = Fleet()
+    lines = (FIXTURES / f"{name}.jsonl").read_text().splitlines()
+    for line in lines[:upto]:
+        fleet.handle(json.loads(line))
+    return fleet
+
+
+def test_provision_stream_gives_each_hosts_facts():
+    fleet = replay("provision-lab")
+    assert sorted(fleet.hosts) == ["sparkfleet-lab-1", "sparkfleet-lab-2"]
+    data = report.build(fleet, META)
+    jsonschema.validate(data, SCHEMA)
+    one, two = data["hosts"]["sparkfleet-lab-1"], data["hosts"]["sparkfleet-lab-2"]
+    assert (one["platform"], one["simulated"], one["reachable"]) == ("spark", True, True)
+    assert one["runtime"]["registered"] is True and "nvidia" in one["runtime"]["runtimes"]
+    assert [i["name"] for i in one["images"]] == ["ngc", "unsloth"]
+    assert all("@sha256:" in i["ref"] for i in one["images"])
+    assert one["venv"]["matrix"] == "unsloth-2026.7.2" and one["venv"]["status"] == "verified"
+    assert one["venv"]["stale"] is True and "stand-in torch" in one["venv"]["verified_by"]
+    assert two["venv"] is None, "the venv is enabled on the first lab host only"
+    assert one["verification"]["verdict"] == "not verified"  # simulated hosts never pass
+    assert one["counts"]["failed"] == 0 and one["counts"]["ok"] > 10
+    assert one["history"] in ("fresh", "updated", "converged", "restored")
+
+
+def test_summary_markdown_and_junit_from_the_provision_stream():
+    data = report.build(replay("provision-lab"), META)
+    rows = {row[0]: row for row in report.summary_rows(data)}
+    assert rows["sparkfleet-lab-1"][1:4] == ["spark (simulated)", data["hosts"]["sparkfleet-lab-1"]["history"],
+                                             "registered"]
+    assert rows["sparkfleet-lab-1"][5] == "unsloth-2026.7.2 verified STALE"
+    assert rows["sparkfleet-lab-2"][7] == "GPU not verifiable (simulated)"
+    markdown = report.markdown(data)
+    assert markdown.startswith("# sparkfleet provision — successful")
+    assert "| sparkfleet-lab-2 | spark (simulated) |" in markdown
+    suite = ET.fromstring(report.junit(data))
+    cases = {(c.get("classname"), c.get("name")): c for c in suite.iter("testcase")}
+    assert ("sparkfleet.sparkfleet-lab-1", "venv") in cases and ("sparkfleet.sparkfleet-lab-2", "venv") not in cases
+    assert cases[("sparkfleet.sparkfleet-lab-2", "verification")].find("skipped") is not None
+    assert suite.get("failures") == "0" and int(suite.get("tests")) == len(cases)
+
+
+def test_refresh_stream_tells_the_rolled_back_host_and_the_lock_diff():
+    fleet = replay("refresh-rollback-lab")
+    data = report.build(fleet, {**META, "command": "refresh", "playbook": "playbooks/refresh.yml",
+                                "status": "failed", "exit_code": 2})
+    jsonschema.validate(data, SCHEMA)
+    diff = {d["name"]: d for d in data["refresh"]["diff"]}
+    assert diff["ngc"]["changed"] is False and diff["unsloth"]["changed"] is True
+    new, old = diff["unsloth"]["new"], diff["unsloth"]["old"]
+    canary, failed = data["hosts"]["sparkfleet-lab-1"], data["hosts"]["sparkfleet-lab-2"]
+    assert any(i["ref"].endswith(new) for i in canary["images"]) and canary["failures"] == []
+    assert any(i["ref"].endswith(old) for i in failed["images"]), "rolled back to the previous digest"
+    assert "does not list the nvidia runtime" in failed["refresh_failure"]
+    assert failed["counts"]["failed"] == 1 and failed["counts"]["rescued"] == 1
+    assert outcome_from_stats("failed", 2, fleet.stats).exit_code() == EXIT_FAILED_HOSTS
+    suite = ET.fromstring(report.junit(data))
+    failures = [c.get("classname") for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert failures == ["sparkfleet.sparkfleet-lab-2"]
+    assert "## Lock diff" in report.markdown(data)
+
+
+def test_progress_follows_the_stream():
+    fleet = replay("provision-lab", upto=60)
+    lines = status_lines(fleet, now=fleet.task_started + 12)
+    assert lines[0] == "play: Provision DGX Spark hosts"
+    assert lines[1].startswith(f"task: {fleet.task} (12 s")
+    assert lines[2].startswith("hosts: 2 ok, 0 failed")
+
+
+@pytest.mark.parametrize(("status", "previous", "history"), [
+    ("created", False, "fresh"), ("created", True, "restored"), ("unchanged", True, "converged"),
+    ("updated", True, "updated"), (None, None, None)])
+def test_history(status, previous, history):
+    assert Host("h", state_status=status, record_previous=previous).history == history
+
+
+def test_inline_extra_vars_go_to_a_private_file_never_argv(tmp_path):
+    (tmp_path / "vars.yml").write_text("a: 1\n")
+    given = f"@{tmp_path / 'vars.yml'}"
+    args = extra_vars_files(["password=s3cret user=me", '{"refresh_batches": [1, 2]}', given], tmp_path)
+    assert "s3cret" not in " ".join(args)
+    assert args[-2:] == ["--extra-vars", given]
+    first = json.loads((tmp_path / "extra-vars-0.json").read_text())
+    assert first == {"password": "s3cret", "user": "me"}
+    assert (tmp_path / "extra-vars-0.json").stat().st_mode & 0o777 == 0o600
+    assert json.loads((tmp_path / "extra-vars-1.json").read_text()) == {"refresh_batches": [1, 2]}
+    with pytest.raises(ValueError, match="is not key=value"):
+        extra_vars_files(["novalue"], tmp_path)
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("{bad", r"extra variables '\{bad' are not valid YAML/JSON \(line 1, column 5: expected ',' or '\}'"),
+    ("[1, 2", r"extra variables '\[1, 2' are not valid YAML/JSON \(line 1, column 6"),
+    ("@/nonexistent/vars.yml", r"extra-variables file /nonexistent/vars.yml not found"),
+])
+def test_malformed_extra_vars_are_bad_input_with_the_position(value, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        extra_vars_files([value], tmp_path)
+
+
+@pytest.mark.parametrize(("rc", "failed", "code"), [(1, set(), 4), (4, set(), 4), (5, set(), 4), (2, {"a"}, 2),
+                                                    (1, {"a"}, 2), (0, set(), 0)])
+def test_ansible_stopping_on_its_own_error_is_bad_input(rc, failed, code):
+    """ansible-playbook's 1 (error), 4 (parser error), 5 (bad options) with no failed host: exit 4."""
+    from sparkfleet.runner import RunOutcome
+
+    assert RunOutcome("failed" if rc else "successful", rc, failed=failed).exit_code() == code
+
+
+def event(kind: str, host: str, res: dict, task: str = "t") -> dict:
+    return {"event": f"runner_on_{kind}", "event_data": {"host": host, "task": task, "res": res}}
+
+
+def test_a_host_provisioned_on_purpose_is_marked_and_each_image_says_where_it_comes_from():
+    fleet = Fleet()
+    d1 = "sha256:" + "1" * 64
+    fleet.handle(event("ok", "box", {"ansible_facts": {
+        "spark_preflight": {"platform": "not-spark", "simulated": False}, "spark_preflight_override": True}}))
+    fleet.handle(event("ok", "box", {"ansible_facts": {"spark_images_pinned": [
+        {"name": "ngc", "ref": f"r/nvidia/pytorch@{d1}", "tag": "25.11-py3"},
+        {"name": "ngc-audio", "ref": d1, "tag": "0123456789ab", "derived": True, "base": "ngc",
+         "image_tag": "sparkfleet/ngc-audio:0123456789ab"},
+        {"name": "unsloth", "ref": f"u/unsloth@{d1}", "tag": "dgxspark-latest", "local_fallback": {
+            "used": "u/unsloth:25.09-py3", "wanted": "u/unsloth@sha256:2", "reason": "connection refused"}}]}}))
+    data = report.build(fleet, META)
+    jsonschema.validate(data, SCHEMA)
+    box = data["hosts"]["box"]
+    assert box["override"] == "not a Spark (override)"
+    assert [i["source"] for i in box["images"]] == [
+        "lock", "derived from ngc (sparkfleet/ngc-audio:0123456789ab)",
+        "local blessed tag u/unsloth:25.09-py3 (wanted u/unsloth@sha256:2: connection refused)"]
+    (row,) = report.summary_rows(data)
+    assert row[1] == "not a Spark (override)"
+    assert row[4] == "ngc@111111111111, ngc-audio@111111111111, unsloth@111111111111 LOCAL"
+    cases = {c.get("name"): c for c in ET.fromstring(report.junit(data)).iter("testcase")}
+    assert cases["platform"].find("failure") is None, "an override is the user's decision, not a failure"
+
+
+def test_a_failed_loop_says_which_items_failed_and_why():
+    fleet = Fleet()
+    fleet.handle(event("failed", "box", {"msg": "One or more items failed", "results": [
+        {"failed": False, "_ansible_item_label": "ngc"},
+        {"failed": True, "_ansible_item_label": "unsloth", "msg": "locked for linux/arm64; this host is linux/amd64"}]},
+        task="Pull each pinned image by digest"))
+    assert fleet.hosts["box"].failures == [{"task": "Pull each pinned image by digest",
+                                            "msg": "unsloth: locked for linux/arm64; this host is linux/amd64"}]
