@@ -87,3 +87,18 @@ def test_every_filter_has_documentation_that_matches_its_arguments(name):
 
 def test_no_documentation_file_without_its_filter():
     assert sorted(p.stem for p in (REPO / "plugins" / "filter").glob("*.yml")) == FILTERS
+
+
+def test_the_readme_map_of_the_tree_names_every_top_level_entry_and_nothing_that_is_gone():
+    readme = (REPO / "README.md").read_text()
+    table = readme.split("## Where things live", 1)[1].split("\n## ", 1)[0]
+    named = {path.strip("`").rstrip("/").split("/")[0] for row in table.splitlines() if row.startswith("| `")
+             for path in row.split("|")[1].replace(",", " ").split() if path.startswith("`")}
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    top = {path.split("/")[0] for path in tracked if not path.startswith(".") and path != "README.md"}
+    assert sorted(top - named) == [], "top-level entries the README's 'Where things live' does not name"
+    assert sorted(named - top) == [], "entries the README's 'Where things live' names that are not in the tree"
+    # Every folder under tests/ is described.
+    tests_row = next(row for row in table.splitlines() if row.startswith("| `tests/`"))
+    folders = {p.split("/")[1] for p in tracked if p.startswith("tests/") and p.count("/") >= 2}
+    assert sorted(f for f in folders if f"`{f}/`" not in tests_row and f != "fixtures") == []
