@@ -62,7 +62,7 @@ def registry_log(port: int) -> Path:
         except OSError:
             continue
         if argv[:2] == [b"docker-registry", b"serve"] and argv[2].decode().endswith(f"registry-{port}/config.yml"):
-            return Path(argv[2].decode()).with_name("registry.log")
+            return Path(argv[2].decode()).parent.with_name(f"registry-{port}.log")
     sys.exit(f"no docker-registry of the test bed serves 127.0.0.1:{port}")
 
 

@@ -7,8 +7,7 @@
 # Layout: http://127.0.0.1:PORT/stable/deb/arm64/ (flat) and /gpgkey.
 source "$(dirname "$0")/lib.sh"
 
-port="${2:-5080}"
-[[ "$port" =~ ^[0-9]+$ ]] || die "port '$port' is not a number; expected e.g. 5080."
+port="$(service_port "${2:-}" 5080)"
 DOUBLE="$TESTBED_DIR/doubles/nvidia-container-toolkit"
 ROOT="$STATE_DIR/aptrepo"
 VERSIONS=(1.17.8-1 1.18.0-1)
@@ -82,39 +81,14 @@ build() {
     echo "$hash" > "$ROOT/recipe"
 }
 
-answers() {
-    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
-        "http://127.0.0.1:$port/gpgkey" 2>/dev/null
-}
-
 start() {
     build
-    if answers; then
-        say "apt repository answers on http://127.0.0.1:$port"
-        return 0
-    fi
-    say "serving the apt repository on http://127.0.0.1:$port (log: $STATE_DIR/aptrepo-$port.log)"
-    setsid python3 -m http.server --bind 127.0.0.1 --directory "$ROOT/www" "$port" \
-        >>"$STATE_DIR/aptrepo-$port.log" 2>&1 < /dev/null &
-    echo $! > "$STATE_DIR/aptrepo-$port.pid"
-    for _ in $(seq 1 20); do
-        answers && return 0
-        sleep 0.5
-    done
-    die "the apt repository did not answer on 127.0.0.1:$port (log $STATE_DIR/aptrepo-$port.log); is the port taken?"
-}
-
-stop() {
-    local pidfile="$STATE_DIR/aptrepo-$port.pid"
-    if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-        kill "$(cat "$pidfile")"
-        say "apt repository on 127.0.0.1:$port stopped"
-    fi
-    rm -f "$pidfile"
+    service_start aptrepo "$port" "http://127.0.0.1:$port/gpgkey" "" \
+        python3 -m http.server --bind 127.0.0.1 --directory "$ROOT/www" "$port"
 }
 
 case "${1:-}" in
     start) start ;;
-    stop) stop ;;
+    stop) service_stop aptrepo "$port" ;;
     *) die "usage: $0 start|stop [PORT]" ;;
 esac
