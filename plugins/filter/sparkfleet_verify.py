@@ -108,6 +108,19 @@ def spark_verification_row(pair: list) -> str:
     return f"{host:<24} {platform:<20} {history:<10} {state.get('verdict', 'unknown'):<13} {details}"
 
 
+def spark_verification_history(state: dict, record: dict | None = None) -> str:
+    """fresh (never provisioned), restored (lost its state, known to the controller), converged or updated.
+
+    From spark_state's results: the host's own state file and the controller's record of the host. A host whose
+    state file is new but whose record existed before is one that was reinstalled.
+    """
+    status = (state or {}).get("status")
+    if status == "created":
+        return "restored" if (record or {}).get("previous") else "fresh"
+    return "converged" if status == "unchanged" else "updated"
+
+
 class FilterModule:
     def filters(self):
-        return {"spark_verification": spark_verification, "spark_verification_row": spark_verification_row}
+        return {"spark_verification": spark_verification, "spark_verification_row": spark_verification_row,
+                "spark_verification_history": spark_verification_history}

@@ -28,18 +28,7 @@ class Host:
     unreachable: str | None = None
     last_task: str | None = None
     finished_tasks: int = 0
-    state_status: str | None = None  # spark_state on the host: created / updated / unchanged
-    record_previous: bool | None = None  # the controller's record of the host existed before this run
     rescued_failure: str | None = None
-
-    @property
-    def history(self) -> str | None:
-        """fresh (never provisioned), restored (lost its state, known to the controller), converged, updated."""
-        if self.state_status is None:
-            return None
-        if self.state_status == "created":
-            return "restored" if self.record_previous else "fresh"
-        return "converged" if self.state_status == "unchanged" else "updated"
 
 
 @dataclass
@@ -100,12 +89,6 @@ class Fleet:
             self._facts(host.facts, res)
             if "spark_images_refresh" in host.facts:  # set on the controller (delegate_facts), not this host
                 self.controller_facts["spark_images_refresh"] = host.facts.pop("spark_images_refresh")
-            action = data.get("resolved_action") or data.get("task_action") or ""
-            if action.endswith("spark_state") and isinstance(res, dict) and "status" in res:
-                if "/.sparkfleet/hosts/" in str(res.get("path", "")):  # the controller's record of the host
-                    host.record_previous = res.get("previous") is not None
-                else:
-                    host.state_status = res["status"]
         elif outcome == "failed" and not data.get("ignore_errors"):
             msg = res.get("msg") if isinstance(res, dict) else str(res)
             if isinstance(res, dict) and isinstance(res.get("results"), list):  # a loop: say which items and why

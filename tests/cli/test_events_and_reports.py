@@ -15,7 +15,7 @@ import pytest
 
 from conftest import REPO
 from sparkfleet import report
-from sparkfleet.events import Fleet, Host
+from sparkfleet.events import Fleet
 from sparkfleet.progress import status_lines
 from sparkfleet.runner import EXIT_FAILED_HOSTS, extra_vars_files, outcome_from_stats
 
@@ -95,13 +95,6 @@ def test_progress_follows_the_stream():
     assert lines[0] == "play: Provision DGX Spark hosts"
     assert lines[1].startswith(f"task: {fleet.task} (12 s")
     assert lines[2].startswith("hosts: 2 ok, 0 failed")
-
-
-@pytest.mark.parametrize(("status", "previous", "history"), [
-    ("created", False, "fresh"), ("created", True, "restored"), ("unchanged", True, "converged"),
-    ("updated", True, "updated"), (None, None, None)])
-def test_history(status, previous, history):
-    assert Host("h", state_status=status, record_previous=previous).history == history
 
 
 def test_inline_extra_vars_go_to_a_private_file_never_argv(tmp_path):

@@ -49,3 +49,19 @@ def test_no_task_names_a_gpu_driver_package():
         if prefix in path.read_text()
     ]
     assert offenders == []
+
+
+def test_every_tasks_from_entry_point_has_its_own_argument_spec():
+    """A role entered through tasks_from validates its variables like one entered through main."""
+    import re
+
+    used = set()
+    for path in [*(REPO / "roles").rglob("*.yml"), *(REPO / "playbooks").glob("*.yml"),
+                 *(REPO / "molecule").rglob("*.yml")]:
+        for block in re.findall(r"name: sparkfleet\.spark\.(\w+)\n\s+tasks_from: (\w+)\.yml", path.read_text()):
+            used.add(block)
+    assert used, "no tasks_from found: the pattern no longer matches the playbooks"
+    missing = [f"{role}: {entry}" for role, entry in sorted(used)
+               if entry not in yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())
+               ["argument_specs"]]
+    assert missing == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from ansible_collections.sparkfleet.spark.plugins.filter import sparkfleet_verify as verify
 
 OK = {"item": "/opt/venv/bin/python", "verdict": "ok", "line": "True 13.0", "torch_version": "2.10.0+cu130",
@@ -72,3 +73,13 @@ def test_the_active_venv_is_shown_and_recorded_with_its_staleness():
                                 "the new venv failed verification, this one stayed")
     assert out["state"]["venv"]["matrix"] == "unsloth-2026.7.2" and out["state"]["venv"]["stale"] is True
     assert verify.spark_verification({"platform": SPARK, "venv": None})["state"]["venv"] is None
+
+
+@pytest.mark.parametrize(("state", "record", "history"), [
+    ({"status": "created"}, {"previous": None}, "fresh"),
+    ({"status": "created"}, {}, "fresh"),  # no controller record kept (spark_verify_fleet_record_dir empty)
+    ({"status": "created"}, {"previous": {"verification": {}}}, "restored"),
+    ({"status": "unchanged"}, {"previous": {"verification": {}}}, "converged"),
+    ({"status": "updated"}, {"previous": {"verification": {}}}, "updated")])
+def test_history_tells_a_reinstalled_host_from_a_new_one(state, record, history):
+    assert verify.spark_verification_history(state, record) == history
