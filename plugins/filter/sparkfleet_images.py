@@ -10,6 +10,7 @@ import os
 import re
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import diff as lock_diff
 
 
 def spark_images_pinned(pulled: dict, images: list[dict], launcher_dir: str) -> list[dict]:
@@ -89,16 +90,7 @@ def spark_images_pull_repository(image: dict, mirrors: dict) -> str:
 
 def spark_images_lock_diff(lock: dict | None, resolved: list[dict]) -> list[dict]:
     """Per image: the digest the lock pins now and the one the tag resolves to (old -> new)."""
-    lock = lock or {}
-    rows = []
-    for image in resolved:
-        old = (lock.get(image["name"]) or {}).get("index_digest")
-        rows.append({"name": image["name"], "tag": image.get("tag"), "old": old, "new": image["index_digest"],
-                     "changed": old != image["index_digest"],
-                     "line": f"{image['name']} {image['registry']}/{image['repository']}:{image.get('tag')}: "
-                             + (f"{old} -> {image['index_digest']}" if old != image["index_digest"]
-                                else f"unchanged {old}")})
-    return rows
+    return lock_diff(lock, resolved)
 
 
 DERIVED_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")

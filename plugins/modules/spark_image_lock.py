@@ -103,11 +103,13 @@ unlocked:
   type: list
   elements: dict
 changes:
-  description: One line per image whose pin changed, C(name tag old -> new) (O(state=write)).
+  description: >-
+    One line per image whose pin changed, C(name registry/repository:tag: old -> new), as
+    the filter spark_images_lock_diff shows it (O(state=write)).
   returned: success
   type: list
   elements: str
-  sample: ["unsloth dgxspark-latest sha256:aaa... -> sha256:bbb..."]
+  sample: ["unsloth docker.io/unsloth/unsloth:dgxspark-latest: sha256:aaa... -> sha256:bbb..."]
 """
 
 import datetime
@@ -123,6 +125,8 @@ else:
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.sparkfleet.spark.plugins.module_utils._derived import recipe_hash, tag_for
 from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import diff as lock_diff
+from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import removed
 from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import LOCK_FIELDS, validate_lock
 
 HEADER = ("# Written by playbooks/pin.yml: the images every host pulls, by digest.\n"
@@ -177,16 +181,15 @@ def write(module: AnsibleModule) -> dict:
     except (OSError, yaml.YAMLError, AttributeError) as exc:
         module.fail_json(msg=f"{path} cannot be read as a lock ({exc}); it was left untouched. Fix or remove it.")
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
-    new, changes = {}, []
-    for image in module.params["resolved"]:
+    rows = lock_diff(old, module.params["resolved"])
+    changes = [row["line"] for row in rows if row["changed"]]
+    new = {}
+    for image, row in zip(module.params["resolved"], rows, strict=True):
         previous = old.get(image["name"]) if isinstance(old, dict) else None
-        same = isinstance(previous, dict) and previous.get("index_digest") == image["index_digest"]
         entry = {k: image.get(k) for k in LOCK_FIELDS if k not in ("resolved_at", "derived")}
-        entry["resolved_at"] = previous.get("resolved_at") if same and previous.get("resolved_at") else now
+        kept = not row["changed"] and isinstance(previous, dict) and previous.get("resolved_at")
+        entry["resolved_at"] = previous["resolved_at"] if kept else now
         new[image["name"]] = entry
-        if not same:
-            before = previous.get("index_digest") if isinstance(previous, dict) else "(none)"
-            changes.append(f"{image['name']} {image['tag']} {before} -> {image['index_digest']}")
     for recipe in module.params["derived"]:
         base = new.get(recipe["base"])
         if base is None:
@@ -208,9 +211,7 @@ def write(module: AnsibleModule) -> dict:
         if not isinstance(previous, dict) or previous.get("recipe") != sha:
             before = previous.get("recipe") if isinstance(previous, dict) else "(none)"
             changes.append(f"{recipe['name']} (derived from {recipe['base']}) {before} -> {sha}")
-    for name in old if isinstance(old, dict) else {}:
-        if name not in new:
-            changes.append(f"{name} removed (no longer configured)")
+    changes += removed(old, list(new))
     after_text = render(new)
     changed = after_text != before_text
     result = {"changed": changed, "changes": changes, "lock": new}

@@ -210,10 +210,8 @@ def print_summary(data: dict, paths: dict[str, Path] | None, console: Console) -
     for warning in data.get("warnings") or []:
         console.print(f"warning: {warning}", highlight=False, markup=False)
     if data.get("refresh"):
-        for d in data["refresh"]["diff"]:
-            console.print(f"lock diff: {d['name']} ({d['tag']}): "
-                          + (f"{d['old']} -> {d['new']}" if d["changed"] else f"unchanged {d['new']}"),
-                          highlight=False)
+        for d in data["refresh"]["diff"]:  # each line as spark_images_lock_diff wrote it
+            console.print(f"lock diff: {d['line']}", highlight=False)
     if data["hosts"]:
         console.print(summary_table(data))
     for name, host in data["hosts"].items():

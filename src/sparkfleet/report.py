@@ -76,7 +76,7 @@ def build(fleet: Fleet, meta: dict[str, Any]) -> dict:
         "schema": SCHEMA,
         **meta,
         "hosts": {name: host_report(host) for name, host in sorted(fleet.hosts.items())},
-        "refresh": ({"diff": [{k: d.get(k) for k in ("name", "tag", "old", "new", "changed")}
+        "refresh": ({"diff": [{k: d.get(k) for k in ("name", "tag", "old", "new", "changed", "line")}
                               for d in refresh.get("diff", [])]} if refresh else None),
         "warnings": list(fleet.warnings),
     }
