@@ -58,13 +58,12 @@ def test_documented_options_are_the_argument_spec(module):
 
 
 def _filters() -> dict:
-    from ansible_collections.sparkfleet.spark.plugins.filter import (
-        sparkfleet_images,
-        sparkfleet_packages,
-        sparkfleet_verify,
-    )
-    return {name: fn for module in (sparkfleet_images, sparkfleet_packages, sparkfleet_verify)
-            for name, fn in module.FilterModule().filters().items()}
+    """Every filter of every plugins/filter/*.py, by name."""
+    import importlib
+
+    modules = [importlib.import_module(f"ansible_collections.sparkfleet.spark.plugins.filter.{path.stem}")
+               for path in sorted((REPO / "plugins" / "filter").glob("*.py"))]
+    return {name: fn for module in modules for name, fn in module.FilterModule().filters().items()}
 
 
 FILTERS = sorted(_filters())

@@ -65,3 +65,19 @@ def test_every_tasks_from_entry_point_has_its_own_argument_spec():
                if entry not in yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())
                ["argument_specs"]]
     assert missing == []
+
+
+def test_sparkfleet_filters_are_called_by_their_full_name():
+    """A short name (| spark_x, map('spark_x')) does not resolve from a collection role: it fails at run time."""
+    import re
+
+    names = set()
+    for path in (REPO / "plugins" / "filter").glob("*.py"):
+        names |= set(re.findall(r'"(spark_\w+)": spark_\w+', path.read_text()))
+    assert names, "no filters found: the pattern no longer matches plugins/filter"
+    short = re.compile(r"(?:\|\s*|\(\s*['\"])(" + "|".join(sorted(names)) + r")\b")
+    offenders = [f"{path.relative_to(REPO)}: {match}"
+                 for path in [*(REPO / "roles").rglob("*.yml"), *(REPO / "roles").rglob("*.j2"),
+                              *(REPO / "playbooks").glob("*.yml"), *(REPO / "molecule").rglob("*.yml")]
+                 for match in short.findall(path.read_text())]
+    assert offenders == []

@@ -1,0 +1,51 @@
+"""spark_venv's judgement of a new venv: both checks must pass, and a failure says what stays active."""
+
+from __future__ import annotations
+
+from ansible_collections.sparkfleet.spark.plugins.filter import sparkfleet_venv as venv
+
+ACTIVE = {"path": "/opt/sparkfleet/venvs/a", "status": "verified"}
+BUILD = {"path": "/opt/sparkfleet/venvs/b", "action": "build", "active": ACTIVE, "staleness": {"stale": False}}
+GPU_OK = {"verdict": "ok", "line": "True 13.0", "torch_version": "2.9.0+cu130"}
+ABI_OK = {"verdict": "ok", "findings": []}
+
+
+def test_a_venv_passes_only_when_the_gpu_line_and_the_abi_scan_are_both_ok():
+    verdict = venv.spark_venv_verdict(BUILD, GPU_OK, ABI_OK, False)
+    assert verdict["passed"] is True
+    assert verdict["verification"] == {"line": "True 13.0", "gpu": "ok", "abi": "ok", "abi_findings": [],
+                                       "torch": "2.9.0+cu130", "simulated": False,
+                                       "verified_by": "GPU probe and ABI scan"}
+    abi_bad = {"verdict": "mismatch", "findings": ["bitsandbytes links libcudart.so.12"]}
+    assert venv.spark_venv_verdict(BUILD, GPU_OK, abi_bad, False)["passed"] is False
+    assert venv.spark_venv_verdict(BUILD, {"verdict": "fail", "line": "False"}, ABI_OK, False)["passed"] is False
+    assert venv.spark_venv_verdict(BUILD, None, None, False)["passed"] is False  # a check that did not run
+
+
+def test_a_failure_names_both_checks_the_diagnosis_and_the_venv_that_stays_active():
+    gpu = {"verdict": "fail", "line": "False", "hypothesis": "CUDA 12 wheel", "evidence": "libcudart.so.12"}
+    abi = {"verdict": "mismatch", "findings": ["torch links libcudart.so.12"]}
+    failure = venv.spark_venv_verdict(BUILD, gpu, abi, False)["failure"]
+    assert failure == ("the new venv /opt/sparkfleet/venvs/b failed verification (gpu fail: False (CUDA 12 wheel: "
+                       "libcudart.so.12); abi mismatch torch links libcudart.so.12); the active venv "
+                       "/opt/sparkfleet/venvs/a is untouched")
+    alone = venv.spark_venv_verdict({**BUILD, "active": None}, gpu, abi, False)["failure"]
+    assert alone.endswith("; no venv is active")
+
+
+def test_a_simulated_host_says_its_torch_is_a_stand_in():
+    verification = venv.spark_venv_verdict(BUILD, GPU_OK, ABI_OK, True)["verification"]
+    assert verification["simulated"] is True and "stand-in torch" in verification["verified_by"]
+
+
+def test_the_active_venv_is_the_switched_one_and_a_failed_new_one_is_flagged():
+    switched = {"active": {"path": BUILD["path"], "status": "verified"}}
+    passed = venv.spark_venv_verdict(BUILD, GPU_OK, ABI_OK, False)
+    active = venv.spark_venv_active(BUILD, switched, passed, "/x/matrix/spark-stack.yml")
+    assert (active["path"], active["matrix_file"]) == (BUILD["path"], "spark-stack.yml")
+    assert active["new_venv_failed"] is False
+    failed = venv.spark_venv_verdict(BUILD, None, None, False)
+    kept = venv.spark_venv_active(BUILD, {}, failed, "spark-stack.yml")
+    assert (kept["path"], kept["new_venv_failed"]) == (ACTIVE["path"], True)
+    nothing_built = venv.spark_venv_active({**BUILD, "action": "none"}, {}, failed, "spark-stack.yml")
+    assert nothing_built["new_venv_failed"] is False
