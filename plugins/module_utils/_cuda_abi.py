@@ -13,7 +13,10 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils._elf import ElfSkip, read_dynamic_path
+try:
+    from ansible_collections.sparkfleet.spark.plugins.module_utils._elf import ElfSkip, read_dynamic_path
+except ImportError:  # inside an image: _program_abi_image.py runs this file beside _elf.py, as plain modules
+    from _elf import ElfSkip, read_dynamic_path
 
 # Libraries whose soname major IS the CUDA major (libcudart.so.12 = CUDA 12):
 # only these prove a CUDA-major mismatch.
@@ -382,26 +385,3 @@ def system_cuda_majors(ldconfig: dict[str, list[str]], cuda_home_sonames: list[s
 
 # Run inside a container by spark_abi_scan's image mode: this module and _elf,
 # concatenated, then this entry point. Prints one JSON object.
-CONTAINER_MAIN = r"""
-def _container_main(expected_major, cuda_home):
-    import json, os, site, subprocess, sys, sysconfig
-    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
-    try:
-        paths += site.getsitepackages()
-    except AttributeError:
-        pass
-    seen, trees = set(), []
-    for path in paths:
-        real = os.path.realpath(path)
-        if os.path.isdir(real) and real not in seen:
-            seen.add(real)
-            trees.append(path)
-    try:
-        ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
-    except OSError:
-        ldconfig = ""
-    environment = dict(os.environ)  # the image's ENV and what the module passed (--env NAME)
-    print(json.dumps({"python": sys.version.split()[0],
-                      "trees": [scan(t, expected_major, environment) for t in trees],
-                      "system": system_cuda(cuda_home, ldconfig)}))
-"""

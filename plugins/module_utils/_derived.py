@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import inspect
 import json
 import re
 import shlex
+
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _program_installed
 
 # What an NGC/Unsloth image pins: never re-installed or upgraded by a derived image.
 PROTECTED_PIP = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton", "transformers", "xformers",
@@ -187,7 +190,5 @@ def refusals(recipe: dict, installed: dict[str, str] | None, files: dict[str, by
     return [f"derived image {name}: {reason}" for reason in dict.fromkeys(found)]
 
 
-# Run inside the base image (by python3): its installed distributions, without pip.
-INSTALLED_PROBE = ("import importlib.metadata as m, json; "
-                   "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions() "
-                   "if d.metadata['Name']}))")
+# Run inside the base image by its python3 (the program _program_installed.py): what it has installed.
+INSTALLED_PROBE = inspect.getsource(_program_installed)

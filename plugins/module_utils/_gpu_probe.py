@@ -2,7 +2,7 @@
 # Apache License 2.0
 """The GPU probe and the ordered diagnosis behind spark_gpu_verify.
 
-PROBE is a self-contained Python program run by the interpreter under test
+PROBE is the self-contained program _program_gpu_probe.py, run by the interpreter under test
 (on the host, or inside a container started with the container-workflow
 flags). It prints one JSON object per line as it goes -- the environment
 evidence first, then what torch says -- so a probe that hangs in torch still
@@ -12,59 +12,15 @@ walking the user's hypotheses in their order.
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import signal
 
-PROBE = r'''
-import glob, json, os, subprocess, sys
-def emit(kind, **data):
-    data["kind"] = kind
-    print(json.dumps(data), flush=True)
-smi = {"found": False}
-for cand in ("nvidia-smi", "/usr/bin/nvidia-smi"):
-    try:
-        proc = subprocess.run([cand, "-L"], capture_output=True, text=True, timeout=20)
-    except FileNotFoundError:
-        continue
-    except subprocess.TimeoutExpired:
-        smi = {"found": True, "rc": None, "output": "nvidia-smi did not answer within 20 s"}
-        break
-    smi = {"found": True, "rc": proc.returncode, "output": (proc.stdout + proc.stderr).strip()[-2000:]}
-    break
-devices = []
-for path in sorted(glob.glob("/dev/nvidia*")):
-    if os.path.isdir(path):
-        continue
-    devices.append({"path": path, "access": os.access(path, os.R_OK | os.W_OK),
-                    "mode": oct(os.stat(path).st_mode & 0o777)})
-emit("env", python=sys.version.split()[0], executable=sys.executable, uid=os.getuid(),
-     cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), nvidia_smi=smi, devices=devices)
-try:
-    import torch
-except Exception as exc:
-    emit("torch", imported=False, error="%s: %s" % (type(exc).__name__, exc))
-    sys.exit(0)
-emit("torch", imported=True, version=str(torch.__version__), cuda=torch.version.cuda)
-info = {}
-try:
-    info["available"] = bool(torch.cuda.is_available())
-except Exception as exc:
-    info["available"] = False
-    info["available_error"] = "%s: %s" % (type(exc).__name__, exc)
-info["line"] = "%s %s" % (info["available"], torch.version.cuda)
-emit("cuda", **info)
-if info["available"]:
-    result = {"device_count": torch.cuda.device_count(), "name": torch.cuda.get_device_name(0),
-              "capability": list(torch.cuda.get_device_capability(0)), "arch_list": list(torch.cuda.get_arch_list())}
-    try:
-        x = torch.arange(1, 65, device="cuda", dtype=torch.float32)
-        result["compute"] = float((x * x).sum().item()) == 89440.0
-    except Exception as exc:
-        result["compute"] = False
-        result["compute_error"] = "%s: %s" % (type(exc).__name__, exc)
-    emit("device", **result)
-'''
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _program_gpu_probe
+
+# The program itself is _program_gpu_probe.py; this is its source, as the interpreter under test reads it.
+PROBE = inspect.getsource(_program_gpu_probe)
 
 RUNTIME_FLAGS = "runtime/flags"
 VISIBILITY = "device visibility"

@@ -194,9 +194,10 @@ import glob
 import inspect
 import json
 import os
+import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _cuda_abi, _elf
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _cuda_abi, _elf, _program_abi_image
 from ansible_collections.sparkfleet.spark.plugins.module_utils._cuda_abi import scan, system_cuda
 
 
@@ -239,16 +240,24 @@ def host_system_cuda(module: AnsibleModule) -> dict:
     return system_cuda(module.params["cuda_home"], output)
 
 
-def container_script(expected_major: int, cuda_home: str) -> str:
-    """_elf and _cuda_abi as one self-contained program for the image's own python3."""
-    parts = []
-    for module in (_elf, _cuda_abi):
-        source = inspect.getsource(module)
-        source = source.replace("from __future__ import annotations\n", "")
-        source = source.replace(f"from {_elf.__name__} import ElfSkip, read_dynamic_path\n", "")
-        parts.append(source)
-    return ("from __future__ import annotations\n" + "\n".join(parts) + _cuda_abi.CONTAINER_MAIN
-            + f"\n_container_main({expected_major!r}, {cuda_home!r})\n")
+# Where the scan's files are mounted inside the image's container.
+MOUNT = "/run/sparkfleet-abi"
+
+
+def program_dir(module: AnsibleModule) -> str:
+    """A directory with the scan as files: _program_abi_image.py (as scan.py), _cuda_abi.py and _elf.py.
+
+    Each is its module's own source; the directory is mounted read-only into the image's container and
+    readable by any user the image runs as.
+    """
+    directory = tempfile.mkdtemp(prefix="sparkfleet-abi-", dir=module.tmpdir)
+    os.chmod(directory, 0o755)
+    for name, source in (("scan.py", _program_abi_image), ("_cuda_abi.py", _cuda_abi), ("_elf.py", _elf)):
+        path = os.path.join(directory, name)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(inspect.getsource(source))
+        os.chmod(path, 0o644)
+    return directory
 
 
 def scan_image(module: AnsibleModule, environment: dict[str, str]) -> tuple[list[dict], dict]:
@@ -256,10 +265,10 @@ def scan_image(module: AnsibleModule, environment: dict[str, str]) -> tuple[list
     image = module.params["image"]
     # --env NAME takes the value from docker's own environment: no value reaches argv.
     passed = [arg for name in sorted(environment) for arg in ("--env", name)]
-    cmd = [docker, "run", "--rm", "-i", "--network", "none", *passed, "--entrypoint", "python3", image, "-"]
-    rc, out, err = module.run_command(cmd, data=container_script(module.params["expected_cuda_major"],
-                                                                 module.params["cuda_home"]),
-                                      binary_data=True, environ_update={"LC_ALL": "C", **environment})
+    cmd = [docker, "run", "--rm", "--network", "none", *passed, "--volume", f"{program_dir(module)}:{MOUNT}:ro",
+           "--entrypoint", "python3", image, f"{MOUNT}/scan.py", str(module.params["expected_cuda_major"]),
+           module.params["cuda_home"]]
+    rc, out, err = module.run_command(cmd, environ_update={"LC_ALL": "C", **environment})
     try:
         report = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):

@@ -165,6 +165,7 @@ python_warning:
 """
 
 import datetime
+import inspect
 import json
 import os
 import shutil
@@ -172,6 +173,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _program_imports
 from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
 from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
     MatrixError,
@@ -188,17 +190,8 @@ MARKER = "sparkfleet-venv.json"
 CONSTRAINTS = "sparkfleet-constraints.txt"
 ENV_BEGIN = "# >>> sparkfleet: the stack matrix's environment (this venv only) >>>"
 ENV_END = "# <<< sparkfleet <<<"
-IMPORT_PROBE = r"""
-import importlib, json, sys
-out = []
-for name in sys.argv[1:]:
-    try:
-        importlib.import_module(name)
-        out.append({"module": name, "ok": True})
-    except BaseException as exc:  # noqa: BLE001 - a failed import of any kind is the finding
-        out.append({"module": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"})
-print(json.dumps(out))
-"""
+# The import check is the program _program_imports.py, run by the venv's python.
+IMPORT_PROBE = inspect.getsource(_program_imports)
 
 
 _PIP_NOISE = ("Looking in ", "Collecting ", "Downloading ", "Using cached ", "Requirement already satisfied",

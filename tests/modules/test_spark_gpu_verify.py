@@ -236,7 +236,8 @@ def render_launcher(directory: Path, ref: str, **role_vars) -> Path:
                "ref": ref, "launcher": "spark-test"}]
     playbook.write_text(json.dumps([{
         "hosts": "localhost", "gather_facts": False, "connection": "local",
-        "tasks": [{"ansible.builtin.include_role": {"name": "spark_images", "tasks_from": "launchers.yml"},
+        "tasks": [{"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_images",
+                                                    "tasks_from": "launchers.yml"},
                    "vars": {"spark_images_pinned": pinned, "spark_images_launcher_dir": str(directory),
                             **role_vars}}],
     }]))

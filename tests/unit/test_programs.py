@@ -1,0 +1,54 @@
+"""The programs sparkfleet runs in another Python (an image's, a venv's) are files of their own: each runs here.
+
+Each is sent as its own source (inspect.getsource), the way the modules send it; the ABI scan runs as files
+in one directory, laid out as spark_abi_scan mounts them into an image.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+
+from ansible_collections.sparkfleet.spark.plugins.module_utils import (
+    _cuda_abi,
+    _derived,
+    _elf,
+    _gpu_probe,
+    _program_abi_image,
+    _program_imports,
+)
+
+
+def _run(*argv: str) -> str:
+    proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_the_import_check_reports_each_module_and_the_error_of_one_that_fails():
+    out = json.loads(_run("-c", inspect.getsource(_program_imports), "json", "sparkfleet_no_such_module"))
+    assert out[0] == {"module": "json", "ok": True}
+    assert out[1]["ok"] is False and out[1]["error"].startswith("ModuleNotFoundError: ")
+
+
+def test_the_installed_check_lists_what_this_python_has_without_pip():
+    installed = json.loads(_run("-c", _derived.INSTALLED_PROBE))
+    assert "ansible-core" in installed and installed["PyYAML"]
+
+
+def test_the_gpu_probe_reports_the_environment_first_then_torch():
+    lines = [json.loads(line) for line in _run("-I", "-c", _gpu_probe.PROBE).splitlines()]
+    assert lines[0]["kind"] == "env" and lines[0]["python"] == sys.version.split()[0]
+    assert lines[1]["kind"] == "torch"  # imported or not, it says which
+    assert _gpu_probe.parse_probe_output("\n".join(json.dumps(line) for line in lines))["env"]["uid"] >= 0
+
+
+def test_the_abi_scan_runs_as_files_beside_each_other_as_in_an_image(tmp_path):
+    for name, module in (("scan.py", _program_abi_image), ("_cuda_abi.py", _cuda_abi), ("_elf.py", _elf)):
+        (tmp_path / name).write_text(inspect.getsource(module))
+    report = json.loads(_run("-I", str(tmp_path / "scan.py"), "13", "/usr/local/cuda").splitlines()[-1])
+    assert report["python"] == sys.version.split()[0]
+    assert report["trees"] and all("findings" in tree or "verdict" in tree for tree in report["trees"])
+    assert "cudart_majors" in report["system"]
