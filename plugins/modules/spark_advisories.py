@@ -115,16 +115,8 @@ lines:
 
 import datetime
 import os
-import traceback
 
-try:  # on the controller, where ansible-core brings PyYAML; the import test runs without it
-    import yaml
-except ImportError:
-    yaml = None
-    YAML_IMPORT_ERROR = traceback.format_exc()
-else:
-    YAML_IMPORT_ERROR = None
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils._advisories import (
     AdvisoryError,
     affected,
@@ -133,6 +125,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._advisories impor
     github_issues,
 )
 from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import MatrixError
+from ansible_collections.sparkfleet.spark.plugins.module_utils._yaml import require_yaml, yaml
 
 
 def main() -> None:
@@ -152,8 +145,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    if yaml is None:
-        module.fail_json(msg=missing_required_lib("PyYAML"), exception=YAML_IMPORT_ERROR)
+    require_yaml(module)
     p = module.params
     try:
         with open(p["path"], encoding="utf-8") as handle:

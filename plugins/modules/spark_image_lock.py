@@ -113,21 +113,14 @@ changes:
 """
 
 import datetime
-import traceback
 
-try:  # on the controller, where ansible-core brings PyYAML; the import test runs without it
-    import yaml
-except ImportError:
-    yaml = None
-    YAML_IMPORT_ERROR = traceback.format_exc()
-else:
-    YAML_IMPORT_ERROR = None
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils._derived import recipe_hash, tag_for
 from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
 from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import diff as lock_diff
 from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import removed
 from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import LOCK_FIELDS, validate_lock
+from ansible_collections.sparkfleet.spark.plugins.module_utils._yaml import require_yaml, yaml
 
 HEADER = ("# Written by playbooks/pin.yml: the images every host pulls, by digest.\n"
           "# Review a refresh by its diff; edit only through pin.yml.\n")
@@ -235,8 +228,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    if yaml is None:
-        module.fail_json(msg=missing_required_lib("PyYAML"), exception=YAML_IMPORT_ERROR)
+    require_yaml(module)
     module.exit_json(**(plan(module) if module.params["state"] == "plan" else write(module)))
 
 
