@@ -174,6 +174,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _program_imports
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _venv as venv_files
 from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
 from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
     MatrixError,
@@ -185,41 +186,18 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix imp
     plan_extras,
     staleness,
 )
+from ansible_collections.sparkfleet.spark.plugins.module_utils._venv import (
+    CONSTRAINTS,
+    FINISHED,
+    MARKER,
+    now,
+    pip_error,
+    read_marker,
+    write_marker,
+)
 
-MARKER = "sparkfleet-venv.json"
-CONSTRAINTS = "sparkfleet-constraints.txt"
-ENV_BEGIN = "# >>> sparkfleet: the stack matrix's environment (this venv only) >>>"
-ENV_END = "# <<< sparkfleet <<<"
 # The import check is the program _program_imports.py, run by the venv's python.
 IMPORT_PROBE = inspect.getsource(_program_imports)
-
-
-_PIP_NOISE = ("Looking in ", "Collecting ", "Downloading ", "Using cached ", "Requirement already satisfied",
-              "INFO: pip is looking", "WARNING: Retrying", "Obtaining ", "To fix this you could try",
-              "1. loosen the range", "2. remove package versions")
-
-
-def pip_error(stdout: str, stderr: str) -> str:
-    """pip's own explanation: its ERROR lines (stderr) and the conflict report it prints to stdout."""
-    lines = [line.rstrip() for line in (stdout + "\n" + stderr).splitlines()]
-    return "\n".join(line for line in lines if line.strip() and not line.lstrip().startswith(_PIP_NOISE))
-
-
-def read_marker(path: str) -> dict | None:
-    try:
-        with open(os.path.join(path, MARKER), encoding="utf-8") as handle:
-            data = json.load(handle)
-        return data if isinstance(data, dict) else None
-    except (OSError, ValueError):
-        return None
-
-
-def write_marker(path: str, data: dict) -> None:
-    atomic_write(os.path.join(path, MARKER), json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def now() -> str:
-    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
 
 
 class Venv:
@@ -249,17 +227,10 @@ class Venv:
 
     # ----- the active venv -------------------------------------------------
     def active(self) -> dict | None:
-        if not os.path.islink(self.link):
-            if os.path.lexists(self.link):
-                self.module.fail_json(msg=f"{self.link} exists and is not a symlink; expected the link sparkfleet "
-                                          "manages to the active venv. Move it away (it is left untouched).")
-            return None
-        target = os.path.realpath(self.link)
-        marker = read_marker(target) or {}
-        return {"path": target, "python": os.path.join(self.link, "bin", "python"),
-                "fingerprint": marker.get("fingerprint"), "matrix": marker.get("matrix"),
-                "last_verified": marker.get("last_verified"), "status": marker.get("status", "unknown"),
-                "verification": marker.get("verification")}
+        try:
+            return venv_files.active(self.link)
+        except ValueError as exc:
+            self.module.fail_json(msg=str(exc))
 
     # ----- state=built ------------------------------------------------------
     def python(self) -> tuple[str, str]:
@@ -300,7 +271,7 @@ class Venv:
             self.result["action"] = "none"
             self.module.exit_json(**self.result)
         marker = read_marker(self.path)
-        if marker and marker.get("fingerprint") == self.fp and marker.get("status") in ("built", "verified", "failed"):
+        if marker and marker.get("fingerprint") == self.fp and marker.get("status") in FINISHED:
             self.result.update(action="reuse", imports=marker.get("imports", []), packages=marker.get("packages", {}))
             self.module.exit_json(**self.result)
         self.result.update(action="build", changed=True)
@@ -349,8 +320,7 @@ class Venv:
         path = os.path.join(self.path, "bin", "activate")
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
-        exports = [f"export {k}='{v}'" for k, v in sorted(self.matrix.get("environment", {}).items())]
-        atomic_write(path, text.rstrip("\n") + "\n\n" + "\n".join([ENV_BEGIN, *exports, ENV_END]) + "\n")
+        atomic_write(path, venv_files.with_environment(text, self.matrix.get("environment", {})))
 
     def check_imports(self, vpy: str) -> list[dict]:
         env = {**os.environ, **{k: str(v) for k, v in self.matrix.get("environment", {}).items()}}
@@ -377,7 +347,7 @@ class Venv:
             self.module.fail_json(msg=f"path {path} is not a venv under {self.root}; expected the path state=built "
                                       "returned.")
         marker = read_marker(path)
-        if not marker or marker.get("status") not in ("built", "verified", "failed"):
+        if not marker or marker.get("status") not in FINISHED:
             self.module.fail_json(msg=f"{path} holds no finished sparkfleet build (marker {MARKER} says "
                                       f"{(marker or {}).get('status', 'nothing')}); run state=built first.")
         self.path = path
@@ -396,12 +366,7 @@ class Venv:
         if not active or active["path"] != os.path.realpath(self.path):
             self.result.update(changed=True, action="switch", previous=(active or {}).get("path"))
             if not self.module.check_mode:
-                tmp = f"{self.link}.sparkfleet-new"
-                if os.path.lexists(tmp):
-                    os.unlink(tmp)
-                os.makedirs(os.path.dirname(self.link), exist_ok=True)
-                os.symlink(self.path, tmp)
-                os.replace(tmp, self.link)  # atomic: the link is the old venv or the new one, never missing
+                venv_files.switch_link(self.link, self.path)
         self.result["removed"] = self.prune((active or {}).get("path"))
         self.result["changed"] = self.result["changed"] or bool(self.result["removed"])
         self.result["active"] = {"path": self.path, "python": os.path.join(self.link, "bin", "python"),
@@ -411,22 +376,10 @@ class Venv:
         self.module.exit_json(**self.result)
 
     def prune(self, previous: str | None) -> list[str]:
-        """Keep the active venv and the `keep` most recent others (the one it replaced first); remove the rest.
-
-        Only directories holding sparkfleet's marker are ever removed.
-        """
-        new = os.path.realpath(self.path)
-        others = []
-        for entry in os.scandir(self.root) if os.path.isdir(self.root) else []:
-            marker = read_marker(entry.path) if entry.is_dir(follow_symlinks=False) else None
-            if marker and os.path.realpath(entry.path) != new:
-                when = marker.get("verified_at") or marker.get("built_at") or marker.get("started_at") or ""
-                others.append((os.path.realpath(entry.path) == previous, when, entry.path))
-        others.sort(reverse=True)  # the replaced venv first, then the newest
-        doomed = sorted(path for _unused, _unused, path in others[self.module.params["keep"]:])
+        """Keep the active venv and the `keep` most recent others (the one it replaced first); remove the rest."""
+        doomed = venv_files.to_prune(self.root, self.path, previous, self.module.params["keep"])
         if not self.module.check_mode:
-            for path in doomed:
-                shutil.rmtree(path, ignore_errors=True)
+            venv_files.remove(doomed)
         return doomed
 
     def mark_failed(self) -> None:

@@ -1,0 +1,104 @@
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""The venv's files, apart from pip: its marker, the link to the active venv, its activate script, pruning.
+
+spark_venv drives pip and the import check; what it keeps on disk, and how a
+venv is switched to and pruned, lives here (unit-tested without pip).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+
+from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
+
+MARKER = "sparkfleet-venv.json"
+CONSTRAINTS = "sparkfleet-constraints.txt"
+ENV_BEGIN = "# >>> sparkfleet: the stack matrix's environment (this venv only) >>>"
+ENV_END = "# <<< sparkfleet <<<"
+FINISHED = ("built", "verified", "failed")  # a marker status after which a venv is whole
+
+_PIP_NOISE = ("Looking in ", "Collecting ", "Downloading ", "Using cached ", "Requirement already satisfied",
+              "INFO: pip is looking", "WARNING: Retrying", "Obtaining ", "To fix this you could try",
+              "1. loosen the range", "2. remove package versions")
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
+
+
+def pip_error(stdout: str, stderr: str) -> str:
+    """pip's own explanation: its ERROR lines (stderr) and the conflict report it prints to stdout."""
+    lines = [line.rstrip() for line in (stdout + "\n" + stderr).splitlines()]
+    return "\n".join(line for line in lines if line.strip() and not line.lstrip().startswith(_PIP_NOISE))
+
+
+def read_marker(path: str) -> dict | None:
+    """The venv's marker, or None when there is none or it cannot be read."""
+    try:
+        with open(os.path.join(path, MARKER), encoding="utf-8") as handle:
+            data = json.load(handle)
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def write_marker(path: str, data: dict) -> None:
+    atomic_write(os.path.join(path, MARKER), json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def active(link: str) -> dict | None:
+    """The venv the link points to, from its marker; None without a link. Raises ValueError when the path
+    exists and is not a link (sparkfleet never replaces what it did not make)."""
+    if not os.path.islink(link):
+        if os.path.lexists(link):
+            raise ValueError(f"{link} exists and is not a symlink; expected the link sparkfleet manages to the "
+                             "active venv. Move it away (it is left untouched).")
+        return None
+    target = os.path.realpath(link)
+    marker = read_marker(target) or {}
+    return {"path": target, "python": os.path.join(link, "bin", "python"),
+            "fingerprint": marker.get("fingerprint"), "matrix": marker.get("matrix"),
+            "last_verified": marker.get("last_verified"), "status": marker.get("status", "unknown"),
+            "verification": marker.get("verification")}
+
+
+def switch_link(link: str, path: str) -> None:
+    """Point the link at path atomically: it is the old venv or the new one, never missing."""
+    tmp = f"{link}.sparkfleet-new"
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.makedirs(os.path.dirname(link), exist_ok=True)
+    os.symlink(path, tmp)
+    os.replace(tmp, link)
+
+
+def with_environment(activate: str, environment: dict) -> str:
+    """The activate script with the matrix's environment exported at its end (this venv only)."""
+    exports = [f"export {k}='{v}'" for k, v in sorted(environment.items())]
+    return activate.rstrip("\n") + "\n\n" + "\n".join([ENV_BEGIN, *exports, ENV_END]) + "\n"
+
+
+def to_prune(root: str, current: str, previous: str | None, keep: int) -> list[str]:
+    """The venvs under root to remove: all but current, the one it replaced and the `keep` newest others.
+
+    The replaced venv counts first among the kept, then the newest. Only directories holding
+    sparkfleet's marker are ever candidates.
+    """
+    current = os.path.realpath(current)
+    others = []
+    for entry in os.scandir(root) if os.path.isdir(root) else []:
+        marker = read_marker(entry.path) if entry.is_dir(follow_symlinks=False) else None
+        if marker and os.path.realpath(entry.path) != current:
+            when = marker.get("verified_at") or marker.get("built_at") or marker.get("started_at") or ""
+            others.append((os.path.realpath(entry.path) == previous, when, entry.path))
+    others.sort(reverse=True)  # the replaced venv first, then the newest
+    return sorted(path for _replaced, _when, path in others[keep:])
+
+
+def remove(paths: list[str]) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
