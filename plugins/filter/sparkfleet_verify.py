@@ -108,6 +108,22 @@ def spark_verification_row(pair: list) -> str:
     return f"{host:<24} {platform:<20} {history:<10} {state.get('verdict', 'unknown'):<13} {details}"
 
 
+def spark_verification_limits(platform: dict, can_run_containers: bool) -> dict:
+    """Why a check cannot run on this host: C(gpu) (the GPU line) and C(containers) (scans inside images); '' = it can.
+
+    A simulated host has a recorded nvidia-smi, so nothing about its GPU is verifiable; a host whose Docker cannot
+    start containers (the lab's emulated hosts) can neither scan its images nor run the GPU probe in them.
+    """
+    containers = "" if can_run_containers else \
+        "Docker on this host cannot start containers (spark_verify_can_run_containers: false)"
+    if (platform or {}).get("simulated"):
+        gpu = "simulated host: its GPU is a recorded nvidia-smi" + (
+            " and its Docker cannot start containers" if containers else "")
+    else:
+        gpu = containers
+    return {"gpu": gpu, "containers": containers}
+
+
 def spark_verification_history(state: dict, record: dict | None = None) -> str:
     """fresh (never provisioned), restored (lost its state, known to the controller), converged or updated.
 
@@ -123,4 +139,5 @@ def spark_verification_history(state: dict, record: dict | None = None) -> str:
 class FilterModule:
     def filters(self):
         return {"spark_verification": spark_verification, "spark_verification_row": spark_verification_row,
-                "spark_verification_history": spark_verification_history}
+                "spark_verification_history": spark_verification_history,
+                "spark_verification_limits": spark_verification_limits}

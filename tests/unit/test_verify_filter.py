@@ -83,3 +83,12 @@ def test_the_active_venv_is_shown_and_recorded_with_its_staleness():
     ({"status": "updated"}, {"previous": {"verification": {}}}, "updated")])
 def test_history_tells_a_reinstalled_host_from_a_new_one(state, record, history):
     assert verify.spark_verification_history(state, record) == history
+
+
+def test_limits_say_why_a_check_cannot_run_and_nothing_when_it_can():
+    assert verify.spark_verification_limits({"simulated": False}, True) == {"gpu": "", "containers": ""}
+    no_containers = verify.spark_verification_limits({"simulated": False}, False)
+    assert no_containers["gpu"] == no_containers["containers"] != ""
+    lab = verify.spark_verification_limits({"simulated": True}, False)
+    assert lab["gpu"] == "simulated host: its GPU is a recorded nvidia-smi and its Docker cannot start containers"
+    assert verify.spark_verification_limits({"simulated": True}, True)["containers"] == ""
