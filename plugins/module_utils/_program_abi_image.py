@@ -36,9 +36,9 @@ def main(expected_major, cuda_home):
     except OSError:
         ldconfig = ""
     environment = dict(os.environ)  # the image's ENV and what the module passed (--env NAME)
-    print(json.dumps({"python": sys.version.split()[0],
-                      "trees": [scan(t, expected_major, environment) for t in trees],
-                      "system": system_cuda(cuda_home, ldconfig)}))
+    sys.stdout.write(json.dumps({"python": sys.version.split()[0],
+                                 "trees": [scan(t, expected_major, environment) for t in trees],
+                                 "system": system_cuda(cuda_home, ldconfig)}) + "\n")
 
 
 if __name__ == "__main__":

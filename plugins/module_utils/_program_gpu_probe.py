@@ -21,14 +21,15 @@ import sys
 
 def emit(kind, **data):
     data["kind"] = kind
-    print(json.dumps(data), flush=True)
+    sys.stdout.write(json.dumps(data) + "\n")
+    sys.stdout.flush()  # each line out at once: a probe stuck in torch leaves the evidence
 
 
 def main():
     smi = {"found": False}
     for cand in ("nvidia-smi", "/usr/bin/nvidia-smi"):
         try:
-            proc = subprocess.run([cand, "-L"], capture_output=True, text=True, timeout=20)
+            proc = subprocess.run([cand, "-L"], capture_output=True, text=True, timeout=20, check=False)
         except FileNotFoundError:
             continue
         except subprocess.TimeoutExpired:

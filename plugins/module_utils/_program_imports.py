@@ -19,7 +19,7 @@ def main(names):
             out.append({"module": name, "ok": True})
         except BaseException as exc:  # a failed import of any kind is the finding
             out.append({"module": name, "ok": False, "error": "%s: %s" % (type(exc).__name__, exc)})
-    print(json.dumps(out))
+    sys.stdout.write(json.dumps(out) + "\n")
 
 
 if __name__ == "__main__":

@@ -8,11 +8,12 @@ spark_image_build runs this file's source with a base image's python3 (in a thro
 
 import importlib.metadata
 import json
+import sys
 
 
 def main():
-    print(json.dumps({d.metadata["Name"]: d.version for d in importlib.metadata.distributions()
-                      if d.metadata["Name"]}))
+    sys.stdout.write(json.dumps({d.metadata["Name"]: d.version for d in importlib.metadata.distributions()
+                                 if d.metadata["Name"]}) + "\n")
 
 
 if __name__ == "__main__":
