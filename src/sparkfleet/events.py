@@ -87,7 +87,7 @@ class Fleet:
             host.finished_tasks += 1
         if outcome == "ok":
             self._facts(host.facts, res)
-            if "spark_images_refresh" in host.facts:  # set on the controller (delegate_facts), not this host
+            if "spark_images_refresh" in host.facts:  # the fleet's plan (run_once), not this host's own
                 self.controller_facts["spark_images_refresh"] = host.facts.pop("spark_images_refresh")
         elif outcome == "failed" and not data.get("ignore_errors"):
             msg = res.get("msg") if isinstance(res, dict) else str(res)
