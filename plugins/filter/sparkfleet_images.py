@@ -11,6 +11,7 @@ import re
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import diff as lock_diff
+from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import host_platform
 
 
 def spark_images_pinned(pulled: dict, images: list[dict], launcher_dir: str) -> list[dict]:
@@ -180,6 +181,11 @@ def spark_images_derived_pinned(built: dict, launcher_dir: str) -> list[dict]:
     return pinned
 
 
+def spark_images_host_platform(arch: str | None) -> str:
+    """The platform a host pulls and builds images for, from its architecture (spark_preflight's arch)."""
+    return host_platform(arch)
+
+
 class FilterModule:
     def filters(self):
         return {"spark_images_pinned": spark_images_pinned, "spark_images_stale": spark_images_stale,
@@ -192,4 +198,5 @@ class FilterModule:
                 "spark_images_derived_files": spark_images_derived_files,
                 "spark_images_lock_entries": spark_images_lock_entries,
                 "spark_images_blessed_local": spark_images_blessed_local,
-                "spark_images_derived_pinned": spark_images_derived_pinned}
+                "spark_images_derived_pinned": spark_images_derived_pinned,
+                "spark_images_host_platform": spark_images_host_platform}

@@ -114,6 +114,15 @@ def select_platform(index: dict, architecture: str = "arm64", os_name: str = "li
 
 
 # The lock entry's fields, in the order the file is written (its diff is the review).
+# A machine's architecture (uname -m, or Debian's name for it) -> the OCI platform its images are pulled for.
+PLATFORMS = {"aarch64": "linux/arm64", "arm64": "linux/arm64", "x86_64": "linux/amd64", "amd64": "linux/amd64"}
+
+
+def host_platform(arch: str | None) -> str:
+    """The platform a host pulls and builds for; a Spark's (linux/arm64) when the architecture is not known."""
+    return PLATFORMS.get(arch or "", "linux/arm64")
+
+
 LOCK_FIELDS = ("requested", "registry", "repository", "tag", "index_digest", "arm64_digest", "media_type",
                "platforms", "sizes", "fallback", "resolved_at", "derived")
 

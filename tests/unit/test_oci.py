@@ -81,3 +81,10 @@ def test_lock_validation_names_file_and_entry():
         "lock.yml: entry 'ngc' index_digest is 'sha256:123', expected sha256: and 64 hex digits"]
     assert validate_lock({"unsloth": {"registry": "docker.io"}}, "lock.yml") == [
         "lock.yml: entry 'unsloth' lacks repository, index_digest, arm64_digest"]
+
+
+def test_a_hosts_platform_follows_its_architecture_and_defaults_to_a_sparks():
+    from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import host_platform
+
+    assert [host_platform(a) for a in ("aarch64", "arm64", "x86_64", "amd64", None, "")] == [
+        "linux/arm64", "linux/arm64", "linux/amd64", "linux/amd64", "linux/arm64", "linux/arm64"]
