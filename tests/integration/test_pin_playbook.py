@@ -60,7 +60,8 @@ def test_pin_writes_the_lock_and_a_moved_tag_shows_old_and_new(anon, tmp_path):
 
     moved = push(anon.url, "pintest/unsloth:dgxspark-latest", ["amd64", "arm64"], list_type="docker", seed="two")
     check = playbook(REPO / "playbooks" / "pin.yml", inv, "--check", "--diff")
-    assert f"changed: unsloth dgxspark-latest {first['digest']} -> {moved['digest']}" in flat(check.stdout)
+    assert f"changed: unsloth {anon.host}/pintest/unsloth:dgxspark-latest: {first['digest']} -> {moved['digest']}" \
+        in flat(check.stdout)
     assert yaml.safe_load(lock_file.read_text())["spark_images_lock"]["unsloth"]["index_digest"] == first["digest"]
     again = playbook(REPO / "playbooks" / "pin.yml", inv)
     assert yaml.safe_load(lock_file.read_text())["spark_images_lock"]["unsloth"]["index_digest"] == moved["digest"]
@@ -90,7 +91,7 @@ def test_an_unlocked_dated_tag_is_resolved_once_for_the_whole_fleet(anon, tmp_pa
     before = anon.requests("HEAD", "/v2/pintest/pytorch/manifests/25.11-py3")
     plan = tmp_path / "plan.yml"
     plan.write_text(json.dumps([{"hosts": "sparks", "gather_facts": False, "tasks": [
-        {"ansible.builtin.include_role": {"name": "spark_images", "tasks_from": "plan.yml"}},
+        {"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_images", "tasks_from": "plan.yml"}},
         {"ansible.builtin.debug": {"msg": "{{ __spark_images_unlocked.images | map(attribute='index_digest') }}"}}]}]))
     run = playbook(plan, inv)
     assert run.returncode == 0, run.stdout
@@ -115,7 +116,7 @@ def test_registry_login_keeps_the_password_off_argv_and_out_of_the_output(tmp_pa
             "spark_images_docker_config": str(config)}))
         play = tmp_path / "login.yml"
         play.write_text(json.dumps([{"hosts": "sparks", "gather_facts": False, "tasks": [
-            {"ansible.builtin.include_role": {"name": "spark_images", "tasks_from": "login.yml"}}]}]))
+            {"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_images", "tasks_from": "login.yml"}}]}]))
         first = playbook(play, inv, "-vvv")
         assert first.returncode == 0, first.stdout
         assert secret not in first.stdout + first.stderr
@@ -134,8 +135,8 @@ def test_prune_removes_only_images_this_project_pulled_and_no_longer_pins(anon, 
     record = tmp_path / "pulled.json"
     play = tmp_path / "pull.yml"
     play.write_text(json.dumps([{"hosts": "sparks", "gather_facts": False, "tasks": [
-        {"ansible.builtin.include_role": {"name": "spark_images", "tasks_from": "plan.yml"}},
-        {"ansible.builtin.include_role": {"name": "spark_images", "tasks_from": "pull.yml"}}]}]))
+        {"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_images", "tasks_from": "plan.yml"}},
+        {"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_images", "tasks_from": "pull.yml"}}]}]))
     old_ref = f"{anon.host}/pintest/pytorch@{old['digest']}"
     try:
         assert playbook(REPO / "playbooks" / "pin.yml", inv).returncode == 0
