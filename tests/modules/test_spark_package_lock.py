@@ -43,11 +43,13 @@ def test_a_held_lock_runs_out_the_wait_and_names_its_holder(tmp_path):
 
 def test_a_lock_released_while_waiting_is_waited_for_and_warned(tmp_path):
     lock = tmp_path / "lock"
-    holder = hold(lock, 2)
+    # Held for 6 s from now: ansible's own start (seconds on a loaded 2-core machine) eats into that, so
+    # what is asserted is that the module found it held and waited, not for how long.
+    holder = hold(lock, 6)
     result = run_module("spark_package_lock", {"paths": [str(lock)], "timeout": 30, "poll": 0.5})
     holder.wait()
     assert not result.get("failed"), result
-    assert 1 <= result["waited"] < 30
+    assert 0 < result["waited"] < 30
     assert result["holders"][0]["pid"] == holder.pid
     warning = " ".join(result["_stderr"].split())
     assert f"waited {result['waited']} s for the package manager: {lock} is held by pid {holder.pid}" in warning
