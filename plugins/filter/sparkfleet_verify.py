@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _fleet_table as table
+
 
 def _results(registered: Any) -> list[dict]:
     if isinstance(registered, dict):
@@ -97,15 +99,22 @@ def spark_verification(data: dict) -> dict:
     return {"state": state, "failures": failures, "lines": lines}
 
 
-def spark_verification_row(pair: list) -> str:
-    """One row of the fleet table from (spark_verify_result, host)."""
-    result, host = pair
-    state = (result or {}).get("state") or {}
-    platform = f"{state.get('platform') or '?'}{' SIMULATED' if state.get('simulated') else ''}"
-    details = "; ".join((result or {}).get("lines") or ["no result (the host failed earlier)"])
-    details = details.replace("SIMULATED host: ", "")
-    history = (result or {}).get("history") or "-"
-    return f"{host:<24} {platform:<20} {history:<10} {state.get('verdict', 'unknown'):<13} {details}"
+def spark_fleet_table(hosts: list, hostvars: Any, active: list | None = None) -> list[str]:
+    """The fleet table (module_utils/_fleet_table, the sparkfleet CLI's table too) as lines, from hostvars.
+
+    hosts: the play's hosts (ansible_play_hosts_all); active: those still running it (ansible_play_hosts) - any
+    other stopped earlier (failed or unreachable). Ansible's PLAY RECAP gives the task counts, so they are left out.
+    """
+    rows = []
+    for host in hosts:
+        hvars = hostvars[host]
+        facts = {key: hvars.get(key) for key in table.FACTS}
+        facts["spark_preflight"] = (hvars.get("ansible_facts") or {}).get("spark_preflight")
+        stopped = active is not None and host not in active
+        entry = table.host_entry(facts, failures=[{"task": None, "msg": "stopped earlier in this run"}] if stopped
+                                 else [])
+        rows.append(table.row(host, entry)[:-len(table.COUNT_HEADERS)])
+    return table.text_lines(rows, table.HEADERS[:-len(table.COUNT_HEADERS)])
 
 
 def spark_verification_limits(platform: dict, can_run_containers: bool) -> dict:
@@ -138,6 +147,6 @@ def spark_verification_history(state: dict, record: dict | None = None) -> str:
 
 class FilterModule:
     def filters(self):
-        return {"spark_verification": spark_verification, "spark_verification_row": spark_verification_row,
+        return {"spark_verification": spark_verification, "spark_fleet_table": spark_fleet_table,
                 "spark_verification_history": spark_verification_history,
                 "spark_verification_limits": spark_verification_limits}

@@ -14,60 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from sparkfleet.events import Fleet, Host
+from sparkfleet.runner import collection_module
+
+table = collection_module("_fleet_table")
 
 SCHEMA = "sparkfleet-report/1"
 SCHEMA_FILE = Path(__file__).with_name("report-schema.json")
 
 
-def _platform(host: Host) -> dict:
-    facts = host.facts.get("spark_preflight") or {}
-    state = (host.facts.get("spark_verify_result") or {}).get("state") or {}
-    override = host.facts.get("spark_preflight_override") in (True, "True", "true")
-    return {"platform": facts.get("platform") or state.get("platform"),
-            "simulated": bool(facts.get("simulated") or state.get("simulated")),
-            "override": "not a Spark (override)" if override else None}
-
-
-def image_source(pinned: dict) -> str:
-    """Where a host's image comes from: the lock, a build FROM a locked image, or a blessed tag already on the host."""
-    if pinned.get("derived"):
-        return f"derived from {pinned.get('base')} ({pinned.get('image_tag')})"
-    local = pinned.get("local_fallback")
-    if local:
-        return f"local blessed tag {local.get('used')} (wanted {local.get('wanted')}: {local.get('reason')})"
-    return "not locked, resolved for this run" if pinned.get("unlocked") else "lock"
-
-
 def host_report(host: Host) -> dict:
-    verify = host.facts.get("spark_verify_result") or {}
-    state = verify.get("state") or {}
-    runtime = host.facts.get("spark_container_runtime_registered")
-    images = [{"name": p.get("name"), "ref": p.get("ref"), "tag": p.get("tag"), "source": image_source(p)}
-              for p in host.facts.get("spark_images_pinned") or []]
-    venv = host.facts.get("spark_venv_active") or None
-    abi = [f for a in state.get("abi") or [] for f in a.get("findings") or []]
-    return {
-        **_platform(host),
-        "reachable": host.unreachable is None,
-        "unreachable": host.unreachable,
-        "history": verify.get("history"),
-        "runtime": ({"registered": runtime.get("registered") in (True, "True", "true"),
-                     "runtimes": runtime.get("runtimes", []), "toolkit_version": runtime.get("toolkit_version")}
-                    if runtime else None),
-        "images": images,
-        "venv": ({"path": venv.get("path"), "matrix": venv.get("matrix"), "fingerprint": venv.get("fingerprint"),
-                  "status": venv.get("status"), "line": (venv.get("verification") or {}).get("line"),
-                  "verified_by": (venv.get("verification") or {}).get("verified_by"),
-                  "stale": bool((venv.get("staleness") or {}).get("stale"))} if venv and venv.get("path") else None),
-        "verification": {"verdict": state.get("verdict"), "lines": verify.get("lines") or [],
-                         "gpu": [{"target": g.get("target"), "verdict": g.get("verdict"), "line": g.get("line")}
-                                 for g in state.get("gpu") or []],
-                         "failures": verify.get("failures") or []} if verify else None,
-        "abi_findings": abi,
-        "refresh_failure": host.facts.get("spark_images_refresh_failure"),
-        "counts": dict(host.counts),
-        "failures": list(host.failures),
-    }
+    return table.host_entry(host.facts, unreachable=host.unreachable, counts=host.counts, failures=host.failures)
 
 
 def build(fleet: Fleet, meta: dict[str, Any]) -> dict:
@@ -87,30 +43,11 @@ def host_ok(entry: dict) -> bool:
 
 
 def summary_rows(report: dict) -> list[list[str]]:
-    """The per-host summary as rows of text (also the Markdown table)."""
-    rows = []
-    for name, h in report["hosts"].items():
-        platform = f"{h['platform'] or '?'}{' (simulated)' if h['simulated'] else ''}"
-        if h.get("override"):
-            platform = f"{h['override']}{' (simulated)' if h['simulated'] else ''}"
-        runtime = "-" if h["runtime"] is None else ("registered" if h["runtime"]["registered"] else "NOT registered")
-        images = ", ".join(f"{i['name']}@{str(i['ref']).rsplit('@sha256:', 1)[-1].removeprefix('sha256:')[:12]}"
-                           + (" LOCAL" if str(i.get("source", "")).startswith("local") else "")
-                           for i in h["images"]) or "-"
-        venv = "-" if not h["venv"] else f"{h['venv']['matrix']} {h['venv']['status']}" + (
-            " STALE" if h["venv"]["stale"] else "")
-        verdict = (h["verification"] or {}).get("verdict") or ("unreachable" if not h["reachable"] else "-")
-        gpu = (h["verification"] or {}).get("gpu") or []
-        line = "; ".join(f"{g['line']}" for g in gpu if g.get("line")) or (
-            "GPU not verifiable (simulated)" if h["simulated"] and h["verification"] else "")
-        abi = str(len(h["abi_findings"])) if h["verification"] else "-"
-        rows.append([name, platform, h["history"] or "-", runtime, images, venv, verdict, line[:60], abi,
-                     str(h["counts"].get("changed", 0)), str(h["counts"].get("failed", 0))])
-    return rows
+    """The per-host summary as rows of text (also the Markdown table): the collection's fleet table."""
+    return [table.row(name, entry) for name, entry in report["hosts"].items()]
 
 
-HEADERS = ["host", "platform", "history", "runtime", "images (digest)", "venv", "verdict", "line", "ABI findings",
-           "changed", "failed"]
+HEADERS = list(table.HEADERS)
 
 
 def markdown(report: dict) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
+import importlib
 import json
 import os
 import re
@@ -49,6 +50,16 @@ def _where() -> tuple[Path, Path, Path]:
 
 
 PROJECT_DIR, COLLECTIONS_DIR, ANSIBLE_CFG = _where()
+
+
+def collection_module(name: str):
+    """A pure-Python module_utils of the collection sparkfleet.spark that runs (PROJECT_DIR), imported by name.
+
+    The CLI reads what only the collection should know (the fleet table) from there rather than a copy.
+    """
+    if str(COLLECTIONS_DIR) not in sys.path:
+        sys.path.append(str(COLLECTIONS_DIR))
+    return importlib.import_module(f"ansible_collections.sparkfleet.spark.plugins.module_utils.{name}")
 # Collections the user installed stay reachable after sparkfleet's own.
 COLLECTIONS_PATH = os.pathsep.join([str(COLLECTIONS_DIR), "~/.ansible/collections", "/usr/share/ansible/collections"])
 

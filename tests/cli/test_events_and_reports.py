@@ -12,10 +12,12 @@ import xml.etree.ElementTree as ET
 
 import jsonschema
 import pytest
+from ansible_collections.sparkfleet.spark.plugins.filter import sparkfleet_verify as verify
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _fleet_table as table
 
 from conftest import REPO
 from sparkfleet import report
-from sparkfleet.events import Fleet
+from sparkfleet.events import WATCHED_FACTS, Fleet
 from sparkfleet.progress import status_lines
 from sparkfleet.runner import EXIT_FAILED_HOSTS, extra_vars_files, outcome_from_stats
 
@@ -67,6 +69,22 @@ def test_summary_markdown_and_junit_from_the_provision_stream():
     assert ("sparkfleet.sparkfleet-lab-1", "venv") in cases and ("sparkfleet.sparkfleet-lab-2", "venv") not in cases
     assert cases[("sparkfleet.sparkfleet-lab-2", "verification")].find("skipped") is not None
     assert suite.get("failures") == "0" and int(suite.get("tests")) == len(cases)
+
+
+def test_the_play_and_the_cli_show_the_same_fleet_table():
+    """One table: the play's (filter spark_fleet_table, from hostvars) has the CLI's rows without the counts."""
+    fleet = replay("provision-lab")
+    hostvars = {name: {**{k: v for k, v in host.facts.items() if k != "spark_preflight"},
+                       "ansible_facts": {"spark_preflight": host.facts.get("spark_preflight")}}
+                for name, host in fleet.hosts.items()}
+    names = sorted(fleet.hosts)
+    lines = verify.spark_fleet_table(names, hostvars, names)
+    rows = report.summary_rows(report.build(fleet, META))
+    assert len(lines) == len(rows) + 1 and lines[0].split()[:2] == report.HEADERS[:2]
+    for line, row in zip(lines[1:], rows, strict=True):
+        cells = row[:-2]
+        assert line.split() == " ".join(cells).split(), "same cells, in the same order"
+    assert set(table.FACTS) <= set(WATCHED_FACTS), "the CLI watches every fact the table is built from"
 
 
 def test_refresh_stream_tells_the_rolled_back_host_and_the_lock_diff():

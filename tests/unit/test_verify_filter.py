@@ -54,11 +54,16 @@ def test_nothing_provisioned_is_not_verified_rather_than_ok():
     assert out["state"]["verdict"] == "not verified"
 
 
-def test_table_row():
+def test_the_plays_table_shows_each_hosts_verdict_and_a_stopped_host():
     out = verify.spark_verification({"pythons": {"results": [OK]}, "platform": SPARK})
-    row = verify.spark_verification_row([{**out, "history": "restored"}, "spark-01"])
-    assert row.split()[:4] == ["spark-01", "spark", "restored", "ok"]
-    assert verify.spark_verification_row([{}, "spark-02"]).split()[:4] == ["spark-02", "?", "-", "unknown"]
+    hostvars = {"spark-01": {"ansible_facts": {"spark_preflight": SPARK},
+                             "spark_verify_result": {**out, "history": "restored"}},
+                "spark-02": {"ansible_facts": {"spark_preflight": {"platform": "spark", "simulated": True}}}}
+    header, one, two = verify.spark_fleet_table(["spark-01", "spark-02"], hostvars, ["spark-01"])
+    assert header.split()[:3] == ["host", "platform", "history"] and "changed" not in header
+    assert one.split()[:3] == ["spark-01", "spark", "restored"] and " ok " in one
+    assert one.index("restored") == header.index("history"), "the columns line up"
+    assert two.split()[:5] == ["spark-02", "spark", "(simulated)", "-", "-"] and "stopped" in two
 
 
 def test_the_active_venv_is_shown_and_recorded_with_its_staleness():

@@ -1,0 +1,116 @@
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""The per-host summary of a run: one entry per host, and the fleet table's rows. The one home of both.
+
+Two readers: the play (spark_verify's last task prints the table through the
+filter spark_fleet_table, from hostvars) and the sparkfleet CLI (report.json's
+hosts, its Markdown table and the terminal summary, from the runner's events).
+Both give host_entry() the same facts, the ones the roles set:
+
+- spark_preflight (spark_preflight_facts), spark_preflight_override;
+- spark_container_runtime_registered, spark_images_pinned, spark_venv_active;
+- spark_verify_result (spark_verify's summary, with its history).
+
+Pure Python and no Ansible import: the CLI imports it from the collection it runs.
+"""
+
+from __future__ import annotations
+
+# The facts a host's entry is built from (set_fact or ansible_facts, by these names).
+FACTS = ("spark_preflight", "spark_preflight_override", "spark_container_runtime_registered", "spark_images_pinned",
+         "spark_venv_active", "spark_verify_result", "spark_images_refresh_failure")
+
+HEADERS = ("host", "platform", "history", "runtime", "images (digest)", "venv", "verdict", "line", "ABI findings",
+           "changed", "failed")
+# What Ansible's PLAY RECAP already says: the play's own table leaves these out.
+COUNT_HEADERS = ("changed", "failed")
+
+
+def _true(value) -> bool:
+    return value in (True, "True", "true")
+
+
+def _digest(ref) -> str:
+    """The first 12 hex digits of a reference's digest (the reference itself when it has none)."""
+    digest = str(ref).rsplit("@", 1)[-1]
+    return (digest[len("sha256:"):] if digest.startswith("sha256:") else digest)[:12]
+
+
+def image_source(pinned: dict) -> str:
+    """Where a host's image comes from: the lock, a build FROM a locked image, or a blessed tag already on the host."""
+    if pinned.get("derived"):
+        return f"derived from {pinned.get('base')} ({pinned.get('image_tag')})"
+    local = pinned.get("local_fallback")
+    if local:
+        return f"local blessed tag {local.get('used')} (wanted {local.get('wanted')}: {local.get('reason')})"
+    return "not locked, resolved for this run" if pinned.get("unlocked") else "lock"
+
+
+def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None = None,
+               failures: list | None = None) -> dict:
+    """A host's entry in report.json (report-schema.json's hosts.*) from its facts.
+
+    counts (Ansible's per-host task counts) and failures (failed tasks) come from a run's events; the play
+    has neither (None: not known).
+    """
+    preflight = facts.get("spark_preflight") or {}
+    verify = facts.get("spark_verify_result") or {}
+    state = verify.get("state") or {}
+    runtime = facts.get("spark_container_runtime_registered")
+    venv = facts.get("spark_venv_active") or None
+    return {
+        "platform": preflight.get("platform") or state.get("platform"),
+        "simulated": bool(preflight.get("simulated") or state.get("simulated")),
+        "override": "not a Spark (override)" if _true(facts.get("spark_preflight_override")) else None,
+        "reachable": unreachable is None,
+        "unreachable": unreachable,
+        "history": verify.get("history"),
+        "runtime": ({"registered": _true(runtime.get("registered")), "runtimes": runtime.get("runtimes", []),
+                     "toolkit_version": runtime.get("toolkit_version")} if runtime else None),
+        "images": [{"name": p.get("name"), "ref": p.get("ref"), "tag": p.get("tag"), "source": image_source(p)}
+                   for p in facts.get("spark_images_pinned") or []],
+        "venv": ({"path": venv.get("path"), "matrix": venv.get("matrix"), "fingerprint": venv.get("fingerprint"),
+                  "status": venv.get("status"), "line": (venv.get("verification") or {}).get("line"),
+                  "verified_by": (venv.get("verification") or {}).get("verified_by"),
+                  "stale": bool((venv.get("staleness") or {}).get("stale"))} if venv and venv.get("path") else None),
+        "verification": {"verdict": state.get("verdict"), "lines": verify.get("lines") or [],
+                         "gpu": [{"target": g.get("target"), "verdict": g.get("verdict"), "line": g.get("line")}
+                                 for g in state.get("gpu") or []],
+                         "failures": verify.get("failures") or []} if verify else None,
+        "abi_findings": [f for a in state.get("abi") or [] for f in a.get("findings") or []],
+        "refresh_failure": facts.get("spark_images_refresh_failure"),
+        "counts": dict(counts) if counts is not None else None,
+        "failures": list(failures) if failures is not None else None,
+    }
+
+
+def row(name: str, entry: dict) -> list[str]:
+    """The host's row of the fleet table, one cell per HEADERS (the counts '-' where not known)."""
+    simulated = " (simulated)" if entry["simulated"] else ""
+    platform = f"{entry.get('override') or entry['platform'] or '?'}{simulated}"
+    runtime = entry["runtime"]
+    images = ", ".join(f"{i['name']}@{_digest(i['ref'])}"
+                       + (" LOCAL" if str(i.get("source", "")).startswith("local") else "")
+                       for i in entry["images"]) or "-"
+    venv = entry["venv"]
+    verification = entry["verification"] or {}
+    verdict = verification.get("verdict") or (
+        "unreachable" if not entry["reachable"] else "stopped" if entry.get("failures") else "-")
+    line = "; ".join(g["line"] for g in verification.get("gpu") or [] if g.get("line")) or (
+        "GPU not verifiable (simulated)" if entry["simulated"] and entry["verification"] else "")
+    counts = entry.get("counts")
+    return [name, platform, entry["history"] or "-",
+            "-" if runtime is None else ("registered" if runtime["registered"] else "NOT registered"),
+            images,
+            "-" if not venv else f"{venv['matrix']} {venv['status']}" + (" STALE" if venv["stale"] else ""),
+            verdict, line[:60],
+            str(len(entry["abi_findings"])) if entry["verification"] else "-",
+            "-" if counts is None else str(counts.get("changed", 0)),
+            "-" if counts is None else str(counts.get("failed", 0))]
+
+
+def text_lines(rows: list[list[str]], headers=HEADERS) -> list[str]:
+    """The table as aligned lines of text (a header line first), for a terminal without the CLI."""
+    lines = [list(headers), *rows]
+    widths = [max(len(cells[i]) for cells in lines) for i in range(len(headers))]
+    return ["  ".join(cells[i].ljust(widths[i]) for i in range(len(headers))).rstrip() for cells in lines]
