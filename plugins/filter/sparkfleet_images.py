@@ -181,6 +181,19 @@ def spark_images_derived_pinned(built: dict, launcher_dir: str) -> list[dict]:
     return pinned
 
 
+def spark_images_inventory_dir(sources: list) -> str:
+    """The directory of the first inventory source (ansible_inventory_sources): the source itself when it is one.
+
+    Where the lock lives by default (its group_vars/all/) and what relative files of a derived image are read from.
+    """
+    if not sources:
+        raise AnsibleFilterError("spark_images_inventory_dir: no inventory source (ansible_inventory_sources is "
+                                 "empty), expected the inventory the lock belongs to; run with -i INVENTORY or set "
+                                 "spark_images_lock_file")
+    first = str(sources[0])
+    return first if os.path.isdir(first) else os.path.dirname(first)
+
+
 def spark_images_host_platform(arch: str | None) -> str:
     """The platform a host pulls and builds images for, from its architecture (spark_preflight's arch)."""
     return host_platform(arch)
@@ -194,6 +207,7 @@ class FilterModule:
                 "spark_images_lock_diff": spark_images_lock_diff,
                 "spark_images_pin_line": spark_images_pin_line,
                 "spark_images_derived_recipes": spark_images_derived_recipes,
+                "spark_images_inventory_dir": spark_images_inventory_dir,
                 "spark_images_derived_targets": spark_images_derived_targets,
                 "spark_images_derived_files": spark_images_derived_files,
                 "spark_images_lock_entries": spark_images_lock_entries,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkfleet.spark.plugins.filter import sparkfleet_images as images
 
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
@@ -28,6 +30,15 @@ def test_only_images_this_project_pulled_and_no_longer_pins_are_stale():
 def test_registry_overrides_keep_the_catalog_otherwise():
     assert images.spark_images_effective(CATALOG, {"nvcr.io": "127.0.0.1:5000"})[0]["registry"] == "127.0.0.1:5000"
     assert images.spark_images_effective(CATALOG, {}) == CATALOG
+
+
+def test_the_lock_lives_beside_the_first_inventory_source(tmp_path):
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "hosts.yml").write_text("all: {}\n")
+    assert images.spark_images_inventory_dir([str(tmp_path / "lab"), "/elsewhere"]) == str(tmp_path / "lab")
+    assert images.spark_images_inventory_dir([str(tmp_path / "hosts.yml")]) == str(tmp_path)
+    with pytest.raises(AnsibleFilterError, match=r"no inventory source.*-i INVENTORY"):
+        images.spark_images_inventory_dir([])
 
 
 def test_pin_line_shows_a_fallback():

@@ -83,3 +83,14 @@ def test_sparkfleet_filters_are_called_by_their_full_name():
                               *(REPO / "playbooks").glob("*.yml"), *(REPO / "molecule").rglob("*.yml")]
                  for match in short.findall(path.read_text())]
     assert offenders == []
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_a_roles_vars_are_static_data(role):
+    """vars/main.yml holds constants only: what a role works out from its inputs or results is a task's (vars: next
+    to where it is used, or a set_fact named for what it decides) and the decision a filter's, tested in Python."""
+    path = REPO / "roles" / role / "vars" / "main.yml"
+    if not path.exists():
+        return
+    templated = [line.strip() for line in path.read_text().splitlines() if "{{" in line or "{%" in line]
+    assert templated == [], f"roles/{role}/vars/main.yml computes something: {templated}"
