@@ -244,12 +244,42 @@ def test_7_a_password_sudo_host_and_a_vaulted_registry_password_typed_at_the_ter
     assert not any(s in output for s in secrets)
 
 
-def test_8_a_host_unreachable_during_a_refresh_stops_it_and_nothing_is_lost(fleet):
+@pytest.fixture
+def gone(fleet):
+    """Makes a lab host unreachable the way a powered-off Spark is: stopped, and seen through a connection failure.
+
+    Over SSH a host that is gone is unreachable whatever the settings. community.docker.docker tells a stopped
+    container apart only while it creates a temporary directory first: pipelined (ansible.cfg), it hands the module
+    to `docker exec`, and Ansible reads docker's error as a module's failure. So the stopped host is reached without
+    pipelining, and the refresh meets the connection failure a user's fleet would.
+    """
+    host_vars = fleet["inventory"] / "host_vars"
+    host_vars.mkdir(exist_ok=True)
+    stopped = []
+
+    def stop(host: str) -> None:
+        (host_vars / f"{host}.yml").write_text("ansible_pipelining: false\n")
+        sh("docker", "stop", host)
+        stopped.append(host)
+
+    def start(host: str) -> None:
+        sh("docker", "start", host)
+        (host_vars / f"{host}.yml").unlink()
+        stopped.remove(host)
+
+    yield stop, start
+    for host in list(stopped):
+        start(host)
+    shutil.rmtree(host_vars)
+
+
+def test_8_a_host_unreachable_during_a_refresh_stops_it_and_nothing_is_lost(fleet, gone):
     """A host that goes away (powered off, network lost) mid-rollout: exit 3, reported unreachable, no lock past
     what was verified, and the host, back, still runs the digest it had."""
+    stop, start = gone
     before = lock(fleet)["unsloth"]["index_digest"]
     canary = HOSTS[0]
-    sh("docker", "stop", canary)
+    stop(canary)
     try:
         new = push_unsloth("fleet-refresh-unreachable")
         proc, data, _ = cli(fleet, "refresh-canary-gone", "refresh", "-e", '{"refresh_batches": [1, 1]}')
@@ -258,9 +288,9 @@ def test_8_a_host_unreachable_during_a_refresh_stops_it_and_nothing_is_lost(flee
         assert lock(fleet)["unsloth"]["index_digest"] == before, "nothing verified: the lock did not move"
         assert all(launcher_ref(h).endswith(before) for h in HOSTS[1:]), "the rollout stopped at the canary"
     finally:
-        sh("docker", "start", canary)
+        start(canary)
     last = HOSTS[2]
-    sh("docker", "stop", last)
+    stop(last)
     try:
         proc, data, _ = cli(fleet, "refresh-last-gone", "refresh", "-e", '{"refresh_batches": [1, 1]}')
         assert proc.returncode == 3, proc.stdout[-5000:]
@@ -268,7 +298,7 @@ def test_8_a_host_unreachable_during_a_refresh_stops_it_and_nothing_is_lost(flee
         assert lock(fleet)["unsloth"]["index_digest"] == new, "the canary verified the new digest"
         assert all(launcher_ref(h).endswith(new) for h in HOSTS[:2])
     finally:
-        sh("docker", "start", last)
+        start(last)
     assert launcher_ref(last).endswith(before), "the unreachable host kept what it ran"
 
 
