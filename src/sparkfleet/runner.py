@@ -50,6 +50,8 @@ def _where() -> tuple[Path, Path, Path]:
 
 
 PROJECT_DIR, COLLECTIONS_DIR, ANSIBLE_CFG = _where()
+# Collections the user installed stay reachable after sparkfleet's own.
+COLLECTIONS_PATH = os.pathsep.join([str(COLLECTIONS_DIR), "~/.ansible/collections", "/usr/share/ansible/collections"])
 
 
 def collection_module(name: str):
@@ -60,8 +62,7 @@ def collection_module(name: str):
     if str(COLLECTIONS_DIR) not in sys.path:
         sys.path.append(str(COLLECTIONS_DIR))
     return importlib.import_module(f"ansible_collections.sparkfleet.spark.plugins.module_utils.{name}")
-# Collections the user installed stay reachable after sparkfleet's own.
-COLLECTIONS_PATH = os.pathsep.join([str(COLLECTIONS_DIR), "~/.ansible/collections", "/usr/share/ansible/collections"])
+
 
 EXIT_OK = 0
 EXIT_FAILED_HOSTS = 2
