@@ -58,6 +58,8 @@ setup(
         "jinja2>=3.1",
         "pyyaml>=6",
         "rich>=13",
+        # sparkfleet completion bash|zsh|tcsh: the scripts written from the argument parser itself.
+        "shtab>=1.7",
     ],
     cmdclass={"build_py": BuildWithCollection},
 )

@@ -5,7 +5,8 @@ source "$(dirname "$0")/lib.sh"
 
 VENV="$REPO_DIR/.venv"
 STAMP="$VENV/.sparkfleet-installed"
-want="$(cat "$REPO_DIR/pyproject.toml" | sha256sum | cut -c1-16)"
+# What pip installs is in pyproject.toml and setup.py (the runtime requirements).
+want="$(cat "$REPO_DIR/pyproject.toml" "$REPO_DIR/setup.py" | sha256sum | cut -c1-16)"
 
 pick_python() {
     local py

@@ -87,7 +87,9 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
 def row(name: str, entry: dict) -> list[str]:
     """The host's row of the fleet table, one cell per HEADERS (the counts '-' where not known)."""
     simulated = " (simulated)" if entry["simulated"] else ""
-    platform = f"{entry.get('override') or entry['platform'] or '?'}{simulated}"
+    # No platform gathered: the controller's own plays (pin, the checks), or a host that stopped before preflight.
+    platform = f"{entry.get('override') or entry['platform'] or ('controller' if name == 'localhost' else '?')}"
+    platform += simulated
     runtime = entry["runtime"]
     images = ", ".join(f"{i['name']}@{_digest(i['ref'])}"
                        + (" LOCAL" if str(i.get("source", "")).startswith("local") else "")

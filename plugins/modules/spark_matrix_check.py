@@ -73,8 +73,8 @@ missing:
   description: The pins that have no wheel for the target, as C(name==version (step)).
   returned: success
   type: list
-unreachable:
-  description: The indexes that could not be asked.
+unasked_indexes:
+  description: The indexes that could not be asked (not C(unreachable), which Ansible reads as the host's).
   returned: success
   type: list
 staleness:
@@ -290,9 +290,9 @@ def main() -> None:
     # A step that could not ask its indexes says so in its row; the pins' rows name those indexes.
     conflicts = [f"step {s['step']}: {s['detail']}" for s in sequence
                  if s["status"] in ("conflict", "missing", "error")]
-    unreachable = sorted({j["index"] for j in jobs if j["status"] in ("unreachable", "error")})
+    unasked = sorted({j["index"] for j in jobs if j["status"] in ("unreachable", "error")})
     module.exit_json(changed=False, rows=jobs, table=table, staleness=stale, missing=missing, sequence=sequence,
-                     conflicts=conflicts, unreachable=unreachable)
+                     conflicts=conflicts, unasked_indexes=unasked)
 
 
 if __name__ == "__main__":

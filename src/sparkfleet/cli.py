@@ -15,10 +15,10 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from sparkfleet import __version__, report
 from sparkfleet.events import Fleet
@@ -34,9 +34,13 @@ from sparkfleet.runner import (
     InventoryBusy,
     Run,
     RunOutcome,
+    ansible_config,
+    inventory_groups,
     inventory_lock,
     outcome_from_stats,
+    private_files,
 )
+from sparkfleet.terminal import make_console, print_summary
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_CANCELLED", "EXIT_FAILED_HOSTS", "EXIT_OK", "EXIT_UNREACHABLE", "AnsibleOptions",
            "RunOutcome",
@@ -82,6 +86,56 @@ SHORT_HELP = {"doctor": "a paste-able report of a Spark for debugging, without s
               "verify": "re-verify every host", "pin": "resolve the image tags and write the lock",
               "refresh": "fleet-wide tag refresh: canary, batches, rollback"}
 REPORT_ROOT = Path("reports")
+EXIT_CODES = ("Exit codes: 0 all ok, 2 a host failed, 3 a host was unreachable, 4 bad input (usage, inventory, "
+              "variables, nothing targeted), 5 another sparkfleet run holds the inventory, 130 cancelled (Ctrl-C, "
+              "SIGTERM, SIGHUP).")
+# Each command's examples, shown by its --help.
+EXAMPLES = {
+    "provision": ["sparkfleet provision -i inventory/mylab", "sparkfleet provision -i inventory/mylab --check --diff "
+                  "--limit spark-01", "sparkfleet provision -i inventory/mylab -u nvidia -b -K --ask-vault-pass"],
+    "verify": ["sparkfleet verify -i inventory/mylab", "sparkfleet verify -i inventory/mylab --json | jq .hosts"],
+    "pin": ["sparkfleet pin -i inventory/mylab --check --diff", "sparkfleet pin -i inventory/mylab"],
+    "refresh": ["sparkfleet refresh -i inventory/mylab --check",
+                "sparkfleet refresh -i inventory/mylab -e '{\"refresh_batches\": [1, 2, \"50%\"]}'"],
+    "doctor": ["sparkfleet doctor", "sparkfleet doctor -i inventory/mylab -l spark-03"],
+    "matrix-check": ["sparkfleet matrix check", "sparkfleet matrix check -e matrix_check_skip_steps=torch"],
+    "advisories-check": ["GITHUB_TOKEN=... sparkfleet advisories check"],
+}
+
+
+class HelpText(argparse.HelpFormatter):
+    """Paragraphs wrapped to the terminal; indented lines (the examples) kept as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(line if line.startswith("  ") or not line else
+                         textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent)
+                         for line in text.splitlines())
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with usage errors as bad input (exit 4): exit 2 means a host failed."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def epilog(command: str) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[command]) + "\n\n" + EXIT_CODES
+
+
+def version_text() -> str:
+    """sparkfleet, ansible-core, the collection and the configuration a run here would use (like ansible --version)."""
+    try:
+        from ansible.release import __version__ as core
+    except ImportError:
+        core = "not installed"
+    try:
+        config = ansible_config().described
+    except ValueError as exc:
+        config = str(exc)
+    return (f"sparkfleet {__version__}\n  ansible-core {core}\n  collection sparkfleet.spark = {PROJECT_DIR}\n"
+            f"  config file = {config}\n  python = {sys.version.split()[0]} ({sys.executable})")
 
 
 def error(text: str) -> None:
@@ -137,25 +191,28 @@ def _ansible_options(parser: argparse.ArgumentParser, inventory_default: str | N
                              "docker connections")
     parser.add_argument("--json", action="store_true",
                         help="print the report (report.json) on stdout; progress and the summary go to stderr")
+    parser.add_argument("--no-color", action="store_true", help="no colour (also when NO_COLOR is set)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="sparkfleet",
+    parser = Parser(
+        prog="sparkfleet", formatter_class=HelpText,
         description="Take DGX Spark machines to a verified, reproducible ML environment, and prove it. "
                     "Each command runs one of the project's playbooks through ansible-runner (plain "
                     "ansible-playbook runs the same playbooks), shows live progress, ends with a summary table "
                     "per host and writes report.json, report.md and report.junit.xml.",
-        epilog="Exit codes: 0 all ok, 2 failed hosts, 3 unreachable hosts, 4 bad input, 5 another run holds the "
-               "inventory, 130 cancelled (Ctrl-C).",
+        epilog="Shell completion: sparkfleet completion bash > /etc/bash_completion.d/sparkfleet\n\n" + EXIT_CODES,
     )
-    parser.add_argument("--version", action="version", version=f"sparkfleet {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=argparse.SUPPRESS,
+                        help="show sparkfleet's, ansible-core's and the collection's versions and the ansible.cfg "
+                             "in use, and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for name, (playbook, tags, text) in COMMANDS.items():
         if name in ("matrix-check", "advisories-check"):
             continue
-        command = sub.add_parser(name, help=SHORT_HELP[name],
-                                 description=f"{text} Runs {playbook}" + (f" --tags {tags}" if tags else "") + ".")
+        command = sub.add_parser(name, help=SHORT_HELP[name], formatter_class=HelpText,
+                                 description=f"{text} Runs {playbook}" + (f" --tags {tags}" if tags else "") + ".",
+                                 epilog=epilog(name))
         _ansible_options(command, inventory_default="localhost," if name == "doctor" else None)
         if name == "doctor":
             command.add_argument("--keep-hostnames", action="store_true",
@@ -163,7 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     matrix = sub.add_parser("matrix", help="the bare-pip stack matrix",
                             description="The bare-pip stack matrix (matrix/spark-stack.yml).")
     matrix_sub = matrix.add_subparsers(dest="matrix_command", required=True, metavar="SUBCOMMAND")
-    check = matrix_sub.add_parser("check", help="check every pin against its index",
+    check = matrix_sub.add_parser("check", help="check every pin against its index", epilog=epilog("matrix-check"),
+                                  formatter_class=HelpText,
                                   description=COMMANDS["matrix-check"][2] + " Runs playbooks/matrix_check.yml "
                                   "(-e matrix_check_skip_steps=torch for an index this machine cannot reach).")
     _ansible_options(check, inventory_default="localhost,")
@@ -172,6 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
                                             "playbooks, dated (matrix/advisories.yml).")
     advisories_sub = advisories.add_subparsers(dest="advisories_command", required=True, metavar="SUBCOMMAND")
     upstream = advisories_sub.add_parser("check", help="list the upstream issues since the last review",
+                                         epilog=epilog("advisories-check"),
+                                         formatter_class=HelpText,
                                          description=COMMANDS["advisories-check"][2] + " Runs "
                                          "playbooks/advisories_check.yml.")
     _ansible_options(upstream, inventory_default="localhost,")
@@ -187,40 +247,19 @@ def build_parser() -> argparse.ArgumentParser:
                     help="number of lab hosts (default $LAB_HOSTS or 2)")
     up.add_argument("--report-dir", type=Path, help="where the provisioning report goes")
     up.add_argument("--plain", action="store_true", help="no live display: one line per task")
+    up.add_argument("--no-color", action="store_true", help="no colour (also when NO_COLOR is set)")
     lab_sub.add_parser("down", help="remove the lab hosts and stop the test bed's services")
     show = sub.add_parser("report", help="show a run's report again",
                           description="Print the summary table of a run's report.json (default reports/latest) "
                                       "and rewrite its Markdown and JUnit XML from it.")
     show.add_argument("path", nargs="?", type=Path, default=REPORT_ROOT / "latest",
                       help="a report directory or its report.json (default reports/latest)")
+    show.add_argument("--no-color", action="store_true", help="no colour (also when NO_COLOR is set)")
+    completion = sub.add_parser("completion", help="print a shell completion script",
+                                description="Print the completion script for a shell, e.g. "
+                                            "sparkfleet completion bash > /etc/bash_completion.d/sparkfleet")
+    completion.add_argument("shell", choices=("bash", "zsh", "tcsh"))
     return parser
-
-
-def summary_table(data: dict) -> Table:
-    table = Table(title=f"sparkfleet {data['command']}: {data['status']} (exit {data['exit_code']}, "
-                        f"{data['duration_s']} s)", show_lines=False)
-    for header in report.HEADERS:
-        table.add_column(header, overflow="fold")
-    for row in report.summary_rows(data):
-        table.add_row(*row)
-    return table
-
-
-def print_summary(data: dict, paths: dict[str, Path] | None, console: Console) -> None:
-    for warning in data.get("warnings") or []:
-        console.print(f"warning: {warning}", highlight=False, markup=False)
-    if data.get("refresh"):
-        for d in data["refresh"]["diff"]:  # each line as spark_images_lock_diff wrote it
-            console.print(f"lock diff: {d['line']}", highlight=False)
-    if data["hosts"]:
-        console.print(summary_table(data))
-    for name, host in data["hosts"].items():
-        for failure in host["failures"]:
-            console.print(f"{name}: FAILED {failure['task']}: {failure['msg']}", highlight=False, markup=False)
-        if host["unreachable"]:
-            console.print(f"{name}: UNREACHABLE {host['unreachable']}", highlight=False, markup=False)
-    if paths:
-        console.print("reports: " + ", ".join(str(p) for p in paths.values()), highlight=False)
 
 
 def report_dir_for(command: str, chosen: Path | None) -> Path:
@@ -254,14 +293,29 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
     options = AnsibleOptions.from_args(args, tags)
     as_json = getattr(args, "json", False)
     if as_json:
-        console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 200)
+        console = make_console(stderr=True, no_color=args.no_color)
+    try:
+        config = ansible_config()
+    except ValueError as exc:
+        error(str(exc))
+        return EXIT_BAD_INPUT
     run = Run(playbook=playbook, inventory=inventory, report_dir=directory.resolve(), options=options,
               extra_vars=args.extra_vars, passwords=ask_passwords(options),
-              live=False if args.plain or as_json else None, console=console, fast=getattr(args, "fast", False))
+              live=False if args.plain or as_json else None, console=console, fast=getattr(args, "fast", False),
+              config=config)
     fleet = Fleet()
     try:
         with inventory_lock(inventory, command.replace("-", " ")):
             outcome, meta = run.execute(fleet)
+            if outcome.exit_code() == EXIT_OK and fleet.targeted_nothing():
+                groups = inventory_groups(inventory, config)
+                outcome.errors = [f"nothing to do: no host of inventory {inventory} matches "
+                                  f"{', '.join(repr(p) for p in dict.fromkeys(fleet.unmatched))}"
+                                  + (f" (with --limit {options.limit})" if options.limit else "")
+                                  + f"; the inventory's groups: {', '.join(groups) or 'none'}. List your Sparks "
+                                  "under 'sparks' (see inventory/example)"]
+                outcome.nothing_targeted = True
+                meta["exit_code"] = outcome.exit_code()
     except InventoryBusy as exc:
         error(str(exc))
         return EXIT_BUSY
@@ -269,22 +323,47 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
         error(str(exc))
         return EXIT_BAD_INPUT
     if outcome.exit_code() == EXIT_BAD_INPUT:
-        error("Ansible stopped on bad input: "
+        error("; ".join(outcome.errors) if outcome.nothing_targeted else "Ansible stopped on bad input: "
               + ("; ".join(outcome.errors) or f"ansible-playbook exited {outcome.rc}")
               + f". Expected an inventory, variables and a vault password Ansible can read (check the inventory "
               f"with: ansible-inventory -i {inventory} --graph).")
-    data = report.build(fleet, {"command": command.replace("-", " "), **meta})
+    data = report.build(fleet, {"command": command.replace("-", " "), **meta, "argv": typed_argv(),
+                                "versions": versions(config), "errors": outcome.errors})
     paths = report.write(data, directory)
     point_latest(directory)
     if as_json:
         print(json.dumps(data, indent=2))
     if command == "doctor":
-        write_doctor(fleet, directory, console)
+        paths.update(write_doctor(fleet, directory, console))
     if command in ("matrix-check", "advisories-check"):
         for line in controller_lines(directory, "table" if command == "matrix-check" else "issues"):
             console.print(line, highlight=False, markup=False)
     print_summary(data, paths, console)
     return outcome.exit_code()
+
+
+def typed_argv() -> list[str]:
+    """The command as typed, each inline -e value left out (it may hold a secret; an @file only names one)."""
+    hidden = "<inline -e, not recorded>"
+    out: list[str] = [Path(sys.argv[0]).name]
+    for word in sys.argv[1:]:
+        if out[-1] in ("-e", "--extra-vars") and not word.startswith("@"):
+            word = hidden
+        elif word.startswith("--extra-vars=") and not word.startswith("--extra-vars=@"):
+            word = f"--extra-vars={hidden}"
+        elif word.startswith("-e") and word != "-e" and not word.startswith("-e@") and not word.startswith("--"):
+            word = f"-e{hidden}"
+        out.append(word)
+    return out
+
+
+def versions(config) -> dict:
+    try:
+        from ansible.release import __version__ as core
+    except ImportError:
+        core = None
+    return {"sparkfleet": __version__, "ansible_core": core, "collection": str(PROJECT_DIR),
+            "config_file": str(config.path)}
 
 
 def doctor_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -298,18 +377,20 @@ def doctor_args(args: argparse.Namespace) -> argparse.Namespace:
     return argparse.Namespace(**{**vars(args), "extra_vars": extra})
 
 
-def write_doctor(fleet: Fleet, directory: Path, console: Console) -> None:
+def write_doctor(fleet: Fleet, directory: Path, console: Console) -> dict[str, Path]:
     """doctor.md and doctor.json from each host's report (the controller's own when it ran on this machine)."""
-    reports = [h.facts["spark_doctor"] for _, h in sorted(fleet.hosts.items()) if "spark_doctor" in h.facts]
-    if "spark_doctor" in fleet.controller_facts:
-        reports.insert(0, fleet.controller_facts["spark_doctor"])
+    hosts = [h for _, h in sorted(fleet.hosts.items()) if h is not fleet.controller]
+    reports = [h.facts["spark_doctor"] for h in [fleet.controller, *hosts] if "spark_doctor" in h.facts]
     if not reports:
-        return
+        return {}
     text = "\n".join(r["markdown"] for r in reports)
-    (directory / "doctor.md").write_text(text)
-    (directory / "doctor.json").write_text(json.dumps([{k: v for k, v in r.items() if k != "markdown"}
-                                                       for r in reports], indent=2) + "\n")
-    console.print(text, highlight=False, markup=False)
+    paths = {"doctor markdown": directory / "doctor.md", "doctor json": directory / "doctor.json"}
+    with private_files():
+        paths["doctor markdown"].write_text(text)
+        paths["doctor json"].write_text(json.dumps([{k: v for k, v in r.items() if k != "markdown"}
+                                                    for r in reports], indent=2) + "\n")
+    console.print(text, highlight=False, markup=False, soft_wrap=True)  # Markdown to paste: never re-wrapped
+    return paths
 
 
 def controller_lines(directory: Path, key: str) -> list[str]:
@@ -350,7 +431,7 @@ def lab(args: argparse.Namespace, console: Console) -> int:
             error(f"testbed/{' '.join(script)} failed (output above)")
             return EXIT_FAILED_HOSTS
     base = argparse.Namespace(inventory=str(PROJECT_DIR / "inventory" / "lab"), limit=None, check=False, diff=False,
-                              tags=None, extra_vars=[], plain=args.plain, report_dir=None)
+                              tags=None, extra_vars=[], plain=args.plain, report_dir=None, no_color=args.no_color)
     pinned = run_command("pin", argparse.Namespace(**{**vars(base), "report_dir": None}), console)
     if pinned != EXIT_OK:
         return pinned
@@ -374,9 +455,17 @@ def show_report(path: Path, console: Console) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    # Not on a terminal (CI, make): wide enough that the summary table stays readable in a log.
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    parser = build_parser()
+    if "--version" in (sys.argv[1:] if argv is None else argv)[:1]:
+        print(version_text())
+        return EXIT_OK
+    args = parser.parse_args(argv)
+    console = make_console(no_color=getattr(args, "no_color", False))
+    if args.command == "completion":
+        import shtab
+
+        print(shtab.complete(parser, shell=args.shell))
+        return EXIT_OK
     if args.command == "lab":
         return lab(args, console)
     if args.command == "report":

@@ -39,12 +39,22 @@ class Fleet:
     task_started: float | None = None
     task_items: int = 0
     play_hosts: list[str] = field(default_factory=list)
+    pattern: str = ""
     stats: dict[str, dict[str, int]] | None = None
-    controller_facts: dict[str, Any] = field(default_factory=dict)
+    # The controller (localhost): the plays that run there (pin, the matrix check) and a Spark driven locally.
+    # It is a host of the report once it failed, was unreachable or reported a Spark's facts.
+    controller: Host = field(default_factory=lambda: Host("localhost"))
+    unmatched: list[str] = field(default_factory=list)  # the patterns of plays that matched no host
     events: int = 0
     warnings: list[str] = field(default_factory=list)  # Ansible's warnings, once each (advisories, staleness)
 
+    @property
+    def controller_facts(self) -> dict[str, Any]:
+        return self.controller.facts
+
     def host(self, name: str) -> Host:
+        if name == "localhost":
+            return self.controller
         if name not in self.hosts:
             self.hosts[name] = Host(name)
         return self.hosts[name]
@@ -58,6 +68,9 @@ class Fleet:
             self.task = None
             pattern = data.get("play_pattern") or ""
             self.play_hosts = [h for h in pattern.split(",") if h] if "," in pattern else []
+            self.pattern = pattern
+        elif kind == "playbook_on_no_hosts_matched":
+            self.unmatched.append(self.pattern)
         elif kind == "playbook_on_task_start":
             self.task = data.get("task") or data.get("name")
             self.task_started = time.monotonic()
@@ -78,16 +91,14 @@ class Fleet:
             text = warning.get("msg") if isinstance(warning, dict) else str(warning)
             if text and text not in self.warnings:
                 self.warnings.append(text)
-        if name == "localhost":
-            self._facts(self.controller_facts, res)
-            return
         host = self.host(name)
         host.last_task = data.get("task")
         if outcome in ("ok", "failed", "unreachable", "skipped"):
             host.finished_tasks += 1
         if outcome == "ok":
             self._facts(host.facts, res)
-            if "spark_images_refresh" in host.facts:  # the fleet's plan (run_once), not this host's own
+            if "spark_images_refresh" in host.facts and host is not self.controller:
+                # the fleet's plan (run_once), not this host's own
                 self.controller_facts["spark_images_refresh"] = host.facts.pop("spark_images_refresh")
         elif outcome == "failed" and not data.get("ignore_errors"):
             msg = res.get("msg") if isinstance(res, dict) else str(res)
@@ -99,6 +110,8 @@ class Fleet:
             host.failures.append({"task": data.get("task"), "msg": str(msg or "failed")[:2000]})
         elif outcome == "unreachable":
             host.unreachable = str(res.get("msg") if isinstance(res, dict) else res)[:500]
+        if host is self.controller and (host.failures or host.unreachable or "spark_preflight" in host.facts):
+            self.hosts["localhost"] = host
 
     @staticmethod
     def _facts(target: dict, res: Any) -> None:
@@ -115,8 +128,11 @@ class Fleet:
                  "skipped": "skipped", "rescued": "rescued", "ignored": "ignored"}
         for key, label in names.items():
             for name, count in (data.get(key) or {}).items():
-                if name != "localhost":
-                    self.host(name).counts[label] = int(count)
+                self.host(name).counts[label] = int(count)
 
     def finished(self) -> list[str]:
         return sorted(n for n, h in self.hosts.items() if h.failures or h.unreachable)
+
+    def targeted_nothing(self) -> bool:
+        """A play matched no host and no host but the controller did anything: the run did nothing."""
+        return bool(self.unmatched) and not self.hosts and not self.controller.finished_tasks

@@ -32,10 +32,11 @@ class Progress:
     def __init__(self, fleet: Fleet, live: bool, console: Console | None = None):
         self.fleet = fleet
         self.console = console or Console(stderr=False)
-        self.live = Live(console=self.console, refresh_per_second=4, transient=True,
-                         get_renderable=self.render) if live else None
         self._last_task: str | None = None
         self._notes: list[str] = []
+        # Last: rich's Live draws render() once in its constructor, which reads the state above.
+        self.live = Live(console=self.console, refresh_per_second=4, transient=True,
+                         get_renderable=self.render) if live else None
 
     def __enter__(self):
         if self.live:

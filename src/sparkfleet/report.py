@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkfleet.events import Fleet, Host
-from sparkfleet.runner import collection_module
+from sparkfleet.runner import collection_module, private_files
 
 table = collection_module("_fleet_table")
 
@@ -60,6 +60,8 @@ def markdown(report: dict) -> str:
         out += ["## Lock diff", "", "| image | tag | old | new |", "|---|---|---|---|"]
         out += [f"| {d['name']} | {d['tag']} | `{d['old']}` | `{d['new']}` |" for d in report["refresh"]["diff"]]
         out.append("")
+    if report.get("errors"):
+        out += ["## Errors", ""] + [f"- {e}" for e in report["errors"]] + [""]
     if report.get("warnings"):
         out += ["## Warnings", ""] + [f"- {w}" for w in report["warnings"]] + [""]
     out += ["## Hosts", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
@@ -99,9 +101,10 @@ def junit(report: dict) -> str:
         run_failure = "; ".join(f"{f['task']}: {f['msg']}" for f in h["failures"])
         case(name, "run", failure=run_failure or None,
              text=f"changed={h['counts'].get('changed', 0)} ok={h['counts'].get('ok', 0)}")
-        case(name, "platform", failure=None if h["platform"] == "spark" or h.get("override")
-             else f"platform {h['platform']}",
-             text=f"{h.get('override') or h['platform']}{' (simulated)' if h['simulated'] else ''}")
+        if h["platform"] is not None:  # None: a controller-side play, no platform gathered
+            case(name, "platform", failure=None if h["platform"] == "spark" or h.get("override")
+                 else f"platform {h['platform']}",
+                 text=f"{h.get('override') or h['platform']}{' (simulated)' if h['simulated'] else ''}")
         if h["runtime"] is not None:
             case(name, "runtime", failure=None if h["runtime"]["registered"] else
                  f"nvidia runtime not registered; Docker's runtimes: {', '.join(h['runtime']['runtimes'])}")
@@ -120,6 +123,10 @@ def junit(report: dict) -> str:
             else:
                 case(name, "verification", text=lines)
             case(name, "abi", failure="; ".join(h["abi_findings"]) or None)
+    if report["exit_code"] != 0 and not counts["failures"]:
+        # A run that failed without a failing host (bad input, nothing targeted, cancelled) fails here.
+        case("sparkfleet", "run", failure="; ".join(report.get("errors") or [])
+             or f"{report['status']} (exit {report['exit_code']})")
     for key, value in counts.items():
         suite.set(key, str(value))
     ET.indent(suite)
@@ -127,6 +134,11 @@ def junit(report: dict) -> str:
 
 
 def write(report: dict, directory: Path) -> dict[str, Path]:
+    with private_files():
+        return _write(report, directory)
+
+
+def _write(report: dict, directory: Path) -> dict[str, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     paths = {"json": directory / "report.json", "markdown": directory / "report.md",
              "junit": directory / "report.junit.xml"}

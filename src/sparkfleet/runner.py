@@ -29,7 +29,10 @@ from pathlib import Path
 
 import yaml
 
+from sparkfleet import ansible_config as _config
+from sparkfleet.ansible_config import AnsibleConfig
 from sparkfleet.events import Fleet
+from sparkfleet.processes import end_run
 from sparkfleet.progress import Progress
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -50,8 +53,13 @@ def _where() -> tuple[Path, Path, Path]:
 
 
 PROJECT_DIR, COLLECTIONS_DIR, ANSIBLE_CFG = _where()
-# Collections the user installed stay reachable after sparkfleet's own.
-COLLECTIONS_PATH = os.pathsep.join([str(COLLECTIONS_DIR), "~/.ansible/collections", "/usr/share/ansible/collections"])
+# Ctrl-C, kill's default and a closed terminal end a run the same way: its processes first, then the rest.
+CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def ansible_config(cwd: Path | None = None) -> AnsibleConfig:
+    """The Ansible configuration a run started in cwd (default: here) uses, and what sparkfleet adds."""
+    return _config.resolve(cwd or Path.cwd(), os.environ, ANSIBLE_CFG, COLLECTIONS_DIR)
 
 
 def collection_module(name: str):
@@ -79,12 +87,14 @@ class RunOutcome:
     failed: set[str] = field(default_factory=set)
     unreachable: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)  # Ansible's own error lines, when it stopped on bad input
+    nothing_targeted: bool = False  # the run ended well having done nothing: no host matched
 
     @property
     def bad_input(self) -> bool:
         """ansible-playbook stopped on an error of its own - 1 error (an inventory it cannot parse, a vault it
         cannot open), 4 parser error, 5 bad options - with no host failed or unreachable."""
-        return self.status != "canceled" and self.rc in (1, 4, 5) and not self.failed and not self.unreachable
+        return self.nothing_targeted or (
+            self.status != "canceled" and self.rc in (1, 4, 5) and not self.failed and not self.unreachable)
 
     def exit_code(self) -> int:
         if self.status == "canceled":
@@ -130,19 +140,28 @@ class AnsibleOptions:
         known = {name: getattr(args, name) for name in cls.__dataclass_fields__ if getattr(args, name, None)}
         return cls(**{**known, "tags": getattr(args, "tags", None) or tags})
 
-    def argv(self) -> list[str]:
+    def argv(self, base: Path | None = None) -> list[str]:
+        """The options for ansible-playbook; with `base`, the files they name made absolute from there
+        (ansible-runner starts ansible-playbook in the collection's directory, not the user's)."""
+        def path(value: str | None) -> str | None:
+            return value and (str(base / Path(value).expanduser()) if base else value)
+
+        def vault_id(value: str) -> str:
+            label, at, source = value.rpartition("@")
+            return value if not base or source == "prompt" else f"{label}{at}{path(source)}"
+
         cmd: list[str] = []
         for flag, value in (("--limit", self.limit), ("--tags", self.tags), ("--skip-tags", self.skip_tags),
                             ("--user", self.user), ("--connection", self.connection),
-                            ("--vault-password-file", self.vault_password_file),
-                            ("--private-key", self.private_key), ("--forks", self.forks)):
+                            ("--vault-password-file", path(self.vault_password_file)),
+                            ("--private-key", path(self.private_key)), ("--forks", self.forks)):
             if value:
                 cmd += [flag, str(value)]
         for flag, on in (("--check", self.check), ("--diff", self.diff), ("--become", self.become),
                          ("--ask-become-pass", self.ask_become_pass), ("--ask-vault-pass", self.ask_vault_pass)):
             if on:
                 cmd.append(flag)
-        cmd += [word for vault_id in self.vault_ids for word in ("--vault-id", vault_id)]
+        cmd += [word for value in self.vault_ids for word in ("--vault-id", vault_id(value))]
         if self.verbose:
             cmd.append("-" + "v" * self.verbose)
         return cmd
@@ -162,15 +181,31 @@ class AnsibleOptions:
         return asked
 
 
+def inventory_groups(inventory: str, config: AnsibleConfig) -> list[str]:
+    """The inventory's groups with hosts in them, as ansible-inventory lists them (for an error message)."""
+    import subprocess
+
+    try:
+        proc = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", inventory, "--list"],
+                              capture_output=True, text=True, timeout=60, check=False,
+                              env={**os.environ, **config.env})
+        data = json.loads(proc.stdout)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return []
+    return sorted(name for name, group in data.items()
+                  if name not in ("_meta", "all") and isinstance(group, dict) and group.get("hosts"))
+
+
 def extra_vars_files(values: list[str], directory: Path) -> list[str]:
     """-e values as Ansible takes them, each inline one moved into a file (no secret in argv)."""
     args = []
     for index, value in enumerate(values or []):
         if value.startswith("@"):
-            if not Path(value[1:]).expanduser().is_file():
+            source = Path(value[1:]).expanduser()
+            if not source.is_file():
                 raise ValueError(f"extra-variables file {value[1:]} not found; expected -e @FILE to name a "
                                  "YAML or JSON file")
-            args += ["--extra-vars", value]
+            args += ["--extra-vars", f"@{source.absolute()}"]
             continue
         stripped = value.strip()
         if stripped.startswith(("{", "[")) or (":" in stripped.split("=", 1)[0] and "=" not in stripped):
@@ -195,6 +230,18 @@ def extra_vars_files(values: list[str], directory: Path) -> list[str]:
     return args
 
 
+@contextlib.contextmanager
+def private_files():
+    """What sparkfleet itself writes (reports and artifacts, the inventory's .sparkfleet/) is its user's alone,
+    whatever the umask; the processes it starts keep the user's umask (a venv on a Spark driven locally is for
+    every user)."""
+    previous = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
 class InventoryBusy(Exception):
     """Another sparkfleet run holds the inventory; str() names it."""
 
@@ -209,9 +256,11 @@ def inventory_lock(inventory: str, command: str):
         return
     base = Path(inventory)
     directory = (base if base.is_dir() else base.parent) / ".sparkfleet"
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / "run.lock"
-    with open(path, "a+") as handle:
+    with private_files():
+        directory.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+")  # noqa: SIM115 - held for the whole run
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -231,13 +280,46 @@ def inventory_lock(inventory: str, command: str):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def ansible_errors(stdout: Path) -> list[str]:
-    """Ansible's error lines from a run's stdout ('[ERROR]: ...' in ansible-core 2.19, 'ERROR! ...' before)."""
+def ansible_errors(stdout: Path, inventory: str | None = None) -> list[str]:
+    """Why Ansible stopped: its error lines from a run's stdout ('[ERROR]: ...' in ansible-core 2.19, 'ERROR! ...'
+    before), each file:line:column it named ('Origin: ...'), and the inventory's variable file that does not parse
+    (Ansible 2.19 names none for a broken group_vars file)."""
     try:
         text = stdout.read_text(errors="replace")
     except OSError:
-        return []
-    return [line.strip() for line in text.splitlines() if line.lstrip().startswith(("[ERROR]", "ERROR!"))]
+        text = ""
+    lines = [line.strip() for line in text.splitlines()]
+    errors = [line for line in lines if line.startswith(("[ERROR]", "ERROR!"))]
+    errors += dict.fromkeys(line for line in lines if line.startswith("Origin: ") and re.search(r":\d+:\d+$", line))
+    return errors + (broken_variable_files(Path(inventory)) if inventory and "," not in inventory else [])
+
+
+class _AnyTagLoader(yaml.SafeLoader):
+    """YAML as Ansible reads variable files: its own tags (!vault, !unsafe) are values, not errors."""
+
+
+_AnyTagLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def broken_variable_files(inventory: Path) -> list[str]:
+    """'file:line:column: problem' for each group_vars/host_vars file of the inventory that is not valid YAML."""
+    base = inventory if inventory.is_dir() else inventory.parent
+    found = []
+    for folder in ("group_vars", "host_vars"):
+        for path in sorted((base / folder).rglob("*")) if (base / folder).is_dir() else []:
+            if not path.is_file() or path.suffix not in ("", ".yml", ".yaml", ".json"):
+                continue
+            try:
+                text = path.read_text(errors="replace")
+                if not text.startswith("$ANSIBLE_VAULT"):
+                    yaml.load(text, Loader=_AnyTagLoader)  # a SafeLoader
+            except yaml.YAMLError as exc:
+                mark = getattr(exc, "problem_mark", None)
+                where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+                found.append(f"{where}: {getattr(exc, 'problem', None) or exc}")
+            except OSError:
+                continue
+    return found
 
 
 def scrub_artifacts(artifacts: Path) -> None:
@@ -281,9 +363,10 @@ class Run:
     live: bool | None = None  # None: when stdout is a terminal
     console: object = None  # rich Console for the progress; default a new one
     fast: bool = False  # Mitogen's strategy (mitogen_env)
+    config: AnsibleConfig | None = None  # default: the one for the current directory (ansible_config())
 
     def cmdline(self, private: Path) -> list[str]:
-        return self.options.argv() + extra_vars_files(self.extra_vars, private)
+        return self.options.argv(base=Path.cwd()) + extra_vars_files(self.extra_vars, private)
 
     def execute(self, fleet: Fleet) -> tuple[RunOutcome, dict]:
         import ansible_runner
@@ -294,26 +377,37 @@ class Run:
         private = Path(tempfile.mkdtemp(prefix="sparkfleet-run-"))
         private.chmod(0o700)
         artifacts = self.report_dir / "artifacts"
-        cancelled = {"asked": False}
-        previous_handler = signal.getsignal(signal.SIGINT)
+        with private_files():
+            artifacts.mkdir(parents=True, exist_ok=True)
+        cancelled = {"asked": False, "ended": False}
+        previous_handlers = {sig: signal.getsignal(sig) for sig in CANCEL_SIGNALS}
 
-        def on_sigint(signum, frame):
-            if cancelled["asked"]:  # a second Ctrl-C: stop waiting
+        def on_signal(signum, frame):
+            if cancelled["asked"]:  # a second Ctrl-C (or SIGTERM): stop waiting
                 raise KeyboardInterrupt
             cancelled["asked"] = True
-            progress.note("cancelling: Ctrl-C again to stop waiting")
+            progress.note(f"cancelling ({signal.Signals(signum).name}): ending the run's processes; "
+                          "Ctrl-C again to stop waiting")
+
+        def cancel() -> bool:
+            """ansible-runner asks this every few seconds; once asked, the run's processes end here first."""
+            if cancelled["asked"] and not cancelled["ended"]:
+                cancelled["ended"] = True
+                end_run(os.getpid())
+            return cancelled["asked"]
 
         progress = Progress(fleet, live=sys.stdout.isatty() if self.live is None else self.live,
                             console=self.console)
+        config = self.config or ansible_config()
         env = {
-            "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
-            "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS_PATH,
+            **config.env,
             "ANSIBLE_FORCE_COLOR": "0",
             "ANSIBLE_NOCOLOR": "1",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
             **fast_env,
         }
-        signal.signal(signal.SIGINT, on_sigint)
+        for sig in CANCEL_SIGNALS:
+            signal.signal(sig, on_signal)
         try:
             with progress:
                 runner = ansible_runner.run(
@@ -329,16 +423,18 @@ class Run:
                     quiet=True,
                     suppress_env_files=True,
                     event_handler=lambda event: (fleet.handle(event), progress.update())[0] or True,
-                    cancel_callback=lambda: cancelled["asked"],
+                    cancel_callback=cancel,
                     passwords=self.passwords,
                 )
             outcome = outcome_from_stats(runner.status, runner.rc or 0, runner.stats)
             if outcome.bad_input:
-                outcome.errors = ansible_errors(artifacts / "run" / "stdout")
+                outcome.errors = ansible_errors(artifacts / "run" / "stdout", self.inventory)
         except KeyboardInterrupt:
+            end_run(os.getpid(), grace=1.0)
             outcome = RunOutcome(status="canceled", rc=EXIT_CANCELLED)
         finally:
-            signal.signal(signal.SIGINT, previous_handler)
+            for sig, handler in previous_handlers.items():
+                signal.signal(sig, handler)
             shutil.rmtree(private, ignore_errors=True)
             scrub_artifacts(artifacts)
         finished = datetime.datetime.now(datetime.UTC)

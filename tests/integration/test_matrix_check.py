@@ -21,7 +21,7 @@ def test_every_pin_of_the_matrix_is_on_the_test_beds_index(pyindex):
     assert not result["failed"], result.get("msg")
     assert [(r["package"], r["status"]) for r in result["rows"]][:2] == [("torch", "available"),
                                                                          ("transformers", "available")]
-    assert result["missing"] == [] and result["unreachable"] == []
+    assert result["missing"] == [] and result["unasked_indexes"] == []
     assert result["staleness"]["stale"] is False
     assert not any(r.endswith(".whl") for r in pyindex.requests), "metadata only: no wheel is downloaded"
 
@@ -66,7 +66,7 @@ def test_a_missing_pin_and_an_unreachable_index_are_told_apart(pyindex):
     assert rows["trl"]["detail"] == "no wheel for this target; the index offers 1.8.0, 1.9.0"
     assert rows["torch"]["status"] == "unreachable"
     assert result["missing"] == ["trl==9.9.9 (stack)"]
-    assert result["unreachable"] == ["http://127.0.0.1:9/cu130"]
+    assert result["unasked_indexes"] == ["http://127.0.0.1:9/cu130"]
     assert result["staleness"]["stale"] is True  # today, 2026-11-30 or later
 
 
@@ -92,7 +92,7 @@ def test_the_real_pins_exist_on_real_pypi_for_cp312_aarch64():
     download.pytorch.org, which this machine cannot reach: skipped here, checked on a Spark."""
     result = run_module("spark_matrix_check", {"matrix": MATRIX, "skip_steps": ["torch"], "timeout": 30})
     rows = {r["package"]: r for r in result["rows"]}
-    assert result["missing"] == [] and result["unreachable"] == [], result["table"]
+    assert result["missing"] == [] and result["unasked_indexes"] == [], result["table"]
     assert rows["torch"]["status"] == "skipped"
     # The two packages with native code have aarch64 wheels of their own.
     assert "manylinux_2_24_aarch64" in rows["bitsandbytes"]["wheel"]

@@ -101,3 +101,19 @@ def test_the_readme_map_of_the_tree_names_every_top_level_entry_and_nothing_that
     tests_row = next(row for row in table.splitlines() if row.startswith("| `tests/`"))
     folders = {p.split("/")[1] for p in tracked if p.startswith("tests/") and p.count("/") >= 2}
     assert sorted(f for f in folders if f"`{f}/`" not in tests_row and f != "fixtures") == []
+
+
+# Keys Ansible reads in every module result for its own meaning: a module's data under one of these names is
+# taken as the task's outcome ("unreachable": the host was unreachable, and the play stops for it).
+RESERVED_RESULT_KEYS = {"failed", "skipped", "unreachable", "skip_reason", "invocation", "exception", "warnings",
+                        "deprecations", "results", "item", "ansible_loop_var", "ansible_facts_cacheable"}
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_no_module_returns_its_own_data_under_a_key_ansible_reserves(module):
+    documented = set(_documented(module)["RETURN"] or {})
+    tree = ast.parse((REPO / "plugins" / "modules" / f"{module}.py").read_text())
+    returned = {k.arg for node in ast.walk(tree) if isinstance(node, ast.Call)
+                and getattr(node.func, "attr", None) == "exit_json" for k in node.keywords if k.arg}
+    assert not (documented | returned) & RESERVED_RESULT_KEYS, f"{module} returns Ansible's reserved keys"
+    assert "changed" not in documented, f"{module}: 'changed' is Ansible's, not a documented return value"

@@ -1,0 +1,104 @@
+"""Which ansible.cfg a run uses, and the few settings sparkfleet adds to it.
+
+The user's own configuration applies, found as Ansible finds it
+(ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg, /etc/ansible/ansible.cfg):
+their ssh_args, ProxyJump, remote_user, forks and the rest work as with plain
+ansible-playbook. ansible-runner starts ansible-playbook in the collection's
+directory, so "./ansible.cfg" is looked up here, in the directory the user
+typed the command in, and handed over by its full path. Without any file of
+the user's, sparkfleet's own ansible.cfg is used.
+
+sparkfleet adds, through environment variables (which Ansible ranks above
+any file), only what it needs:
+- REQUIRED always: its collection first on the collections path (the user's
+  path after it), a typo in an inventory is an error, an inventory's files/
+  folder is not an inventory source;
+- DEFAULTS only where the user's file and environment say nothing:
+  pipelining, and no interpreter-discovery warning.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+# The settings sparkfleet itself needs, as (environment variable, value).
+REQUIRED = {"ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True"}
+# An inventory's files/ folder holds the files roles copy (derived images), never inventory sources.
+IGNORE_PATTERN = "^files$"
+# (section, key) in ansible.cfg, the environment variables that say the same, sparkfleet's default.
+DEFAULTS = (
+    ((("connection", "pipelining"), ("ssh_connection", "pipelining"), ("defaults", "pipelining")),
+     ("ANSIBLE_PIPELINING", "ANSIBLE_SSH_PIPELINING"), "True"),
+    ((("defaults", "interpreter_python"),), ("ANSIBLE_PYTHON_INTERPRETER",), "auto_silent"),
+)
+DEFAULT_COLLECTIONS_PATH = ("~/.ansible/collections", "/usr/share/ansible/collections")
+
+
+def find_user_config(cwd: Path, environ: Mapping[str, str]) -> Path | None:
+    """The ansible.cfg Ansible would read when run in `cwd` (None: none of the user's)."""
+    chosen = environ.get("ANSIBLE_CONFIG")
+    if chosen:
+        path = Path(chosen).expanduser()
+        path = path / "ansible.cfg" if path.is_dir() else path
+        return path.resolve() if path.is_file() else None
+    # Like Ansible: ./ansible.cfg is not read from a world-writable directory.
+    candidates = [] if cwd.stat().st_mode & stat.S_IWOTH else [cwd / "ansible.cfg"]
+    candidates += [Path("~/.ansible.cfg").expanduser(), Path("/etc/ansible/ansible.cfg")]
+    return next((p.resolve() for p in candidates if p.is_file()), None)
+
+
+def _read(path: Path) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",), strict=False)
+    try:
+        parser.read(path, encoding="utf-8")
+    except configparser.Error as exc:
+        raise ValueError(f"{path} is not an ansible.cfg Ansible can read ({str(exc).splitlines()[0]}); fix it, or "
+                         "point ANSIBLE_CONFIG at another file") from None
+    return parser
+
+
+@dataclass
+class AnsibleConfig:
+    path: Path  # the file in use
+    own: bool  # sparkfleet's own file (the user has none)
+    env: dict[str, str]  # what sparkfleet adds
+
+    @property
+    def described(self) -> str:
+        return f"{self.path}" + (" (sparkfleet's own: no ansible.cfg of yours was found)" if self.own else "")
+
+
+def _paths(value: str, base: Path) -> list[str]:
+    return [str((base / Path(p).expanduser()) if not Path(p).expanduser().is_absolute() else Path(p).expanduser())
+            for p in value.replace(",", os.pathsep).split(os.pathsep) if p]
+
+
+def resolve(cwd: Path, environ: Mapping[str, str], own_config: Path, own_collections: Path) -> AnsibleConfig:
+    user = find_user_config(cwd, environ)
+    path = user or own_config
+    parser = _read(path) if user else configparser.ConfigParser()
+    env = dict(REQUIRED)
+    configured = environ.get("ANSIBLE_COLLECTIONS_PATH") or environ.get("ANSIBLE_COLLECTIONS_PATHS")
+    if configured:
+        rest = _paths(configured, cwd)
+    else:
+        raw = parser.get("defaults", "collections_path", fallback=None) or parser.get(
+            "defaults", "collections_paths", fallback=None)
+        rest = _paths(raw, path.parent) if raw else list(DEFAULT_COLLECTIONS_PATH)
+    env["ANSIBLE_COLLECTIONS_PATH"] = os.pathsep.join(dict.fromkeys([str(own_collections), *rest]))
+    ignore = environ.get("ANSIBLE_INVENTORY_IGNORE_REGEX") or parser.get("inventory", "ignore_patterns",
+                                                                         fallback="")
+    env["ANSIBLE_INVENTORY_IGNORE_REGEX"] = ",".join(dict.fromkeys([p for p in ignore.split(",") if p.strip()]
+                                                                   + [IGNORE_PATTERN]))
+    for keys, variables, value in DEFAULTS:
+        said = any(v in environ for v in variables) or any(parser.has_option(s, k) for s, k in keys
+                                                           if parser.has_section(s))
+        if not said:
+            env[variables[0]] = value
+    env["ANSIBLE_CONFIG"] = str(path)
+    return AnsibleConfig(path=path, own=user is None, env=env)

@@ -1,0 +1,85 @@
+"""What a person sees at the end of a run: the console (width, colour) and the summary fitted to it.
+
+At a terminal the console takes the terminal's width and colour; piped (CI,
+`| less`, `> log`), rich's default of 80 columns (or $COLUMNS) sizes the
+table and other lines are written whole (soft wrap: no line broken, no
+trailing padding). NO_COLOR (any value) or --no-color turns colour off.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from sparkfleet import report
+
+# Which columns of the fleet table stay when the width is short, most important first; the others are named
+# under the table and are all in report.md.
+PRIORITY = ("host", "verdict", "platform", "history", "line", "failed", "images (digest)", "ABI findings", "changed",
+            "runtime", "venv")
+# Columns that may fold onto several lines (long by nature); every other cell stays on one line.
+FOLDING = {"line": 18, "images (digest)": 16}
+
+
+def make_console(stderr: bool = False, no_color: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    tty = stream.isatty()
+    # no_color None: rich reads NO_COLOR itself.
+    return Console(stderr=stderr, highlight=False, soft_wrap=not tty, no_color=True if no_color else None)
+
+
+def _table(title: str, headers: list[str], rows: list[list[str]], keep: list[str]) -> Table:
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), title_justify="left")
+    for header in keep:
+        shown = header.replace(" ", "\n")  # a header of two words takes two lines, not the width of both
+        if header in FOLDING:
+            table.add_column(shown, overflow="fold", min_width=min(FOLDING[header], max(
+                [len(header)] + [len(r[headers.index(header)]) for r in rows])))
+        else:
+            table.add_column(shown, no_wrap=True)
+    for cells in rows:
+        table.add_row(*(cells[headers.index(h)] for h in keep))
+    return table
+
+
+def fitted_table(title: str, headers: list[str], rows: list[list[str]], width: int) -> tuple[Table, list[str]]:
+    """The table at `width` columns, leaving out the least important columns until it fits; (table, left out)."""
+    keep = list(headers)
+    console = Console(width=10_000)
+    while True:
+        table = _table(title, headers, rows, keep)
+        minimum = console.measure(table).minimum
+        droppable = [h for h in reversed(PRIORITY) if h in keep and h != "host"]
+        if minimum <= width or not droppable:
+            return table, [h for h in headers if h not in keep]
+        keep.remove(droppable[0])
+
+
+def print_summary(data: dict, paths: dict[str, Path] | None, console: Console) -> None:
+    """The end of every run: warnings, the lock diff, the fleet table, each failure (red) and the reports line."""
+    for warning in data.get("warnings") or []:
+        console.print(f"warning: {warning}", style="yellow", markup=False)
+    if data.get("refresh"):
+        for d in data["refresh"]["diff"]:  # each line as spark_images_lock_diff wrote it
+            console.print(f"lock diff: {d['line']}", markup=False)
+    if data["hosts"]:
+        title = (f"sparkfleet {data['command']}: {data['status']} (exit {data['exit_code']}, "
+                 f"{data['duration_s']} s)")
+        table, left_out = fitted_table(title, list(report.HEADERS), report.summary_rows(data), console.width)
+        console.print(table, soft_wrap=False)
+        if left_out:
+            console.print(f"(left out at {console.width} columns: {', '.join(left_out)}; all in report.md)",
+                          style="dim", markup=False)
+    for name, host in data["hosts"].items():
+        for failure in host["failures"]:
+            console.print(f"{name}: FAILED {failure['task']}: {failure['msg']}", style="bold red", markup=False,
+                          soft_wrap=True)
+        if host["unreachable"]:
+            console.print(f"{name}: UNREACHABLE {host['unreachable']}", style="bold red", markup=False,
+                          soft_wrap=True)
+    if paths:
+        console.print("reports: " + ", ".join(str(p) for p in paths.values()), markup=False, soft_wrap=True)
