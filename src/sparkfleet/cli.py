@@ -99,7 +99,8 @@ EXAMPLES = {
                 "sparkfleet refresh -i inventory/mylab -e '{\"refresh_batches\": [1, 2, \"50%\"]}'"],
     "doctor": ["sparkfleet doctor", "sparkfleet doctor -i inventory/mylab -l spark-03"],
     "matrix-check": ["sparkfleet matrix check", "sparkfleet matrix check -e matrix_check_skip_steps=torch"],
-    "advisories-check": ["GITHUB_TOKEN=... sparkfleet advisories check"],
+    "advisories-check": ["sparkfleet advisories check",
+                         "GITHUB_TOKEN=$(cat ~/.github-token) sparkfleet advisories check"],
 }
 
 

@@ -303,7 +303,7 @@ _AnyTagLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
 
 def broken_variable_files(inventory: Path) -> list[str]:
     """'file:line:column: problem' for each group_vars/host_vars file of the inventory that is not valid YAML."""
-    base = inventory if inventory.is_dir() else inventory.parent
+    base = (inventory if inventory.is_dir() else inventory.parent).absolute()
     found = []
     for folder in ("group_vars", "host_vars"):
         for path in sorted((base / folder).rglob("*")) if (base / folder).is_dir() else []:

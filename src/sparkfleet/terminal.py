@@ -19,10 +19,10 @@ from sparkfleet import report
 
 # Which columns of the fleet table stay when the width is short, most important first; the others are named
 # under the table and are all in report.md.
-PRIORITY = ("host", "verdict", "platform", "history", "line", "failed", "images (digest)", "ABI findings", "changed",
+PRIORITY = ("host", "verdict", "line", "platform", "history", "failed", "images (digest)", "ABI findings", "changed",
             "runtime", "venv")
 # Columns that may fold onto several lines (long by nature); every other cell stays on one line.
-FOLDING = {"line": 18, "images (digest)": 16}
+FOLDING = {"line": 18, "images (digest)": 16, "venv": 12, "platform": 11}
 
 
 def make_console(stderr: bool = False, no_color: bool = False) -> Console:
@@ -32,31 +32,50 @@ def make_console(stderr: bool = False, no_color: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=not tty, no_color=True if no_color else None)
 
 
-def _table(title: str, headers: list[str], rows: list[list[str]], keep: list[str]) -> Table:
-    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), title_justify="left")
-    for header in keep:
+def _widths(header: str, cells: list[str]) -> tuple[int, int]:
+    """(the least, the most) columns a column takes: its longest header word or cell; folding ones fold down to
+    their cap."""
+    words = [len(word) for word in header.split()]
+    widest = max(words + [len(cell) for cell in cells])
+    return (min(widest, max(FOLDING[header], *words)) if header in FOLDING else widest), widest
+
+
+def _table(title: str, headers: list[str], rows: list[list[str]], widths: dict[str, int]) -> Table:
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
+                  collapse_padding=True, title_justify="left", title_style="bold")
+    for header, width in widths.items():
         shown = header.replace(" ", "\n")  # a header of two words takes two lines, not the width of both
         if header in FOLDING:
-            table.add_column(shown, overflow="fold", min_width=min(FOLDING[header], max(
-                [len(header)] + [len(r[headers.index(header)]) for r in rows])))
+            table.add_column(shown, overflow="fold", width=width)
         else:
-            table.add_column(shown, no_wrap=True)
+            table.add_column(shown, no_wrap=True, min_width=width)
     for cells in rows:
-        table.add_row(*(cells[headers.index(h)] for h in keep))
+        table.add_row(*(cells[headers.index(h)] for h in widths))
     return table
 
 
 def fitted_table(title: str, headers: list[str], rows: list[list[str]], width: int) -> tuple[Table, list[str]]:
-    """The table at `width` columns, leaving out the least important columns until it fits; (table, left out)."""
+    """The table at `width` columns, leaving out the least important columns until it fits; (table, left out).
+    The room left is given to the folding columns, most important first."""
+    least, most = {}, {}
+    for h in headers:
+        least[h], most[h] = _widths(h, [r[headers.index(h)] for r in rows])
     keep = list(headers)
-    console = Console(width=10_000)
-    while True:
-        table = _table(title, headers, rows, keep)
-        minimum = console.measure(table).minimum
+
+    def total() -> int:  # two columns between cells: the box's blank separator and the padding
+        return sum(least[h] for h in keep) + 2 * (len(keep) - 1)
+
+    while total() > width:
         droppable = [h for h in reversed(PRIORITY) if h in keep and h != "host"]
-        if minimum <= width or not droppable:
-            return table, [h for h in headers if h not in keep]
+        if not droppable:
+            break
         keep.remove(droppable[0])
+    room = width - total()
+    for h in (h for h in PRIORITY if h in keep and h in FOLDING):
+        grow = max(0, min(room, most[h] - least[h]))
+        least[h] += grow
+        room -= grow
+    return _table(title, headers, rows, {h: least[h] for h in keep}), [h for h in headers if h not in keep]
 
 
 def print_summary(data: dict, paths: dict[str, Path] | None, console: Console) -> None:
@@ -70,7 +89,13 @@ def print_summary(data: dict, paths: dict[str, Path] | None, console: Console) -
         title = (f"sparkfleet {data['command']}: {data['status']} (exit {data['exit_code']}, "
                  f"{data['duration_s']} s)")
         table, left_out = fitted_table(title, list(report.HEADERS), report.summary_rows(data), console.width)
-        console.print(table, soft_wrap=False)
+        if console.is_terminal:
+            console.print(table, soft_wrap=False)
+        else:  # a log or a pipe: the same lines without the padding that fills each to the table's width
+            with console.capture() as captured:
+                console.print(table, soft_wrap=False)
+            console.print("\n".join(line.rstrip() for line in captured.get().splitlines()), markup=False,
+                          highlight=False)
         if left_out:
             console.print(f"(left out at {console.width} columns: {', '.join(left_out)}; all in report.md)",
                           style="dim", markup=False)

@@ -1,0 +1,314 @@
+"""The sparkfleet command as a person meets it: typed at a real terminal (a pty), from a directory of their own,
+with their own ansible.cfg; and the same commands piped, with NO_COLOR, at 80 columns.
+
+Every run is real (ansible-runner, ansible-playbook, the collection's modules) on the controller: the doctor on
+this machine, pin against a registry address where nothing listens (127.0.0.1:9) or that never answers (a
+socket of the test's own on 127.0.0.1), an inventory whose host is reached through an ssh_executable of the
+user's that records its arguments and connects nowhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pexpect
+import pytest
+from rich.console import Console
+
+from conftest import BIN
+from sparkfleet import report
+from sparkfleet.terminal import fitted_table
+
+SPARKFLEET = str(BIN / "sparkfleet")
+ESC = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def user_env(**extra: str) -> dict[str, str]:
+    """A person's environment: no ANSIBLE_CONFIG of the test run's (make exports the repository's)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "PY_COLORS", "NO_COLOR"))}
+    env.update({"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "TERM": "xterm-256color"}, **extra)
+    return env
+
+
+class Screen:
+    """A command at a pty of `columns` columns, read until it ends (its whole process group ended after a
+    deadline)."""
+
+    def __init__(self, args: list[str], cwd: Path, columns: int = 100, timeout: float = 240, **env: str):
+        self.child = pexpect.spawn(SPARKFLEET, args, cwd=str(cwd), env=user_env(**env), encoding="utf-8",
+                                   codec_errors="replace", dimensions=(50, columns), timeout=timeout)
+
+    def wait(self) -> Screen:
+        try:
+            self.child.expect(pexpect.EOF)
+        finally:
+            if self.child.isalive():
+                os.killpg(self.child.pid, signal.SIGKILL)
+            self.child.close()
+        self.raw = self.child.before
+        self.text = ESC.sub("", self.raw).replace("\r", "")
+        self.rc = self.child.exitstatus
+        return self
+
+    def lines(self) -> list[str]:
+        return self.text.splitlines()
+
+
+def piped(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([SPARKFLEET, *args], cwd=cwd, env=user_env(**env), capture_output=True, text=True,
+                          timeout=240, check=False)
+
+
+@pytest.fixture
+def home(tmp_path):
+    """A directory of the user's own, away from the checkout."""
+    place = tmp_path / "work"
+    place.mkdir()
+    return place
+
+
+def unreachable_registry_inventory(home: Path, registry: str = "127.0.0.1:9") -> Path:
+    inventory = home / "inv"
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text("all:\n  children:\n    sparks:\n      hosts:\n        spark-01:\n")
+    (inventory / "group_vars" / "all" / "main.yml").write_text(
+        json.dumps({"spark_images_registry_overrides": {"nvcr.io": registry, "docker.io": registry}}))
+    return inventory
+
+
+def test_doctor_at_a_terminal_shows_the_live_display_the_report_and_every_file_written(home):
+    screen = Screen(["doctor"], home).wait()
+    assert "Traceback" not in screen.text, screen.text[-3000:]
+    assert screen.rc == 0, screen.text[-3000:]
+    assert "play: Doctor's report of each host" in screen.text, "the live display was drawn"
+    assert "## sparkfleet doctor: host-1" in screen.text
+    table = [line for line in screen.lines() if line.strip().startswith("localhost")]
+    assert table and "controller" not in table[-1] and "not-spark" in table[-1], screen.text[-2000:]
+    reports = next(line for line in screen.lines() if line.startswith("reports: "))
+    for name in ("report.json", "report.md", "report.junit.xml", "doctor.md", "doctor.json"):
+        assert name in reports
+        assert (home / re.search(rf"(\S*{re.escape(name)})", reports).group(1)).is_file()
+
+
+def test_a_controller_failure_is_on_the_screen_in_red_in_report_md_and_a_junit_failure(home):
+    inventory = unreachable_registry_inventory(home)
+    screen = Screen(["pin", "-i", "inv", "--check"], home).wait()
+    assert screen.rc == 2, screen.text[-3000:]
+    failed = next(line for line in screen.lines() if line.startswith("localhost: FAILED "))
+    assert "cannot reach http://127.0.0.1:9" in failed and "The lock was not changed." in failed
+    assert re.search(r"\x1b\[1;31mlocalhost: FAILED ", screen.raw), "failures are red at a terminal"
+    latest = home / "reports" / "latest"
+    assert "cannot reach http://127.0.0.1:9" in (latest / "report.md").read_text()
+    suite = ET.parse(latest / "report.junit.xml").getroot()
+    assert int(suite.get("failures")) >= 1
+    assert any("cannot reach http://127.0.0.1:9" in (f.get("message") or "") for f in suite.iter("failure"))
+    assert not (inventory / "group_vars" / "all" / "spark_images_lock.yml").exists()
+
+
+def test_piped_with_no_color_at_80_columns_nothing_is_coloured_folded_or_padded(home):
+    unreachable_registry_inventory(home)
+    proc = piped(["pin", "-i", "inv", "--check"], home, NO_COLOR="1", COLUMNS="80")
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "\x1b[" not in proc.stdout + proc.stderr
+    failed = [line for line in proc.stdout.splitlines() if line.startswith("localhost: FAILED ")]
+    assert len(failed) == 1 and failed[0].endswith("The lock was not changed."), "one whole line, not wrapped"
+    assert len(failed[0]) > 80
+    table = proc.stdout[proc.stdout.index("sparkfleet pin: failed"):proc.stdout.index("localhost: FAILED")]
+    assert all(len(line) <= 80 for line in table.splitlines()), table
+
+
+def test_the_summary_fits_80_columns_at_a_terminal_and_no_host_name_folds(home):
+    rows = [["sparkfleet-lab-1", "spark (simulated)", "converged", "registered",
+             "ngc@0123456789ab, unsloth@ba9876543210", "unsloth-2026.7.2 verified STALE", "not verified",
+             "GPU not verifiable (simulated)", "0", "0", "0"],
+            ["spark-02.example.internal", "spark", "restored", "registered", "ngc@0123456789ab", "-", "ok",
+             "True 13.0", "0", "3", "0"]]
+    dropped = {}
+    for width in (80, 120, 200):
+        table, dropped[width] = fitted_table("t", list(report.HEADERS), rows, width)
+        console = Console(width=width, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+        console.print(table)
+        text = console.export_text()
+        assert all(len(line) <= width for line in text.splitlines()), text
+        assert "spark-02.example.internal" in text and "sparkfleet-lab-1" in text, "host names stay whole"
+        assert "verdict" in text and "not verified" in text and "True 13.0" in text
+    assert len(dropped[80]) > len(dropped[120]) > len(dropped[200]) == 0, dropped
+
+
+def test_nothing_targeted_is_bad_input_naming_the_pattern_and_the_groups(home):
+    (home / "gpu.ini").write_text("[gpu]\nspark-01 ansible_connection=local\n")
+    screen = Screen(["verify", "-i", "gpu.ini"], home).wait()
+    assert screen.rc == 4, screen.text[-2000:]
+    assert "no host of inventory gpu.ini matches 'sparks'; the inventory's groups: gpu" in screen.text
+    data = json.loads((home / "reports" / "latest" / "report.json").read_text())
+    assert data["exit_code"] == 4 and data["errors"]
+    assert ET.parse(home / "reports" / "latest" / "report.junit.xml").getroot().get("failures") == "1"
+
+
+@pytest.mark.parametrize("argv", [["bogus"], ["verify"], ["provision", "-i", "inv", "-f", "abc"]])
+def test_usage_errors_exit_4_with_argparses_message(home, argv):
+    proc = piped(argv, home)
+    assert proc.returncode == 4
+    assert "sparkfleet" in proc.stderr and "error:" in proc.stderr
+
+
+def test_each_commands_help_has_examples_and_the_exit_codes(home):
+    for argv in (["provision"], ["verify"], ["pin"], ["refresh"], ["doctor"], ["matrix", "check"],
+                 ["advisories", "check"]):
+        proc = piped([*argv, "--help"], home, COLUMNS="80")
+        assert proc.returncode == 0
+        assert "examples:" in proc.stdout and "  sparkfleet " in proc.stdout, argv
+        assert "4 bad input" in proc.stdout and "130 cancelled" in proc.stdout
+        assert all(len(line) <= 80 for line in proc.stdout.splitlines()), argv
+    proc = piped(["completion", "bash"], home)
+    assert proc.returncode == 0 and "complete" in proc.stdout and "provision" in proc.stdout
+
+
+def ssh_recorder(home: Path) -> tuple[Path, Path]:
+    """An ssh_executable of the user's that records its arguments and connects nowhere (exit 255, as ssh does
+    when it cannot connect)."""
+    record = home / "ssh-args"
+    fake = home / "recording-ssh"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> {record}\necho "ssh: connect to host: refused" >&2\n'
+                    "exit 255\n")
+    fake.chmod(0o755)
+    return fake, record
+
+
+def user_config(path: Path, fake: Path) -> None:
+    path.write_text(f"[defaults]\nremote_user = sparkadmin\n\n[ssh_connection]\nssh_executable = {fake}\n"
+                    "ssh_args = -o ProxyJump=bastion.invalid -o ControlMaster=no\n")
+
+
+def test_the_users_ansible_cfg_in_the_working_directory_takes_effect(home):
+    fake, record = ssh_recorder(home)
+    user_config(home / "ansible.cfg", fake)
+    (home / "hosts.ini").write_text("[sparks]\nspark-01 ansible_host=127.0.0.1\n")
+    version = piped(["--version"], home)
+    assert f"config file = {home / 'ansible.cfg'}" in version.stdout
+    screen = Screen(["verify", "-i", "hosts.ini"], home).wait()
+    assert screen.rc == 3, screen.text[-3000:]
+    assert "spark-01: UNREACHABLE" in screen.text
+    said = record.read_text()
+    assert "ProxyJump=bastion.invalid" in said and "User=sparkadmin" in said.replace('"', "")
+    data = json.loads((home / "reports" / "latest" / "report.json").read_text())
+    assert data["versions"]["config_file"] == str(home / "ansible.cfg")
+
+
+def test_ansible_config_names_the_file_from_anywhere(home, tmp_path):
+    fake, record = ssh_recorder(home)
+    config = tmp_path / "elsewhere.cfg"
+    user_config(config, fake)
+    (home / "hosts.ini").write_text("[sparks]\nspark-01 ansible_host=127.0.0.1\n")
+    proc = piped(["verify", "-i", "hosts.ini", "--plain"], home, ANSIBLE_CONFIG=str(config))
+    assert proc.returncode == 3, proc.stdout[-3000:]
+    assert "ProxyJump=bastion.invalid" in record.read_text()
+    assert f"config file = {config}" in piped(["--version"], home, ANSIBLE_CONFIG=str(config)).stdout
+
+
+def test_bad_input_quotes_the_file_line_and_column(home):
+    broken = home / "broken"
+    broken.mkdir()
+    (broken / "hosts.yml").write_text("sparks:\n  hosts:\n    spark-01: [\n")
+    proc = piped(["verify", "-i", "broken", "--plain"], home)
+    assert proc.returncode == 4
+    assert f"Origin: {broken / 'hosts.yml'}:4:1" in proc.stderr
+    vars_broken = home / "vars"
+    (vars_broken / "group_vars" / "all").mkdir(parents=True)
+    (vars_broken / "hosts.yml").write_text("sparks:\n  hosts:\n    spark-01:\n      ansible_connection: local\n")
+    (vars_broken / "group_vars" / "all" / "main.yml").write_text("spark_images_catalog:\n  - name: [ngc\n")
+    proc = piped(["verify", "-i", "vars", "--plain"], home)
+    assert proc.returncode == 4, proc.stdout[-2000:]
+    assert f"{vars_broken / 'group_vars' / 'all' / 'main.yml'}:3:1" in proc.stderr
+
+
+class SilentRegistry:
+    """A TCP listener on 127.0.0.1 that accepts and never answers: a registry that hangs."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def close(self):
+        self.sock.close()
+
+
+def processes_marked(mark: str) -> list[str]:
+    """The processes whose environment carries the run's mark (every process the run started inherits it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if mark.encode() in (entry / "environ").read_bytes():
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found.append(f"{entry.name}: {command}")
+        except OSError:
+            continue
+    return found
+
+
+def started(mark: str, deadline: float = 60) -> None:
+    """Wait until the run's module (the resolver, waiting on the silent registry) is running: a process of the
+    run that is neither sparkfleet nor ansible-playbook (its workers share its command line)."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if any("sparkfleet" not in p and "ansible-playbook" not in p for p in processes_marked(mark)):
+            time.sleep(1)
+            return
+        time.sleep(0.3)
+    pytest.fail(f"the run did not start: {processes_marked(mark)}")
+
+
+@pytest.mark.parametrize("how", ["ctrl-c at the terminal", "SIGTERM"])
+def test_cancelling_ends_every_process_of_the_run_before_the_lock_is_freed(home, how):
+    registry = SilentRegistry()
+    try:
+        inventory = unreachable_registry_inventory(home, registry.address)
+        mark = f"sparkfleet-test-{uuid.uuid4().hex}"
+        screen = Screen(["pin", "-i", "inv"], home, SPARKFLEET_TEST_RUN=mark)
+        started(mark)
+        if how == "SIGTERM":
+            os.kill(screen.child.pid, signal.SIGTERM)
+        else:
+            screen.child.sendintr()
+        began = time.monotonic()
+        screen.wait()
+        assert screen.rc == 130, screen.text[-3000:]
+        assert time.monotonic() - began < 30
+        assert processes_marked(mark) == [], "a process of the run outlived it"
+        assert "cancelling" in screen.text
+        import fcntl
+
+        with open(inventory / ".sparkfleet" / "run.lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if the run had kept it
+        data = json.loads((home / "reports" / "latest" / "report.json").read_text())
+        assert (data["status"], data["exit_code"]) == ("canceled", 130)
+    finally:
+        registry.close()
+
+
+def test_report_json_records_the_versions_and_the_command_as_typed_without_inline_values(home):
+    unreachable_registry_inventory(home)
+    secret = "inline-secret-" + uuid.uuid4().hex[:8]
+    proc = piped(["pin", "-i", "inv", "--check", "-e", f"registry_password={secret}", "--plain"], home)
+    assert proc.returncode == 2
+    data = json.loads((home / "reports" / "latest" / "report.json").read_text())
+    assert data["argv"] == ["sparkfleet", "pin", "-i", "inv", "--check", "-e", "<inline -e, not recorded>",
+                            "--plain"]
+    from ansible.release import __version__ as core
+
+    assert data["versions"]["ansible_core"] == core and data["versions"]["sparkfleet"]
+    leaked = [str(p) for p in (home / "reports").rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaked == []
