@@ -18,7 +18,7 @@ from __future__ import annotations
 
 # The facts a host's entry is built from (set_fact or ansible_facts, by these names).
 FACTS = ("spark_preflight", "spark_preflight_override", "spark_container_runtime_registered", "spark_images_pinned",
-         "spark_venv_active", "spark_verify_result", "spark_images_refresh_failure")
+         "spark_venv_active", "spark_verify_result", "spark_verify_refresh_check", "spark_images_refresh_failure")
 
 HEADERS = ("host", "platform", "history", "runtime", "images (digest)", "venv", "verdict", "line", "ABI findings",
            "changed", "failed")
@@ -46,15 +46,28 @@ def image_source(pinned: dict) -> str:
     return "not locked, resolved for this run" if pinned.get("unlocked") else "lock"
 
 
+def refresh_entry(pinned: list, plan: list, batch: int | None, failure: str | None) -> dict:
+    """What a refresh did to one host: its batch (1 is the canary), each planned image's old -> new digest on
+    this host (what it runs now: the new one, or the old one after a rollback), and the outcome."""
+    now = {p.get("name"): str(p.get("ref") or "").rsplit("@", 1)[-1] for p in pinned}
+    moving = [d for d in plan if d.get("changed")]
+    outcome = ("rolled back" if failure else "not reached" if batch is None
+               else "moved" if all(now.get(d["name"]) == d.get("new") for d in moving) else "not moved")
+    return {"batch": batch, "canary": batch == 1, "outcome": outcome,
+            "images": [{"name": d.get("name"), "old": d.get("old"), "new": d.get("new"),
+                        "now": now.get(d.get("name"))} for d in moving]}
+
+
 def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None = None,
-               failures: list | None = None) -> dict:
+               failures: list | None = None, refresh: dict | None = None) -> dict:
     """A host's entry in report.json (report-schema.json's hosts.*) from its facts.
 
     counts (Ansible's per-host task counts) and failures (failed tasks) come from a run's events; the play
-    has neither (None: not known).
+    has neither (None: not known). refresh: refresh_entry(), for a refresh run.
     """
     preflight = facts.get("spark_preflight") or {}
-    verify = facts.get("spark_verify_result") or {}
+    # A refresh judges only the new images (spark_verify's images.yml), with the same judge.
+    verify = facts.get("spark_verify_result") or facts.get("spark_verify_refresh_check") or {}
     state = verify.get("state") or {}
     runtime = facts.get("spark_container_runtime_registered")
     venv = facts.get("spark_venv_active") or None
@@ -79,9 +92,16 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
                          "failures": verify.get("failures") or []} if verify else None,
         "abi_findings": [f for a in state.get("abi") or [] for f in a.get("findings") or []],
         "refresh_failure": facts.get("spark_images_refresh_failure"),
+        "refresh": refresh,
         "counts": dict(counts) if counts is not None else None,
         "failures": list(failures) if failures is not None else None,
     }
+
+
+def _refresh_cell(refresh: dict) -> str:
+    """canary moved, batch 2 rolled back, not reached: where a refresh's host was and how it ended."""
+    where = "canary" if refresh["canary"] else f"batch {refresh['batch']}" if refresh["batch"] else ""
+    return f"{where} {refresh['outcome']}".strip()
 
 
 def row(name: str, entry: dict) -> list[str]:
@@ -101,7 +121,9 @@ def row(name: str, entry: dict) -> list[str]:
     line = "; ".join(g["line"] for g in verification.get("gpu") or [] if g.get("line")) or (
         "GPU not verifiable (simulated)" if entry["simulated"] and entry["verification"] else "")
     counts = entry.get("counts")
-    return [name, platform, entry["history"] or "-",
+    refresh = entry.get("refresh")
+    history = entry["history"] or (_refresh_cell(refresh) if refresh else "-")
+    return [name, platform, history,
             "-" if runtime is None else ("registered" if runtime["registered"] else "NOT registered"),
             images,
             "-" if not venv else f"{venv['matrix']} {venv['status']}" + (" STALE" if venv["stale"] else ""),

@@ -15,7 +15,7 @@ from typing import Any
 
 WATCHED_FACTS = ("spark_preflight", "spark_images_pinned", "spark_venv_active", "spark_verify_result",
                  "spark_container_runtime_registered", "spark_images_refresh", "spark_images_refresh_failure",
-                 "spark_doctor", "spark_preflight_override")
+                 "spark_verify_refresh_check", "spark_doctor", "spark_preflight_override")
 
 
 @dataclass
@@ -29,6 +29,8 @@ class Host:
     last_task: str | None = None
     finished_tasks: int = 0
     rescued_failure: str | None = None
+    # play -> the batch (1, 2, ...) of a serial play in which this host first had a result
+    batches: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -40,6 +42,8 @@ class Fleet:
     task_items: int = 0
     play_hosts: list[str] = field(default_factory=list)
     pattern: str = ""
+    # Ansible starts a serial play once per batch: play -> how many times it started so far
+    play_starts: dict[str, int] = field(default_factory=dict)
     stats: dict[str, dict[str, int]] | None = None
     # The controller (localhost): the plays that run there (pin, the matrix check) and a Spark driven locally.
     # It is a host of the report once it failed, was unreachable or reported a Spark's facts.
@@ -65,6 +69,7 @@ class Fleet:
         data = event.get("event_data") or {}
         if kind == "playbook_on_play_start":
             self.play = data.get("play") or data.get("name")
+            self.play_starts[self.play or ""] = self.play_starts.get(self.play or "", 0) + 1
             self.task = None
             pattern = data.get("play_pattern") or ""
             self.play_hosts = [h for h in pattern.split(",") if h] if "," in pattern else []
@@ -93,6 +98,7 @@ class Fleet:
                 self.warnings.append(text)
         host = self.host(name)
         host.last_task = data.get("task")
+        host.batches.setdefault(self.play or "", self.play_starts.get(self.play or "", 1))
         if outcome in ("ok", "failed", "unreachable", "skipped"):
             host.finished_tasks += 1
         if outcome == "ok":

@@ -22,16 +22,24 @@ SCHEMA = "sparkfleet-report/1"
 SCHEMA_FILE = Path(__file__).with_name("report-schema.json")
 
 
-def host_report(host: Host) -> dict:
-    return table.host_entry(host.facts, unreachable=host.unreachable, counts=host.counts, failures=host.failures)
+def host_report(host: Host, refresh: dict | None = None, rollout: str | None = None) -> dict:
+    """The host's entry; in a refresh (refresh: the fleet's plan), where it was in the rollout (the run's last
+    play, serial: its batch) and what it runs now."""
+    entry = None if not refresh else table.refresh_entry(
+        host.facts.get("spark_images_pinned") or [], refresh.get("diff") or [], host.batches.get(rollout or ""),
+        host.facts.get("spark_images_refresh_failure"))
+    return table.host_entry(host.facts, unreachable=host.unreachable, counts=host.counts, failures=host.failures,
+                            refresh=entry)
 
 
 def build(fleet: Fleet, meta: dict[str, Any]) -> dict:
     refresh = fleet.controller_facts.get("spark_images_refresh")
+    moved = refresh and not meta.get("check") and any(d.get("changed") for d in refresh.get("diff") or [])
     return {
         "schema": SCHEMA,
         **meta,
-        "hosts": {name: host_report(host) for name, host in sorted(fleet.hosts.items())},
+        "hosts": {name: host_report(host, refresh if moved else None, fleet.play)
+                  for name, host in sorted(fleet.hosts.items())},
         "refresh": ({"diff": [{k: d.get(k) for k in ("name", "tag", "old", "new", "changed", "line")}
                               for d in refresh.get("diff", [])]} if refresh else None),
         "warnings": list(fleet.warnings),
@@ -67,7 +75,12 @@ def markdown(report: dict) -> str:
     out += ["## Hosts", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in summary_rows(report)]
     for name, h in report["hosts"].items():
-        details = list((h["verification"] or {}).get("lines", []))
+        details = []
+        if h.get("refresh"):
+            r = h["refresh"]
+            details.append(f"refresh: {table.row(name, h)[2]}")
+            details += [f"image {i['name']}: `{i['old']}` -> `{i['new']}`, runs `{i['now']}`" for i in r["images"]]
+        details += list((h["verification"] or {}).get("lines", []))
         details += [f"FAILED {f['task']}: {f['msg']}" for f in h["failures"]]
         if h["unreachable"]:
             details.append(f"UNREACHABLE: {h['unreachable']}")
@@ -101,6 +114,9 @@ def junit(report: dict) -> str:
         run_failure = "; ".join(f"{f['task']}: {f['msg']}" for f in h["failures"])
         case(name, "run", failure=run_failure or None,
              text=f"changed={h['counts'].get('changed', 0)} ok={h['counts'].get('ok', 0)}")
+        if h.get("refresh"):
+            case(name, "refresh", failure=h["refresh_failure"] if h["refresh"]["outcome"] == "rolled back" else None,
+                 text=f"batch {h['refresh']['batch']}: {h['refresh']['outcome']}")
         if h["platform"] is not None:  # None: a controller-side play, no platform gathered
             case(name, "platform", failure=None if h["platform"] == "spark" or h.get("override")
                  else f"platform {h['platform']}",

@@ -102,9 +102,16 @@ def test_refresh_stream_tells_the_rolled_back_host_and_the_lock_diff():
     assert failed["counts"]["failed"] == 1 and failed["counts"]["rescued"] == 1
     assert outcome_from_stats("failed", 2, fleet.stats).exit_code() == EXIT_FAILED_HOSTS
     suite = ET.fromstring(report.junit(data))
-    failures = [c.get("classname") for c in suite.iter("testcase") if c.find("failure") is not None]
-    assert failures == ["sparkfleet.sparkfleet-lab-2"]
+    failures = [(c.get("classname"), c.get("name")) for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert failures == [("sparkfleet.sparkfleet-lab-2", "run"), ("sparkfleet.sparkfleet-lab-2", "refresh")]
     assert "## Lock diff" in report.markdown(data)
+    # Which host was the canary, in which batch each moved, and what each runs now.
+    assert (canary["refresh"]["batch"], canary["refresh"]["canary"], canary["refresh"]["outcome"]) == (1, True, "moved")
+    assert (failed["refresh"]["batch"], failed["refresh"]["outcome"]) == (2, "rolled back")
+    assert failed["refresh"]["images"] == [{"name": "unsloth", "old": old, "new": new, "now": old}]
+    rows = {row[0]: row for row in report.summary_rows(data)}
+    assert rows["sparkfleet-lab-1"][2] == "canary moved" and rows["sparkfleet-lab-2"][2] == "batch 2 rolled back"
+    assert f"image unsloth: `{old}` -> `{new}`, runs `{old}`" in report.markdown(data)
 
 
 def test_progress_follows_the_stream():

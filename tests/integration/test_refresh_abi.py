@@ -81,6 +81,12 @@ def test_a_new_image_with_a_cuda12_wheel_is_rolled_back(tmp_path, inventory, ano
         entry = report["hosts"][HOST]
         assert "cudakernels 1.0.12: links libcudart.so.12 (expected 13)" in entry["refresh_failure"]
         assert any("rolled back to" in f["msg"] and good in f["msg"] for f in entry["failures"])
+        # The summary says what the check of the new image found, and where the host was in the rollout.
+        assert entry["refresh"]["canary"] and entry["refresh"]["outcome"] == "rolled back"
+        assert entry["refresh"]["images"] == [{"name": "ngc", "old": good, "new": bad, "now": good}]
+        assert entry["verification"]["verdict"] == "failed"
+        assert entry["abi_findings"] == ["cudakernels 1.0.12: links libcudart.so.12 (expected 13)"]
+        assert f"{HOST}: FAILED" in proc.stdout and "canary rolled back" in proc.stdout
         launcher = (tmp_path / "bin" / "spark-ngc").read_text()
         assert f"nvidia/pytorch@{good}" in launcher and bad not in launcher, "the launcher was rolled back"
         assert lock_file.read_text() == locked, "the canary failed: the lock still names the verified digest"
