@@ -71,6 +71,87 @@ def markdown(report: dict) -> str:
     out += [f"- {line}" for line in verification.get("lines", [])]
     if report["abi_findings"]:
         out += ["", "ABI findings:", ""] + [f"- {f}" for f in report["abi_findings"]]
-    if report["problems"]:
-        out += ["", "Could not read:", ""] + [f"- {p}" for p in report["problems"]]
+    out += ["", f"Problems: **{len(report['problems']) or 'none found'}**", ""]
+    out += [f"- **{p['problem']}**: {p['evidence']}. Do: {p['fix']}" for p in report["problems"]]
+    if report["unreadable"]:
+        out += ["", "Could not read:", ""] + [f"- {p}" for p in report["unreadable"]]
     return "\n".join(out) + "\n"
+
+
+GIB = 1024 ** 3
+# The OOM guards Spark owners use: systemd's, and the userspace ones.
+OOM_GUARDS = ("systemd-oomd", "earlyoom", "nohang")
+NV_NO_MEMORY = re.compile(r"NV_ERR_NO_MEMORY")
+
+
+def memory_signs(kernel_log: str | None, swaps: str | None, processes: list[str], pressure: str | None) -> dict:
+    """What the host says about unified memory (pure, from the texts the module reads): the kernel log's
+    NV_ERR_NO_MEMORY lines, the swap areas (/proc/swaps), a running OOM guard, memory pressure
+    (/proc/pressure/memory, 'some avg10'); None where a text could not be read."""
+    hits = [line.strip() for line in (kernel_log or "").splitlines() if NV_NO_MEMORY.search(line)]
+    areas = [line.split()[0] for line in (swaps or "").splitlines()[1:] if line.strip()]
+    some = re.search(r"^some\b.*\bavg10=([0-9.]+)", pressure or "", re.M)
+    return {"nv_no_memory": len(hits) if kernel_log is not None else None, "nv_no_memory_last": hits[-1] if hits
+            else None, "swap": areas if swaps is not None else None,
+            "oom_guard": sorted({p for p in processes if p in OOM_GUARDS}),
+            "pressure_some_avg10": float(some.group(1)) if some else None}
+
+
+def diagnose(report: dict, platform: dict, limits: dict) -> list[dict]:
+    """Each problem the report shows, with its evidence and what to do, in the order a person should look
+    (the GPU, the runtime, the toolkit, the images, the venv, disk, memory). Pure: from the report, the
+    platform facts and the thresholds (limits: docker_free_gib, pressure_avg10)."""
+    found: list[dict] = []
+
+    def problem(text: str, evidence: str, fix: str) -> None:
+        found.append({"problem": text, "evidence": evidence, "fix": fix})
+
+    smi = platform.get("nvidia_smi") or {}
+    if not (report["gpu"].get("devices")) and not report["simulated"]:
+        problem("no GPU visible", smi.get("error") or "nvidia-smi listed no GPU",
+                "run nvidia-smi on the host; if it fails, the driver is not loaded: reboot after a kernel "
+                "update, or reinstall the DGX OS driver packages")
+    runtimes = report["docker"].get("runtimes") or []
+    if report["docker"].get("server_version") and "nvidia" not in runtimes:
+        problem("the nvidia runtime is not registered with Docker", f"Docker's runtimes: {', '.join(runtimes)}",
+                "sparkfleet provision (role spark_container_runtime), or: nvidia-ctk runtime configure "
+                "--runtime=docker && systemctl restart docker")
+    elif not report["docker"].get("server_version"):
+        problem("Docker does not answer", report["docker"].get("error") or "docker info gave no answer",
+                "systemctl status docker; start it, then run the doctor again")
+    missing = [p["name"] for p in report["toolkit"] if not p["version"]]
+    unheld = [p["name"] for p in report["toolkit"] if p["version"] and not p["held"]]
+    if missing:
+        problem("NVIDIA Container Toolkit packages not installed", ", ".join(missing),
+                "sparkfleet provision installs them from NVIDIA's repository, pinned and held")
+    if unheld:
+        problem("toolkit packages not held (an apt upgrade can move them under the runtime)", ", ".join(unheld),
+                f"apt-mark hold {' '.join(unheld)} (sparkfleet provision holds them)")
+    for image in report["images"]:
+        if not image["present"]:
+            problem(f"the locked image {image['name']} is missing", image["ref"],
+                    "sparkfleet provision -l <this host> pulls it again by its digest")
+    venv = report.get("venv_state") or {}
+    if venv.get("stale"):
+        problem("the venv's matrix is stale", f"{venv.get('matrix')}: {venv.get('age_days')} days since last "
+                "verified", "check the pins (sparkfleet matrix check) and refresh matrix/spark-stack.yml")
+    free = platform.get("docker_data_root_free_bytes")
+    if isinstance(free, int) and free < limits["docker_free_gib"] * GIB:
+        problem("Docker's disk is low", f"{free / GIB:.1f} GiB free on {platform.get('docker_data_root')} "
+                f"(under {limits['docker_free_gib']} GiB; an NGC image takes about 20 GiB unpacked)",
+                "docker system df; remove images no launcher uses (spark_images_prune: true)")
+    memory = report.get("memory") or {}
+    if memory.get("nv_no_memory"):
+        problem("the GPU driver ran out of memory (unified memory)",
+                f"{memory['nv_no_memory']} NV_ERR_NO_MEMORY line(s) in the kernel log, last: "
+                f"{memory['nv_no_memory_last']}",
+                "lower the job's memory (batch size, model size) or free host memory; GPU and CPU share the 128 GB")
+    if memory.get("swap") == [] and not memory.get("oom_guard"):
+        problem("no swap and no OOM guard", "/proc/swaps lists no swap area; none of "
+                f"{', '.join(OOM_GUARDS)} is running", "enable systemd-oomd or earlyoom, or add swap, so a job "
+                "that runs out of memory is stopped rather than the machine hanging")
+    pressure = memory.get("pressure_some_avg10")
+    if pressure is not None and pressure >= limits["pressure_avg10"]:
+        problem("memory pressure", f"/proc/pressure/memory some avg10={pressure}",
+                "find the process holding memory (ps -eo rss,cmd --sort=-rss | head) before starting a job")
+    return found

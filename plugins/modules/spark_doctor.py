@@ -22,7 +22,13 @@ description:
     Only named fields are read from Docker and the files, so no registry
     credential, proxy or token reaches it; the host's names (O(hostnames), its
     node name and FQDN) are replaced by O(label) unless O(keep_hostnames).
-  - Anything it cannot read is listed under C(problems), never a failure.
+  - Diagnoses, read-only, each problem with its evidence and what to do, in
+    RV(report.problems) - no GPU visible, the nvidia runtime not registered,
+    toolkit packages missing or not held, a locked image missing, the venv's
+    matrix stale, Docker's disk low, and the unified-memory signs Spark owners
+    report (C(NV_ERR_NO_MEMORY) in the kernel log, no swap and no OOM guard,
+    memory pressure).
+  - Anything it cannot read is listed under C(unreadable), never a failure.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
 extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
@@ -61,6 +67,14 @@ options:
     description: What the host's names are replaced by.
     type: str
     default: host
+  docker_free_gib:
+    description: Free GiB on Docker's data root under which the disk is reported low.
+    type: int
+    default: 40
+  pressure_avg10:
+    description: The memory pressure (C(/proc/pressure/memory), some avg10, percent) from which it is reported.
+    type: float
+    default: 10.0
 """
 
 EXAMPLES = r"""
@@ -76,7 +90,7 @@ EXAMPLES = r"""
 RETURN = r"""
 report:
   description: The report - host, platform, simulated, system, gpu, docker, toolkit, images, venv, verification,
-    abi_findings, problems.
+    abi_findings, memory, problems (each with problem, evidence, fix), unreadable.
   returned: success
   type: dict
 markdown:
@@ -90,18 +104,18 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils._doctor import markdown, redact
+from ansible_collections.sparkfleet.spark.plugins.module_utils._doctor import diagnose, markdown, memory_signs, redact
 
 
 class Doctor:
     def __init__(self, module: AnsibleModule) -> None:
         self.module = module
-        self.problems: list[str] = []
+        self.unreadable: list[str] = []
 
     def run(self, argv: list[str]) -> str | None:
         rc, out, err = self.module.run_command(argv, environ_update={"LC_ALL": "C"})
         if rc != 0:
-            self.problems.append(f"{' '.join(argv[:3])}: rc {rc}: {(err or out).strip()[-300:]}")
+            self.unreadable.append(f"{' '.join(argv[:3])}: rc {rc}: {(err or out).strip()[-300:]}")
             return None
         return out
 
@@ -112,7 +126,7 @@ class Doctor:
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
-            self.problems.append(f"{what} {path}: {exc}")
+            self.unreadable.append(f"{what} {path}: {exc}")
             return None
 
     def docker(self) -> dict:
@@ -173,6 +187,24 @@ class Doctor:
         marker = self.read_json(os.path.join(path, "sparkfleet-venv.json"), "the venv's marker") or {}
         return {"path": path, "matrix": marker.get("matrix"), "fingerprint": marker.get("fingerprint")}
 
+    def text(self, path: str) -> str | None:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                return handle.read()
+        except OSError:
+            return None
+
+    def memory(self) -> dict:
+        """The unified-memory signs: the kernel log (dmesg; it may need root), swap, an OOM guard, pressure."""
+        dmesg = self.module.get_bin_path("dmesg")
+        kernel_log = self.run([dmesg, "--kernel"]) if dmesg else None
+        comms = []
+        for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+            name = self.text(f"/proc/{pid}/comm")
+            if name:
+                comms.append(name.strip())
+        return memory_signs(kernel_log, self.text("/proc/swaps"), comms, self.text("/proc/pressure/memory"))
+
     def report(self) -> dict:
         p = self.module.params["platform"]
         state = self.read_json(self.module.params["state_file"], "the state file") or {}
@@ -187,7 +219,7 @@ class Doctor:
         lines += [f"NOT VERIFIED {n.get('target')}: {n.get('reason')}" for n in verification.get("not_verified") or []]
         lines += [f"ABI {a.get('target')}: {str(a.get('verdict')).upper()}" for a in verification.get("abi") or []]
         gpus = p.get("gpus") or []
-        return {
+        found = {
             "host": self.module.params["label"],
             "platform": p.get("platform"),
             "simulated": bool(p.get("simulated")),
@@ -204,8 +236,13 @@ class Doctor:
             "verification": {"verdict": verification.get("verdict"), "lines": lines,
                              "written_at": state.get("written_at")},
             "abi_findings": [f for a in verification.get("abi") or [] for f in a.get("findings") or []],
-            "problems": self.problems,
+            "venv_state": verification.get("venv"),
+            "memory": self.memory(),
         }
+        found["problems"] = diagnose(found, p, {"docker_free_gib": self.module.params["docker_free_gib"],
+                                                "pressure_avg10": self.module.params["pressure_avg10"]})
+        found["unreadable"] = self.unreadable
+        return found
 
 
 def main() -> None:
@@ -219,6 +256,8 @@ def main() -> None:
             "hostnames": {"type": "list", "elements": "str", "default": []},
             "keep_hostnames": {"type": "bool", "default": False},
             "label": {"type": "str", "default": "host"},
+            "docker_free_gib": {"type": "int", "default": 40},
+            "pressure_avg10": {"type": "float", "default": 10.0},
         },
         supports_check_mode=True,
     )

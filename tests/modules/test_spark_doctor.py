@@ -84,4 +84,22 @@ def test_a_host_never_provisioned_still_gets_a_report(tmp_path):
                                          "venv_link": str(tmp_path / "none")})
     assert "Verification: **never run**" in result["markdown"]
     assert "| venv | none active |" in result["markdown"]
-    assert result["report"]["problems"] == []
+    assert result["report"]["unreadable"] == []
+
+
+@pytest.mark.testbed
+def test_a_box_with_no_gpu_and_no_nvidia_runtime_is_diagnosed_in_order_with_what_to_do(tmp_path):
+    """This machine as it is: no GPU (nvidia-smi is not installed), Docker without the nvidia runtime,
+    the toolkit not installed."""
+    bare = {**PLATFORM, "gpus": [], "nvidia_smi": {"error": "nvidia-smi not found on PATH"}}
+    result = run_module("spark_doctor", {"platform": bare, "state_file": str(tmp_path / "none.json"),
+                                         "venv_link": str(tmp_path / "none"), "toolkit_packages": PACKAGES})
+    problems = result["report"]["problems"]
+    assert [p["problem"] for p in problems][:3] == [
+        "no GPU visible", "the nvidia runtime is not registered with Docker",
+        "NVIDIA Container Toolkit packages not installed"]
+    assert problems[0]["evidence"] == "nvidia-smi not found on PATH"
+    assert "runc" in problems[1]["evidence"] and "nvidia-ctk runtime configure" in problems[1]["fix"]
+    assert "- **no GPU visible**: nvidia-smi not found on PATH. Do: run nvidia-smi" in result["markdown"]
+    memory = result["report"]["memory"]
+    assert memory["nv_no_memory"] == 0 and isinstance(memory["swap"], list), "the kernel log and swaps were read"
