@@ -34,6 +34,7 @@ class Progress:
         self.console = console or Console(stderr=False)
         self._last_task: str | None = None
         self._notes: list[str] = []
+        self._still = 0  # how many STILL_EVERY periods of the current task were said
         # Last: rich's Live draws render() once in its constructor, which reads the state above.
         self.live = Live(console=self.console, refresh_per_second=4, transient=True,
                          get_renderable=self.render) if live else None
@@ -61,10 +62,27 @@ class Progress:
         head = [Text(line) for line in status_lines(self.fleet)] + [Text(n, style="yellow") for n in self._notes]
         return Group(*head, table)
 
+    # Without the live display, a task still running after this many seconds says so again (a controller step
+    # such as the matrix check's index queries runs a minute without an event).
+    STILL_EVERY = 15
+
+    def tick(self, now: float | None = None) -> None:
+        """Called every few seconds while the run goes on (ansible-runner's cancel check)."""
+        if self.live or not self.fleet.task or not self.fleet.task_started:
+            return
+        now = time.monotonic() if now is None else now
+        elapsed = int(now - self.fleet.task_started)
+        if elapsed >= self.STILL_EVERY and elapsed // self.STILL_EVERY != self._still:
+            self._still = elapsed // self.STILL_EVERY
+            items = f", {self.fleet.task_items} items done" if self.fleet.task_items else ""
+            self.console.print(f"[{time.strftime('%H:%M:%S')}] still: {self.fleet.task} ({elapsed} s{items})",
+                               highlight=False, markup=False)
+
     def update(self) -> None:
         if self.live:
             return  # Live redraws from render() on its own clock
         if self.fleet.task and self.fleet.task != self._last_task:
             self._last_task = self.fleet.task
+            self._still = 0
             self.console.print(f"[{time.strftime('%H:%M:%S')}] {self.fleet.play or ''} | {self.fleet.task}",
                                highlight=False, markup=False)

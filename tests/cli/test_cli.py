@@ -85,3 +85,20 @@ def test_fast_runs_ansible_under_mitogens_strategy_plugin():
     env = mitogen_env()
     assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
     assert (Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
+
+
+MITOGEN_0_3_0 = "ANSIBLE_VERSION_MIN = (2, 10)\nANSIBLE_VERSION_MAX = (2, 11)\n"  # as that release declared it
+MITOGEN_0_3_54 = "ANSIBLE_VERSION_MIN = (2, 10)\n"  # no ceiling since 0.3.x dropped it
+
+
+@pytest.mark.parametrize(("core", "source", "refused"), [
+    ("2.19.14", MITOGEN_0_3_54, False), ("2.21.5", MITOGEN_0_3_54, False), ("2.9.27", MITOGEN_0_3_54, True),
+    ("2.19.14", MITOGEN_0_3_0, True), ("2.11.12", MITOGEN_0_3_0, False),
+])
+def test_fast_says_so_when_mitogen_does_not_support_the_installed_core(core, source, refused):
+    from sparkfleet.runner import mitogen_refuses
+
+    said = mitogen_refuses(core, source)
+    assert bool(said) == refused
+    if refused:
+        assert f"this is ansible-core {core}" in said and "leave --fast out" in said

@@ -192,3 +192,18 @@ def test_a_failed_loop_says_which_items_failed_and_why():
         task="Pull each pinned image by digest"))
     assert fleet.hosts["box"].failures == [{"task": "Pull each pinned image by digest",
                                             "msg": "unsloth: locked for linux/arm64; this host is linux/amd64"}]
+
+
+def test_a_long_task_says_it_is_still_running_without_the_live_display():
+    from rich.console import Console
+
+    from sparkfleet.progress import Progress
+
+    fleet = replay("provision-lab", upto=60)
+    console = Console(record=True, width=200, file=open("/dev/null", "w"))  # noqa: SIM115
+    progress = Progress(fleet, live=False, console=console)
+    for seconds in (3, 14, 16, 20, 31, 44, 46):
+        progress.tick(now=fleet.task_started + seconds)
+    said = [line for line in console.export_text().splitlines() if "still:" in line]
+    assert [line.split("(")[-1] for line in said] == ["16 s)", "31 s)", "46 s)"], said
+    assert all(f"still: {fleet.task}" in line for line in said)
