@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -122,8 +123,22 @@ def test_registry_login_keeps_the_password_off_argv_and_out_of_the_output(tmp_pa
         assert secret not in first.stdout + first.stderr
         assert registry.host in json.loads(config.read_text())["auths"]
         assert (config.stat().st_mode & 0o777) == 0o600
-        second = playbook(play, inv)
+        # Once logged in, the client configuration holds the credential (base64 of user:password): reading it
+        # back on the next run must not show it, in -vvv output nor in the CLI's reports and runner artifacts.
+        # Looked for as it is, as Docker stores it, and as the file's bytes in base64 (how slurp returns them).
+        planted = [secret, base64.b64encode(f"fleet:{secret}".encode()).decode(),
+                   base64.b64encode(config.read_bytes()).decode()]
+        second = playbook(play, inv, "-vvv")
         assert "changed=0" in second.stdout
+        assert [s for s in planted if s in second.stdout + second.stderr] == []
+        report = tmp_path / "report"
+        proc = subprocess.run([str(BIN / "sparkfleet"), "provision", "-i", str(inv), "--tags", "spark_images_login",
+                               "-vvv", "--plain", "--report-dir", str(report)], cwd=tmp_path, capture_output=True,
+                              text=True, check=False, env=ansible_env())
+        assert proc.returncode == 0, proc.stdout[-3000:]
+        leaked = [str(p) for p in report.rglob("*") if p.is_file() and any(s.encode() in p.read_bytes()
+                                                                              for s in planted)]
+        assert leaked == [] and [s for s in planted if s in proc.stdout + proc.stderr] == []
     finally:
         registry.stop()
 
