@@ -10,6 +10,7 @@ import os
 import re
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _validate as validate
 from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import diff as lock_diff
 from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import host_platform
 
@@ -75,8 +76,29 @@ def spark_images_blessed_local(image: dict, catalog: list[dict], mirrors: dict, 
             for source in sources]
 
 
+# What each catalog field may hold: it reaches a launcher (a shell script and its file name), a pull and a URL.
+_CATALOG_CHECKS = {"name": validate.launcher, "registry": validate.registry, "repository": validate.repository,
+                   "launcher": validate.launcher}
+
+
 def spark_images_effective(catalog: list[dict], overrides: dict) -> list[dict]:
-    """The catalog with registries replaced as spark_images_registry_overrides says (a lab's stand-in)."""
+    """The catalog with registries replaced as spark_images_registry_overrides says (a lab's stand-in), each
+    value checked first: a bad one fails naming the entry, the field, what was found and what is expected."""
+    for index, image in enumerate(catalog or []):
+        if not isinstance(image, dict):
+            raise AnsibleFilterError(f"spark_images_catalog[{index}] is {image!r}; expected a mapping with name, "
+                                     "registry, repository, tags and launcher")
+        said = [f"{field} {problem}" for field, check in _CATALOG_CHECKS.items()
+                if (problem := check(image.get(field)))]
+        said += [f"tags {problem}" for tag in image.get("tags") or [] if (problem := validate.tag(tag))]
+        if said:
+            raise AnsibleFilterError(f"spark_images_catalog[{index}] ({image.get('name')!r}): {'; '.join(said)}. "
+                                     "Fix the catalog in your inventory's group_vars.")
+    for source, target in (overrides or {}).items():
+        said = [problem for problem in (validate.registry(source), validate.registry(target)) if problem]
+        if said:
+            raise AnsibleFilterError(f"spark_images_registry_overrides {source!r}: {target!r}: registry "
+                                     f"{'; '.join(said)}")
     return [{**image, "registry": (overrides or {}).get(image["registry"], image["registry"])} for image in catalog]
 
 
@@ -123,6 +145,9 @@ def spark_images_derived_recipes(derived: list[dict], catalog: list[dict], inven
             raise AnsibleFilterError(f"derived image name {name!r} is used twice (catalog images: "
                                      f"{', '.join(bases)}); give each image its own name.")
         seen.add(name)
+        if validate.launcher(recipe["launcher"]):
+            raise AnsibleFilterError(f"derived image {name}: launcher {validate.launcher(recipe['launcher'])} "
+                                     "(it becomes a file in spark_images_launcher_dir)")
         if recipe["base"] not in bases:
             raise AnsibleFilterError(f"derived image {name}: base {recipe['base']!r} is not one of the pinned images "
                                      f"({', '.join(bases)}); a derived image is built FROM a locked image only.")

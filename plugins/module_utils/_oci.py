@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _validate as validate
+
 DOCKER_HUB = "docker.io"
 DOCKER_HUB_API = "registry-1.docker.io"
 
@@ -141,8 +143,36 @@ def validate_lock(lock: object, path: str) -> list[str]:
         missing = [f for f in ("registry", "repository", "index_digest", "arm64_digest") if not entry.get(f)]
         if missing:
             problems.append(f"{path}: entry {name!r} lacks {', '.join(missing)}")
-        for field in ("index_digest", "arm64_digest"):
-            value = entry.get(field)
-            if value and not is_digest(str(value)):
-                problems.append(f"{path}: entry {name!r} {field} is {value!r}, expected sha256: and 64 hex digits")
+        problems += [f"{path}: entry {name!r} {problem}" for problem in _entry_problems(name, entry)]
     return problems
+
+
+# What each field of a lock entry may hold: every one reaches a launcher (a shell script), a pull or a URL.
+_LOCK_CHECKS = {"registry": validate.registry, "repository": validate.repository, "tag": validate.tag,
+                "index_digest": validate.digest, "arm64_digest": validate.digest, "media_type": validate.media_type,
+                "resolved_at": validate.iso_datetime}
+
+
+def _entry_problems(name: object, entry: dict) -> list[str]:
+    said = [] if validate.launcher(name) is None else [f"name {validate.launcher(name)}"]
+    said += [f"{field} {problem}" for field, check in _LOCK_CHECKS.items()
+             if entry.get(field) is not None and (problem := check(entry[field]))]
+    said += [f"requested {problem}" for t in entry.get("requested") or [] if (problem := validate.tag(t))]
+    platforms = entry.get("platforms") or []
+    said += [f"platforms {problem}" for p in (platforms if isinstance(platforms, list) else [platforms])
+             if (problem := validate.platform(p))]
+    sizes = entry.get("sizes") or {}
+    said += [f"sizes {p!r} is {v!r}; expected a platform and a size in bytes"
+             for p, v in (sizes.items() if isinstance(sizes, dict) else [("sizes", sizes)])
+             if validate.platform(p) or not isinstance(v, int) or isinstance(v, bool)]
+    derived = entry.get("derived") or {}
+    for child, recipe in derived.items() if isinstance(derived, dict) else [("derived", derived)]:
+        said += [f"derived name {problem}" for problem in [validate.launcher(child)] if problem]
+        if not isinstance(recipe, dict):
+            said.append(f"derived.{child} is {recipe!r}; expected a mapping with recipe and tag")
+            continue
+        said += [f"derived.{child}.recipe {problem}" for problem in [validate.digest(recipe.get("recipe"))] if problem]
+        repo, _, tag = str(recipe.get("tag")).rpartition(":")
+        if validate.repository(repo) or validate.tag(tag):
+            said.append(f"derived.{child}.tag is {recipe.get('tag')!r}; expected sparkfleet/<name>:<recipe hash>")
+    return said

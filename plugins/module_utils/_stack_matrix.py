@@ -13,6 +13,8 @@ import hashlib
 import json
 import re
 
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _validate
+
 POLICIES = ("matrix", "install", "refuse", "source_build", "index", "warn")
 # pip options a matrix step may carry; anything else is refused so that a
 # typo cannot silently change how a step resolves.
@@ -114,9 +116,11 @@ def validate(matrix) -> list[str]:
     if not isinstance(imports, list) or not all(isinstance(i, str) and i.isidentifier() for i in imports):
         errors.append(f"imports is {imports!r}; expected a list of module names")
     env = matrix.get("environment", {})
-    if not isinstance(env, dict) or not all(isinstance(k, str) and re.match(r"^[A-Z_][A-Z0-9_]*$", k)
+    if not isinstance(env, dict) or not all(isinstance(k, str) and re.fullmatch(r"[A-Z_][A-Z0-9_]*", k)
                                             and isinstance(v, str) for k, v in env.items()):
         errors.append(f"environment is {env!r}; expected NAME: 'value' strings")
+    else:  # each is exported by the venv's activate script: a one-line string
+        errors += [f"environment {k} {problem}" for k, v in env.items() if (problem := _validate.env_value(v))]
     components = matrix.get("components", {})
     if not isinstance(components, dict):
         errors.append("components is not a mapping of package name to {policy, note}")

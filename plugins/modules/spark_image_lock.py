@@ -173,6 +173,10 @@ def write(module: AnsibleModule) -> dict:
         before_text, old = "", {}
     except (OSError, yaml.YAMLError, AttributeError) as exc:
         module.fail_json(msg=f"{path} cannot be read as a lock ({exc}); it was left untouched. Fix or remove it.")
+    problems = validate_lock(old, path)
+    if problems:  # the plan refuses it: so does the writer, rather than replace what someone must review
+        module.fail_json(msg="; ".join(problems) + ". The lock was left untouched: fix the entry (or remove the "
+                             "file to start over), then run pin again.", problems=problems)
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
     rows = lock_diff(old, module.params["resolved"])
     changes = [row["line"] for row in rows if row["changed"]]
@@ -205,6 +209,9 @@ def write(module: AnsibleModule) -> dict:
             before = previous.get("recipe") if isinstance(previous, dict) else "(none)"
             changes.append(f"{recipe['name']} (derived from {recipe['base']}) {before} -> {sha}")
     changes += removed(old, list(new))
+    problems = validate_lock(new, path)
+    if problems:  # what a registry or the catalog gave must be as safe as what the plan accepts
+        module.fail_json(msg="; ".join(problems) + ". Nothing was written.", problems=problems)
     after_text = render(new)
     changed = after_text != before_text
     result = {"changed": changed, "changes": changes, "lock": new}

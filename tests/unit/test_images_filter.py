@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkfleet.spark.plugins.filter import sparkfleet_images as images
@@ -67,3 +69,20 @@ def test_lock_diff_old_to_new_per_image():
     assert diff[1]["line"] == f"unsloth docker.io/unsloth/unsloth:dgxspark-latest: {D1} -> {D2}"
     assert diff[0]["line"].endswith(f"unchanged {D1}")
     assert images.spark_images_lock_diff(None, resolved)[0]["old"] is None
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("launcher", "../../etc/cron.daily/x"), ("launcher", "spark ngc"), ("name", "ngc\nx"),
+    ("registry", "nvcr.io;id"), ("repository", "nvidia/pytorch$(id)"), ("tags", ["25.11-py3\nid"])])
+def test_a_catalog_value_that_would_escape_a_path_or_run_in_a_launcher_is_refused(field, value):
+    with pytest.raises(AnsibleFilterError, match=rf"spark_images_catalog\[0\] \('?ngc.*{field} is "):
+        images.spark_images_effective([{**CATALOG[0], field: value}], {})
+    with pytest.raises(AnsibleFilterError, match="spark_images_registry_overrides"):
+        images.spark_images_effective(CATALOG, {"nvcr.io": "127.0.0.1:5000/../x"})
+
+
+def test_a_derived_images_launcher_must_be_a_plain_file_name():
+    recipe = {"name": "ngc-audio", "base": "ngc", "launcher": "../../usr/bin/sudo", "apt_packages": ["ffmpeg"]}
+    said = re.escape("derived image ngc-audio: launcher is '../../usr/bin/sudo'")
+    with pytest.raises(AnsibleFilterError, match=said):
+        images.spark_images_derived_recipes([recipe], CATALOG, "/inv")

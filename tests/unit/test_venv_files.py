@@ -43,8 +43,21 @@ def test_a_path_that_is_not_a_link_is_never_replaced(tmp_path):
 
 def test_the_activate_script_ends_with_the_matrix_environment():
     text = venv.with_environment("# activate\nVIRTUAL_ENV=x\n\n", {"TORCH_CUDA_ARCH_LIST": "12.1", "A": "1"})
-    assert text.endswith(f"{venv.ENV_BEGIN}\nexport A='1'\nexport TORCH_CUDA_ARCH_LIST='12.1'\n{venv.ENV_END}\n")
+    assert text.endswith(f"{venv.ENV_BEGIN}\nexport A=1\nexport TORCH_CUDA_ARCH_LIST=12.1\n{venv.ENV_END}\n")
     assert text.startswith("# activate\nVIRTUAL_ENV=x\n\n#")
+
+
+def test_a_matrix_value_with_a_quote_is_exported_as_it_is_and_runs_nothing(tmp_path):
+    """Sourced by a real shell: the value comes back whole, and the command it carries never runs."""
+    import subprocess
+
+    planted = tmp_path / "PWNED"
+    value = f"a'; touch {planted}; echo '$(touch {planted}) `touch {planted}`"
+    script = tmp_path / "activate"
+    script.write_text(venv.with_environment("# activate\n", {"SPARK_X": value}))
+    out = subprocess.run(["sh", "-c", f'. {script} && printf %s "$SPARK_X"'], capture_output=True, text=True,
+                         check=True).stdout
+    assert out == value and not planted.exists()
 
 
 def test_pruning_keeps_the_current_the_replaced_and_the_newest_and_touches_only_sparkfleets(tmp_path):
