@@ -17,6 +17,13 @@ import urllib.parse
 import urllib.request
 
 from ansible.module_utils.urls import open_url
+from ansible_collections.sparkfleet.spark.plugins.module_utils._http import (
+    MAX_REDIRECTS,
+    REDIRECTS,
+    UnsafeRedirect,
+    follow,
+    is_loopback,
+)
 from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
     MatrixError,
     aged,
@@ -157,7 +164,19 @@ def _retry_after(headers, now: float) -> float | None:
 def _open_url(request: urllib.request.Request, timeout: float):
     """Ansible's open_url (its proxy, CA and redirect handling) for a prepared request."""
     headers = dict(request.header_items())
-    return open_url(request.full_url, headers=headers, http_agent=headers.pop("User-agent", None), timeout=timeout)
+    # Redirects come back as HTTPError and are followed by github_issues (the token only to the API's origin).
+    return open_url(request.full_url, headers=headers, http_agent=headers.pop("User-agent", None), timeout=timeout,
+                    follow_redirects="none")
+
+
+def _moved(url: str, location: str, headers: dict) -> tuple[str, dict]:
+    """The next URL (a redirect, or the next page a Link header names) and the headers to send there: the token
+    only to the same scheme, host and port; https -> http refused."""
+    try:
+        target, keep = follow(url, location)
+    except UnsafeRedirect as exc:
+        raise AdvisoryError(f"{exc}. Nothing was changed.") from None
+    return target, headers if keep else {k: v for k, v in headers.items() if k.lower() != "authorization"}
 
 
 def github_issues(api_url: str, repository: str, since: str, token: str | None = None, timeout: float = 20,
@@ -175,9 +194,14 @@ def github_issues(api_url: str, repository: str, since: str, token: str | None =
     headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28",
                "User-Agent": "sparkfleet-advisories"}
     if token:
+        where = urllib.parse.urlsplit(api_url)
+        if where.scheme != "https" and not is_loopback(where.netloc):
+            raise AdvisoryError(f"{api_url} is not https: GITHUB_TOKEN is never sent over plain http. Use the "
+                                "https API, or unset GITHUB_TOKEN. Nothing was changed.")
         headers["Authorization"] = f"Bearer {token}"
-    issues, pages, waited = [], 0, 0.0
+    issues, pages, waited, hops = [], 0, 0.0, 0
     while url and pages < max_pages:
+        redirected = False
         for attempt in (1, 2):
             try:
                 with opener(urllib.request.Request(url, headers=headers), timeout=timeout) as response:
@@ -185,6 +209,12 @@ def github_issues(api_url: str, repository: str, since: str, token: str | None =
                     link = response.headers.get("Link")
                 break
             except urllib.error.HTTPError as exc:
+                location = (exc.headers or {}).get("Location") if exc.code in REDIRECTS else None
+                if location and hops < MAX_REDIRECTS:
+                    hops += 1
+                    url, headers = _moved(url, location, headers)
+                    redirected = True
+                    break
                 wait = _retry_after(exc.headers, clock()) if exc.code in (403, 429) else None
                 if wait is None:
                     raise AdvisoryError(f"GitHub answered {exc.code} {exc.reason} for {url}; expected the list of "
@@ -201,11 +231,14 @@ def github_issues(api_url: str, repository: str, since: str, token: str | None =
                                     "API (opt-in network). Nothing was changed.") from None
             except ValueError as exc:
                 raise AdvisoryError(f"{url} did not answer JSON ({exc}); expected GitHub's issues API") from None
+        if redirected:
+            continue
         if not isinstance(body, list):
             raise AdvisoryError(f"{url} answered {type(body).__name__}; expected a list of issues")
         pages += 1
         issues += [{"number": i.get("number"), "title": i.get("title"), "url": i.get("html_url"),
                     "created_at": i.get("created_at"), "updated_at": i.get("updated_at"), "state": i.get("state")}
                    for i in body if isinstance(i, dict) and "pull_request" not in i]
-        url = next_link(link)
+        following = next_link(link)
+        url, headers = _moved(url, following, headers) if following else (None, headers)
     return {"issues": issues, "pages": pages, "waited_s": waited, "truncated": url is not None}

@@ -135,11 +135,18 @@ import email.utils
 import hashlib
 import json
 import time
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.urls import open_url
+from ansible_collections.sparkfleet.spark.plugins.module_utils._http import (
+    MAX_REDIRECTS,
+    REDIRECTS,
+    UnsafeRedirect,
+    follow,
+    is_loopback,
+)
 from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import (
     ACCEPT,
     INDEX_TYPES,
@@ -180,25 +187,38 @@ class Registry:
         self.module = module
         self.host = host
         self.api_host = api_host
-        loopback = host.split(":")[0] in {"localhost"} or host.startswith("127.")
-        self.scheme = "http" if loopback or host in module.params["plain_http"] else "https"
+        self.scheme = "http" if is_loopback(host) or host in module.params["plain_http"] else "https"
         creds = (module.params["credentials"] or {}).get(host) or {}
         self.username, self.password = creds.get("username"), creds.get("password")
         self.auth: dict[str, str] = {}  # repository -> Authorization (bearer tokens are per repository)
         self.requests = 0
 
     def _once(self, method: str, url: str, headers: dict) -> tuple[int, dict, bytes]:
-        self.requests += 1
-        try:
-            response = open_url(url, method=method, headers=headers, timeout=self.module.params["timeout"],
-                                follow_redirects="all", validate_certs=True)
-            return response.status, dict(response.headers), response.read() if method != "HEAD" else b""
-        except HTTPError as exc:
-            body = exc.read() if hasattr(exc, "read") else b""
-            return exc.code, dict(exc.headers or {}), body or b""
-        except (URLError, OSError, TimeoutError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise RegistryError(f"cannot reach {self.scheme}://{self.api_host} ({reason})", transient=True) from exc
+        """One request, redirects followed here (module_utils/_http.follow): the Authorization header goes only
+        to the scheme, host and port it was given for; https -> http is refused."""
+        for _hop in range(MAX_REDIRECTS + 1):
+            self.requests += 1
+            try:
+                response = open_url(url, method=method, headers=headers, timeout=self.module.params["timeout"],
+                                    follow_redirects="none", validate_certs=True)
+                return response.status, dict(response.headers), response.read() if method != "HEAD" else b""
+            except HTTPError as exc:
+                body = exc.read() if hasattr(exc, "read") else b""
+                answer = exc.code, dict(exc.headers or {}), body or b""
+            except (URLError, OSError, TimeoutError) as exc:
+                reason = getattr(exc, "reason", exc)
+                raise RegistryError(f"cannot reach {self.scheme}://{self.api_host} ({reason})",
+                                    transient=True) from exc
+            location = next((v for k, v in answer[1].items() if k.lower() == "location"), None)
+            if answer[0] not in REDIRECTS or not location:
+                return answer
+            try:
+                url, keep = follow(url, location)
+            except UnsafeRedirect as exc:
+                raise RegistryError(f"{self.host}: {exc}") from None
+            if not keep:
+                headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        raise RegistryError(f"{self.host}: more than {MAX_REDIRECTS} redirects for {url}")
 
     def _retrying(self, method: str, url: str, headers: dict) -> tuple[int, dict, bytes]:
         attempts = max(1, self.module.params["retries"])
@@ -239,6 +259,10 @@ class Registry:
         if params.get("service"):
             query["service"] = params["service"]
         realm = params["realm"]
+        where = urlsplit(realm)
+        if self.username and where.scheme != "https" and not is_loopback(where.netloc):
+            raise RegistryError(f"{self.host}: its token service {realm} is not https; the credentials for "
+                                f"{self.host} are never sent over plain http")
         url = realm + ("&" if "?" in realm else "?") + urlencode(query)
         headers = {}
         if self.username:
