@@ -32,7 +32,7 @@ def merge(previous: dict[str, Any] | None, content: dict[str, Any], now: str) ->
 
 
 def parse(text: str | None) -> dict[str, Any] | None:
-    """The previous state; None when absent. A damaged file counts as absent (it is rewritten)."""
+    """The previous state; None when absent or damaged (spark_state keeps a damaged file aside)."""
     if not text:
         return None
     try:

@@ -74,6 +74,7 @@ state:
 """
 
 import datetime
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
@@ -99,6 +100,14 @@ def main() -> None:
                              f"or none. Check its permissions.")
     previous = parse(before_text)
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
+    if before_text and previous is None:  # damaged (a truncated write, an edit): kept aside, never lost
+        aside = f"{path}.damaged-{now.replace(':', '')}"
+        module.warn(f"the state file {path} is not a sparkfleet state (damaged or edited); "
+                    + (f"kept as {aside}, and a new one is written" if not module.check_mode
+                       else f"it would be kept as {aside}, and a new one written"))
+        if not module.check_mode:
+            os.replace(path, aside)
+        before_text = None
     state, status = merge(previous, module.params["content"], now)
     changed = status != "unchanged" or before_text != render(state)
     result = {"changed": changed, "path": path, "status": status, "previous": previous, "state": state}

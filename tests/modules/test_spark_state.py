@@ -32,9 +32,24 @@ def test_check_mode_writes_nothing(tmp_path):
     assert not path.exists()
 
 
-def test_a_damaged_state_file_is_replaced(tmp_path):
+def test_a_damaged_state_file_is_kept_aside_with_a_warning_and_a_new_one_written(tmp_path):
     path = tmp_path / "state.json"
     path.write_text("{half")
+    checked = run_module("spark_state", {"path": str(path), "content": {"verdict": "ok"}}, "--check")
+    assert path.read_text() == "{half" and len(list(tmp_path.iterdir())) == 1, "check mode moved nothing"
     result = run_module("spark_state", {"path": str(path), "content": {"verdict": "ok"}})
     assert result["status"] == "created"
     assert json.loads(path.read_text())["verdict"] == "ok"
+    (aside,) = tmp_path.glob("state.json.damaged-*")
+    assert aside.read_text() == "{half", "what was there is kept, not lost"
+    assert "is not a sparkfleet state" in result["_stderr"] + result["_stdout"] + checked["_stdout"]
+    assert f"kept as {aside}" in result["_stderr"] + result["_stdout"]
+
+
+def test_a_rewrite_keeps_the_files_mode(tmp_path):
+    path = tmp_path / "state.json"
+    run_module("spark_state", {"path": str(path), "content": {"verdict": "ok"}})
+    path.chmod(0o600)
+    run_module("spark_state", {"path": str(path), "content": {"verdict": "failed"}})
+    assert json.loads(path.read_text())["verdict"] == "failed"
+    assert path.stat().st_mode & 0o777 == 0o600
