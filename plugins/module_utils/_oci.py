@@ -157,7 +157,14 @@ def _entry_problems(name: object, entry: dict) -> list[str]:
     said = [] if validate.launcher(name) is None else [f"name {validate.launcher(name)}"]
     said += [f"{field} {problem}" for field, check in _LOCK_CHECKS.items()
              if entry.get(field) is not None and (problem := check(entry[field]))]
-    said += [f"requested {problem}" for t in entry.get("requested") or [] if (problem := validate.tag(t))]
+    requested = entry.get("requested")
+    if requested is not None:
+        try:
+            if not isinstance(requested, str) or requested != requested.strip() or len(requested) > 255:
+                raise BadReference(f"{requested!r} is not an image reference")
+            parse_reference(requested)
+        except BadReference as exc:
+            said.append(f"requested: {exc}")
     platforms = entry.get("platforms") or []
     said += [f"platforms {problem}" for p in (platforms if isinstance(platforms, list) else [platforms])
              if (problem := validate.platform(p))]

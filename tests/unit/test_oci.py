@@ -96,17 +96,19 @@ INJECTIONS = ["25.11-py3\ntouch /tmp/PWNED #", "x'; touch /tmp/PWNED; '", "$(tou
               "../../etc/cron.d/x", "a\0b", "a" * 300, "", " spaced", "25.11-py3\n"]
 
 
-@pytest.mark.parametrize("field", ["tag", "resolved_at", "registry", "repository", "index_digest", "media_type"])
+@pytest.mark.parametrize("field", ["tag", "resolved_at", "registry", "repository", "index_digest", "media_type",
+                                   "requested"])
 @pytest.mark.parametrize("value", INJECTIONS)
 def test_a_lock_value_that_would_run_or_escape_in_a_launcher_is_refused_naming_the_field(field, value):
     good = {"registry": "nvcr.io", "repository": "nvidia/pytorch", "index_digest": D, "arm64_digest": D,
             "tag": "25.11-py3", "resolved_at": "2026-12-01T04:00:00+00:00",
             "media_type": "application/vnd.oci.image.index.v1+json", "platforms": ["linux/arm64"],
+            "requested": "nvcr.io/nvidia/pytorch:25.11-py3",
             "sizes": {"linux/arm64": 123}}
     assert validate_lock({"ngc": good}, "lock.yml") == []
     problems = validate_lock({"ngc": {**good, field: value}}, "lock.yml")
     assert problems and all(p.startswith("lock.yml: entry 'ngc' ") for p in problems)
-    assert any(f" {field} is " in p or f"lacks {field}" in p or "lacks" in p for p in problems), problems
+    assert any(f" {field} is " in p or f" {field}: " in p or "lacks" in p for p in problems), problems
 
 
 @pytest.mark.parametrize("value", INJECTIONS)
