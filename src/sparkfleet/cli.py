@@ -35,6 +35,7 @@ from sparkfleet.runner import (
     Run,
     RunOutcome,
     ansible_config,
+    collection_module,
     inventory_groups,
     inventory_lock,
     outcome_from_stats,
@@ -330,6 +331,8 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
               f"with: ansible-inventory -i {inventory} --graph).")
     data = report.build(fleet, {"command": command.replace("-", " "), **meta, "argv": typed_argv(),
                                 "versions": versions(config), "errors": outcome.errors})
+    if command == "doctor" and not args.keep_hostnames:
+        data = doctor_redacted(data, fleet)
     paths = report.write(data, directory)
     point_latest(directory)
     if as_json:
@@ -376,6 +379,16 @@ def doctor_args(args: argparse.Namespace) -> argparse.Namespace:
     if args.keep_hostnames:
         extra.append('{"doctor_keep_hostnames": true}')
     return argparse.Namespace(**{**vars(args), "extra_vars": extra})
+
+
+def doctor_redacted(data: dict, fleet: Fleet) -> dict:
+    """The doctor's report.json as its doctor.md has it: each host's name replaced by its label (host-1, ...)."""
+    redact = collection_module("_doctor").redact
+    for name, host in fleet.hosts.items():
+        label = (host.facts.get("spark_doctor") or {}).get("host")
+        if label and name != "localhost":
+            data = redact(data, [name], label)
+    return data
 
 
 def write_doctor(fleet: Fleet, directory: Path, console: Console) -> dict[str, Path]:

@@ -102,3 +102,16 @@ def test_fast_says_so_when_mitogen_does_not_support_the_installed_core(core, sou
     assert bool(said) == refused
     if refused:
         assert f"this is ansible-core {core}" in said and "leave --fast out" in said
+
+
+def test_the_doctors_report_json_names_hosts_as_its_doctor_md_does():
+    from sparkfleet.events import Fleet
+
+    fleet = Fleet()
+    fleet.host("spark-07.example.internal").facts["spark_doctor"] = {"host": "host-1"}
+    data = {"hosts": {"spark-07.example.internal": {"failures": [{"msg": "nvidia-smi failed on "
+                                                                          "spark-07.example.internal"}]}},
+            "limit": "spark-07.example.internal"}
+    redacted = cli.doctor_redacted(data, fleet)
+    assert "spark-07" not in repr(redacted)
+    assert redacted["hosts"]["host-1"]["failures"][0]["msg"] == "nvidia-smi failed on host-1"
