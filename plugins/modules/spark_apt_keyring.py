@@ -11,10 +11,12 @@ module: spark_apt_keyring
 short_description: Fetch an apt repository's signing key, check its fingerprint and install it as a keyring
 description:
   - Downloads the key from O(url) with Ansible's own HTTP client, reads its
-    fingerprint with C(gpg --show-keys) (in a throwaway GnuPG home, nothing is
-    imported), optionally refuses a key whose fingerprint is not
-    O(fingerprint), dearmors an ASCII-armored key and installs it at O(dest)
-    atomically for an apt C(signed-by=) option. No C(apt-key).
+    fingerprint with C(gpg --show-keys) (in a throwaway GnuPG home; the host's
+    own keys are never touched), refuses a key whose fingerprint is not
+    O(fingerprint), and installs at O(dest), atomically, for an apt
+    C(signed-by=) option, exactly the key with that fingerprint (exported
+    from the throwaway home: another key served beside it is left out). No
+    C(apt-key).
   - A refused or unreadable key leaves O(dest) as it was.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
@@ -133,7 +135,13 @@ class Keyring:
                         f"verify the new fingerprint from a trusted source and set it.",
                     fingerprints=found)
         keyring = os.path.join(self.home, "keyring.gpg")
-        if raw.lstrip().startswith(_ARMOR):
+        if params["fingerprint"]:
+            # The keyring holds exactly the pinned key: a file that carries another key beside it (served by
+            # whoever controls the URL) does not get that one trusted too.
+            self.gpg_run("--import", downloaded)
+            self.gpg_run("--yes", "--output", keyring, "--export", want)
+            found = [want]
+        elif raw.lstrip().startswith(_ARMOR):
             self.gpg_run("--yes", "--output", keyring, "--dearmor", downloaded)
         else:
             shutil.copyfile(downloaded, keyring)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import http.server
 import re
 import subprocess
+import threading
 import urllib.request
 
 import pytest
@@ -72,3 +75,30 @@ def test_a_page_that_is_not_a_key_is_refused(tmp_path, fingerprint):
                                               "dest": str(tmp_path / "k.gpg")})
     assert result["failed"] is True
     assert "k.gpg was left as it was" in result["msg"]
+
+
+def test_a_second_key_served_beside_the_pinned_one_is_left_out_of_the_keyring(tmp_path, fingerprint):
+    """A key file that holds the wanted fingerprint plus another key (e.g. an attacker's) gives a keyring of the
+    wanted key alone; served on 127.0.0.1 by an HTTP server of the test's own."""
+    home = tmp_path / "gnupg"
+    home.mkdir(mode=0o700)
+    gpg = ["gpg", "--batch", "--homedir", str(home)]
+    subprocess.run([*gpg, "--passphrase", "", "--quick-gen-key", "intruder <intruder@localhost>", "ed25519", "sign",
+                    "never"], check=True, capture_output=True)
+    intruder = subprocess.run([*gpg, "--armor", "--export"], check=True, capture_output=True).stdout
+    served = urllib.request.urlopen(f"{APT}/gpgkey", timeout=10).read()
+    both = tmp_path / "both.asc"
+    both.write_bytes(served + b"\n" + intruder)
+    assert len(re.findall(r"^fpr:", _show(both), re.MULTILINE)) >= 2
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    dest = tmp_path / "nvidia.gpg"
+    try:
+        result = run_module("spark_apt_keyring", {"url": f"http://127.0.0.1:{server.server_address[1]}/both.asc",
+                                                  "dest": str(dest), "fingerprint": fingerprint})
+    finally:
+        server.shutdown()
+    assert not result["failed"], result.get("msg")
+    keys = re.findall(r"^pub:.*?\n(?:.*\n)*?fpr:+([0-9A-F]{40}):", _show(dest), re.MULTILINE)
+    assert keys == [fingerprint], "the keyring holds the pinned key and nothing else"
