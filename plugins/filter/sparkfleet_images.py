@@ -216,6 +216,10 @@ def spark_images_inventory_dir(sources: list) -> str:
                                  "empty), expected the inventory the lock belongs to; run with -i INVENTORY or set "
                                  "spark_images_lock_file")
     first = str(sources[0])
+    if not os.path.exists(first):  # a host list (-i spark-01,spark-02,): no directory to keep the lock in
+        raise AnsibleFilterError(f"the inventory {os.path.basename(first)!r} is a host list, which has no directory "
+                                 "for the lock (group_vars/all/spark_images_lock.yml); run with -i DIR, an inventory "
+                                 "directory, or set spark_images_lock_file")
     return first if os.path.isdir(first) else os.path.dirname(first)
 
 

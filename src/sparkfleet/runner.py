@@ -387,7 +387,14 @@ class Run:
     config: AnsibleConfig | None = None  # default: the one for the current directory (ansible_config())
 
     def cmdline(self, private: Path) -> list[str]:
-        return self.options.argv(base=Path.cwd()) + extra_vars_files(self.extra_vars, private)
+        # A host list (-i a,b,) goes to ansible-playbook as typed: given to ansible-runner, it becomes a file in
+        # the private directory, and the inventory's directory (where the lock is written) a temporary one.
+        hosts = ["--inventory", self.inventory] if "," in self.inventory else []
+        if hosts and {h.strip() for h in self.inventory.split(",") if h.strip()} == {"localhost"}:
+            # Named in the inventory, localhost is no longer Ansible's implicit one that runs the controller's
+            # own Python; this run's is the one that has the collection's needs (the user's -e still wins).
+            hosts += ["--extra-vars", json.dumps({"ansible_python_interpreter": sys.executable})]
+        return hosts + self.options.argv(base=Path.cwd()) + extra_vars_files(self.extra_vars, private)
 
     def execute(self, fleet: Fleet) -> tuple[RunOutcome, dict]:
         import ansible_runner
@@ -436,7 +443,7 @@ class Run:
                     private_data_dir=str(private),
                     project_dir=str(PROJECT_DIR),
                     playbook=str(PROJECT_DIR / self.playbook),
-                    inventory=self.inventory if "," in self.inventory else str(Path(self.inventory).resolve()),
+                    inventory=None if "," in self.inventory else str(Path(self.inventory).resolve()),
                     cmdline=shlex.join(self.cmdline(private)),
                     envvars=env,
                     artifact_dir=str(artifacts),

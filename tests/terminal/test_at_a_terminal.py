@@ -312,3 +312,10 @@ def test_report_json_records_the_versions_and_the_command_as_typed_without_inlin
     assert data["versions"]["ansible_core"] == core and data["versions"]["sparkfleet"]
     leaked = [str(p) for p in (home / "reports").rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
     assert leaked == []
+
+
+def test_pin_with_a_host_list_says_where_the_lock_cannot_go_and_writes_nothing(home):
+    proc = piped(["pin", "-i", "localhost,", "--plain"], home)
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    assert "'localhost,' is a host list, which has no directory for the lock" in proc.stdout
+    assert not list(home.rglob("spark_images_lock.yml"))

@@ -41,6 +41,9 @@ def test_the_lock_lives_beside_the_first_inventory_source(tmp_path):
     assert images.spark_images_inventory_dir([str(tmp_path / "hosts.yml")]) == str(tmp_path)
     with pytest.raises(AnsibleFilterError, match=r"no inventory source.*-i INVENTORY"):
         images.spark_images_inventory_dir([])
+    # A host list has no directory: the lock would land wherever the run happens to be (a temporary directory).
+    with pytest.raises(AnsibleFilterError, match=r"'localhost,' is a host list.*run with -i DIR"):
+        images.spark_images_inventory_dir([str(tmp_path / "localhost,")])
 
 
 def test_pin_line_shows_a_fallback():
