@@ -11,13 +11,14 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
 
-.PHONY: help venv collection testbed registry aptrepo pyindex lab lab-down test lint unit pytest molecule clean
+.PHONY: help venv collection testbed registry aptrepo pyindex lab lab-down test test-quick lint unit pytest molecule clean
 
 help:
 	@echo "make lab        start LAB_HOSTS (default 2) virtual Sparks, provision them through sparkfleet, report"
 	@echo "make lab-down   remove the lab"
 	@echo "make test       lint + unit + integration + Molecule"
 	@echo "make collection dist/sparkfleet-spark.tar.gz, the collection for ansible-galaxy and ansible-builder"
+	@echo "make test-quick lint + unit: the inner loop, no test bed"
 	@echo "make lint | unit | pytest | molecule   one part of the tests"
 	@echo "  unit: pytest without the test bed or network; pytest: all of pytest, test bed started"
 
@@ -67,6 +68,9 @@ molecule: testbed aptrepo registry pyindex
 	molecule test --all
 
 test: lint pytest molecule
+
+# The inner loop: lint and every test that needs no test bed and no network.
+test-quick: lint unit
 
 clean: lab-down
 	rm -rf .cache .venv dist build

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import shlex
 import shutil
 
 from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
@@ -79,7 +78,8 @@ def switch_link(link: str, path: str) -> None:
 
 def with_environment(activate: str, environment: dict) -> str:
     """The activate script with the matrix's environment exported at its end (this venv only)."""
-    exports = [f"export {k}={shlex.quote(str(v))}" for k, v in sorted(environment.items())]
+    # Always single-quoted (a ' inside closed, escaped and reopened), so no value runs as code when sourced.
+    exports = ["export {}='{}'".format(k, str(v).replace("'", "'\"'\"'")) for k, v in sorted(environment.items())]
     return activate.rstrip("\n") + "\n\n" + "\n".join([ENV_BEGIN, *exports, ENV_END]) + "\n"
 
 

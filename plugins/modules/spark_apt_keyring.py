@@ -15,8 +15,8 @@ description:
     own keys are never touched), refuses a key whose fingerprint is not
     O(fingerprint), and installs at O(dest), atomically, for an apt
     C(signed-by=) option, exactly the key with that fingerprint (exported
-    from the throwaway home: another key served beside it is left out). No
-    C(apt-key).
+    from the throwaway home, so another key served beside it is left out).
+    No C(apt-key).
   - A refused or unreadable key leaves O(dest) as it was.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)

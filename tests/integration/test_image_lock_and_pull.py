@@ -68,8 +68,8 @@ def test_plan_names_the_file_and_the_entry_of_a_bad_digest():
             "unsloth": resolved("unsloth", D1, "dgxspark-latest")}
     result = plan(lock)
     assert result["failed"] is True
-    assert ("inv/group_vars/all/spark_images_lock.yml: entry 'ngc' arm64_digest is 'sha256:short', expected "
-            "sha256: and 64 hex digits") in result["msg"]
+    assert ("inv/group_vars/all/spark_images_lock.yml: entry 'ngc' arm64_digest is 'sha256:short'; expected "
+            "sha256: and 64 lowercase hex digits") in result["msg"]
 
 
 def test_plan_lists_unlocked_dated_tags_and_plans_locked_ones():

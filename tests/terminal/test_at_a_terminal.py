@@ -319,3 +319,32 @@ def test_pin_with_a_host_list_says_where_the_lock_cannot_go_and_writes_nothing(h
     assert proc.returncode == 2, proc.stdout[-2000:]
     assert "'localhost,' is a host list, which has no directory for the lock" in proc.stdout
     assert not list(home.rglob("spark_images_lock.yml"))
+
+
+def readme_commands() -> list[list[str]]:
+    """Every `sparkfleet ...` line of the README's shell blocks, as a shell would split it (comments dropped)."""
+    import shlex
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", readme, re.S)
+    return [shlex.split(line.split("|")[0], comments=True) for block in blocks for line in block.splitlines()
+            if line.startswith("sparkfleet ")]
+
+
+def test_every_sparkfleet_command_the_readme_shows_is_one_the_cli_takes():
+    from sparkfleet import cli
+
+    commands = readme_commands()
+    assert len(commands) >= 15
+    for argv in commands:
+        cli.build_parser().parse_args(argv[1:])  # exits 4 with argparse's message on a command it does not take
+    shown = {argv[1] for argv in commands}
+    assert {"provision", "verify", "pin", "refresh", "matrix", "advisories", "doctor"} <= shown
+
+
+def test_the_readmes_doctor_runs_as_written_from_another_directory(home):
+    (argv,) = [a for a in readme_commands() if a == ["sparkfleet", "doctor"]]
+    screen = Screen(argv[1:], home).wait()
+    assert screen.rc == 0 and "## sparkfleet doctor: host-1" in screen.text, screen.text[-2000:]
+    shown = Screen(["report"], home).wait()
+    assert shown.rc == 0 and "sparkfleet doctor: successful" in shown.text, shown.text[-2000:]

@@ -43,7 +43,7 @@ def test_a_path_that_is_not_a_link_is_never_replaced(tmp_path):
 
 def test_the_activate_script_ends_with_the_matrix_environment():
     text = venv.with_environment("# activate\nVIRTUAL_ENV=x\n\n", {"TORCH_CUDA_ARCH_LIST": "12.1", "A": "1"})
-    assert text.endswith(f"{venv.ENV_BEGIN}\nexport A=1\nexport TORCH_CUDA_ARCH_LIST=12.1\n{venv.ENV_END}\n")
+    assert text.endswith(f"{venv.ENV_BEGIN}\nexport A='1'\nexport TORCH_CUDA_ARCH_LIST='12.1'\n{venv.ENV_END}\n")
     assert text.startswith("# activate\nVIRTUAL_ENV=x\n\n#")
 
 
