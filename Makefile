@@ -18,7 +18,7 @@ help:
 	@echo "make lab-down   remove the lab"
 	@echo "make test       lint + unit + integration + Molecule"
 	@echo "make collection dist/sparkfleet-spark.tar.gz, the collection for ansible-galaxy and ansible-builder"
-	@echo "make test-quick lint + unit: the inner loop, no test bed"
+	@echo "make test-quick lint, unit, module and terminal tests: the inner loop, no test bed"
 	@echo "make lint | unit | pytest | molecule   one part of the tests"
 	@echo "  unit: pytest without the test bed or network; pytest: all of pytest, test bed started"
 
@@ -69,8 +69,9 @@ molecule: testbed aptrepo registry pyindex
 
 test: lint pytest molecule
 
-# The inner loop: lint and every test that needs no test bed and no network.
-test-quick: lint unit
+# The inner loop: lint, the pure tests, the modules natively and the CLI at a pty; no test bed, no network.
+test-quick: lint
+	pytest -m "not testbed and not network" tests/unit tests/cli tests/modules tests/terminal
 
 clean: lab-down
 	rm -rf .cache .venv dist build
