@@ -317,7 +317,7 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
                                   + f"; the inventory's groups: {', '.join(groups) or 'none'}. List your Sparks "
                                   "under 'sparks' (see inventory/example)"]
                 outcome.nothing_targeted = True
-                meta["exit_code"] = outcome.exit_code()
+                meta.update(status="failed", exit_code=outcome.exit_code())
     except InventoryBusy as exc:
         error(str(exc))
         return EXIT_BUSY

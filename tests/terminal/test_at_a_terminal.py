@@ -150,7 +150,7 @@ def test_nothing_targeted_is_bad_input_naming_the_pattern_and_the_groups(home):
     assert screen.rc == 4, screen.text[-2000:]
     assert "no host of inventory gpu.ini matches 'sparks'; the inventory's groups: gpu" in screen.text
     data = json.loads((home / "reports" / "latest" / "report.json").read_text())
-    assert data["exit_code"] == 4 and data["errors"]
+    assert (data["status"], data["exit_code"]) == ("failed", 4) and data["errors"]
     assert ET.parse(home / "reports" / "latest" / "report.junit.xml").getroot().get("failures") == "1"
 
 
