@@ -24,9 +24,10 @@ DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 ACCEPT = ", ".join((OCI_INDEX, DOCKER_LIST, OCI_MANIFEST, DOCKER_MANIFEST))
 INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_LIST})
 
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+# One definition of each, in _validate.py.
+_DIGEST = validate.DIGEST
+_TAG = validate.TAG
+_COMPONENT = validate.REPOSITORY_COMPONENT
 
 
 class BadReference(ValueError):

@@ -128,10 +128,7 @@ def epilog(command: str) -> str:
 
 def version_text() -> str:
     """sparkfleet, ansible-core, the collection and the configuration a run here would use (like ansible --version)."""
-    try:
-        from ansible.release import __version__ as core
-    except ImportError:
-        core = "not installed"
+    core = ansible_core_version() or "not installed"
     try:
         config = ansible_config().described
     except ValueError as exc:
@@ -361,12 +358,16 @@ def typed_argv() -> list[str]:
     return out
 
 
-def versions(config) -> dict:
+def ansible_core_version() -> str | None:
     try:
         from ansible.release import __version__ as core
     except ImportError:
-        core = None
-    return {"sparkfleet": __version__, "ansible_core": core, "collection": str(PROJECT_DIR),
+        return None
+    return core
+
+
+def versions(config) -> dict:
+    return {"sparkfleet": __version__, "ansible_core": ansible_core_version(), "collection": str(PROJECT_DIR),
             "config_file": str(config.path)}
 
 
