@@ -180,7 +180,7 @@ def _entry_problems(name: object, entry: dict) -> list[str]:
             said.append(f"derived.{child} is {recipe!r}; expected a mapping with recipe and tag")
             continue
         said += [f"derived.{child}.recipe {problem}" for problem in [validate.digest(recipe.get("recipe"))] if problem]
-        repo, _, tag = str(recipe.get("tag")).rpartition(":")
-        if validate.repository(repo) or validate.tag(tag):
+        repo, colon, tag = str(recipe.get("tag")).rpartition(":")
+        if not colon or validate.repository(repo) or validate.tag(tag):
             said.append(f"derived.{child}.tag is {recipe.get('tag')!r}; expected sparkfleet/<name>:<recipe hash>")
     return said

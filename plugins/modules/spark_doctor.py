@@ -90,9 +90,20 @@ EXAMPLES = r"""
 RETURN = r"""
 report:
   description: The report - host, platform, simulated, system, gpu, docker, toolkit, images, venv, verification,
-    abi_findings, memory, problems (each with problem, evidence, fix), unreadable.
+    abi_findings, memory, problems, unreadable.
   returned: success
   type: dict
+  contains:
+    problems:
+      description: What is wrong, most likely cause first; each with problem, evidence (what was read) and fix.
+      returned: success
+      type: list
+      elements: dict
+    unreadable:
+      description: What the doctor could not read, and why; the report is silent about those parts.
+      returned: success
+      type: list
+      elements: str
 markdown:
   description: The report as Markdown, to paste into an issue.
   returned: success
