@@ -18,6 +18,11 @@ description:
     from the throwaway home, so another key served beside it is left out).
     No C(apt-key).
   - A refused or unreadable key leaves O(dest) as it was.
+  - With O(source_path) and O(source), also writes the repository's deb822 source file that names the
+    keyring (atomically, mode 0644, only when its text differs) and removes the files of O(replaces) (a
+    one-line definition of the same repository, which would make apt refuse to run) - the key, the source and
+    the old definition in one module call, changed when any of them changed. The source is written only after
+    the key passed its check.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
 options:
@@ -42,6 +47,17 @@ options:
     description: Check the server's TLS certificate.
     type: bool
     default: true
+  source_path:
+    description: The repository's deb822 source file (C(/etc/apt/sources.list.d/NAME.sources)).
+    type: path
+  source:
+    description: The text of O(source_path).
+    type: str
+  replaces:
+    description: Other definitions of the same repository, removed (a one-line C(.list) file).
+    type: list
+    elements: path
+    default: []
 requirements:
   - gpg on the target host
 attributes:
@@ -53,7 +69,7 @@ attributes:
     description: Will return details on what has changed (or possibly needs changing in check_mode), when in
       diff mode.
     support: full
-    details: Shows the keyring's fingerprints before and after.
+    details: Shows the keyring's fingerprints, the source file and each removed file before and after.
   idempotent:
     description: When run twice in a row outside check mode, with the same arguments, the second invocation
       indicates no change.
@@ -67,6 +83,19 @@ EXAMPLES = r"""
     url: https://nvidia.github.io/libnvidia-container/gpgkey
     dest: /usr/share/keyrings/nvidia-container-toolkit-keyring.gpg
     fingerprint: "{{ expected_fingerprint }}"
+
+- name: The key, the deb822 source that names it, and no one-line definition beside it
+  sparkfleet.spark.spark_apt_keyring:
+    url: https://nvidia.github.io/libnvidia-container/gpgkey
+    dest: /usr/share/keyrings/nvidia-container-toolkit-keyring.gpg
+    fingerprint: "{{ expected_fingerprint }}"
+    source_path: /etc/apt/sources.list.d/nvidia-container-toolkit.sources
+    source: |
+      Types: deb
+      URIs: https://nvidia.github.io/libnvidia-container/stable/deb/arm64
+      Suites: /
+      Signed-By: /usr/share/keyrings/nvidia-container-toolkit-keyring.gpg
+    replaces: [/etc/apt/sources.list.d/nvidia-container-toolkit.list]
 """
 
 RETURN = r"""
@@ -76,6 +105,12 @@ fingerprints:
   type: list
   elements: str
   sample: ["70F0903611435845A14A6E1932140EED742619B1"]
+changes:
+  description: What changed (or, in check mode, would change), of C(keyring), C(source) and each removed file.
+  returned: success
+  type: list
+  elements: str
+  sample: [keyring, /etc/apt/sources.list.d/nvidia-container-toolkit.list removed]
 """
 
 import os
@@ -84,6 +119,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import fetch_url
+from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
 from ansible_collections.sparkfleet.spark.plugins.module_utils._gpg import normalize_fingerprint, primary_fingerprints
 
 _ARMOR = b"-----BEGIN PGP PUBLIC KEY BLOCK-----"
@@ -152,15 +188,54 @@ class Keyring:
         if os.path.exists(dest):
             with open(dest, "rb") as handle:
                 old = handle.read()
-        result = {"changed": old != new, "fingerprints": found}
+        result = {"changed": old != new, "fingerprints": found, "changes": [], "diff": []}
         if result["changed"]:
             before = ", ".join(self.fingerprints_of(dest)) if old else "(absent)"
-            result["diff"] = {"before": f"{dest}: {before}\n", "after": f"{dest}: {', '.join(found)}\n"}
+            result["changes"].append("keyring")
+            result["diff"].append({"before": f"{dest}: {before}\n", "after": f"{dest}: {', '.join(found)}\n"})
             if not self.module.check_mode:
                 os.makedirs(os.path.dirname(dest), exist_ok=True)
                 os.chmod(keyring, 0o644)
                 self.module.atomic_move(keyring, dest)
+        self.source(result)
+        result["changed"] = bool(result["changes"])
+        if not result["diff"]:
+            del result["diff"]
         return result
+
+    def source(self, result: dict) -> None:
+        """The deb822 source naming the keyring, and no other definition of the repository beside it."""
+        params = self.module.params
+        path, text = params["source_path"], params["source"]
+        if path:
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    before = handle.read()
+            except FileNotFoundError:
+                before = None
+            except (OSError, UnicodeDecodeError) as exc:
+                self.module.fail_json(msg=f"cannot read {path}: {exc}; expected an apt source file or none.")
+            if before != text:
+                result["changes"].append("source")
+                result["diff"].append({"before": before or "", "after": text, "before_header": path,
+                                       "after_header": path})
+                if not self.module.check_mode:
+                    atomic_write(path, text, mode=0o644)
+        for old in params["replaces"]:
+            if os.path.lexists(old):
+                result["changes"].append(f"{old} removed")
+                result["diff"].append({"before_header": old, "after_header": f"{old} (removed)",
+                                       "before": _text(old), "after": ""})
+                if not self.module.check_mode:
+                    os.unlink(old)
+
+
+def _text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError as exc:
+        return f"({exc.strerror})\n"
 
 
 def main() -> None:
@@ -171,7 +246,11 @@ def main() -> None:
             "fingerprint": {"type": "str"},
             "timeout": {"type": "int", "default": 30},
             "validate_certs": {"type": "bool", "default": True},
+            "source_path": {"type": "path"},
+            "source": {"type": "str"},
+            "replaces": {"type": "list", "elements": "path", "default": []},
         },
+        required_together=[("source_path", "source")],
         supports_check_mode=True,
     )
     if module.params["fingerprint"]:

@@ -143,6 +143,20 @@ ansible_facts:
           description: The Docker engine's binary (C(/usr/bin/dockerd) or C(/usr/sbin/dockerd)), null when absent.
           type: str
           sample: /usr/bin/dockerd
+        docker_service:
+          description:
+            - Whether systemd runs C(docker.service) now (C(active)) and at boot (C(enabled)); each null where
+              the host has no C(systemctl). spark_container_runtime starts or enables Docker only when one is
+              not true.
+          type: dict
+          sample: {active: true, enabled: true}
+        docker_runtimes:
+          description:
+            - The runtimes the running Docker engine knows, as C(docker info --format '{{json .Runtimes}}')
+              prints them; null when Docker did not answer. Read in the same C(docker info) call as the data
+              root, so a converged run asks Docker once.
+          type: dict
+          sample: {nvidia: {path: nvidia-container-runtime}, runc: {path: runc}}
         memory_total_bytes:
           description: MemTotal from C(/proc/meminfo).
           type: int
@@ -218,14 +232,32 @@ class PreflightFacts:
                                       + (f" (rc {rc}: {err.strip()})" if rc else ""))
         return gpus, cuda, report
 
-    def docker_data_root(self) -> str:
+    def docker_info(self) -> dict:
+        """What the running Docker engine says of itself (one `docker info`); empty when it does not answer."""
+        docker = self.module.get_bin_path("docker")
+        if not docker:
+            return {}
+        rc, out, _unused = _run([docker, "info", "--format", "{{json .}}"], self.timeout)
+        try:
+            info = json.loads(out) if rc == 0 else {}
+        except ValueError:
+            return {}
+        return info if isinstance(info, dict) else {}
+
+    def docker_service(self) -> dict:
+        """Whether systemd runs Docker now and starts it at boot (null for each where there is no systemctl)."""
+        systemctl = self.module.get_bin_path("systemctl")
+        if not systemctl:
+            return {"active": None, "enabled": None}
+        return {state: _run([systemctl, f"is-{state}", "--quiet", "docker.service"], self.timeout)[0] == 0
+                for state in ("active", "enabled")}
+
+    def docker_data_root(self, info: dict) -> str:
         if self.module.params["docker_data_root"]:
             return self.module.params["docker_data_root"]
-        docker = self.module.get_bin_path("docker")
-        if docker:
-            rc, out, _unused = _run([docker, "info", "--format", "{{.DockerRootDir}}"], self.timeout)
-            if rc == 0 and out.strip().startswith("/"):
-                return out.strip()
+        root = info.get("DockerRootDir")
+        if isinstance(root, str) and root.startswith("/"):
+            return root
         try:
             config = json.loads(_read("/etc/docker/daemon.json") or "{}")
         except ValueError:
@@ -249,7 +281,9 @@ class PreflightFacts:
         gpus, cuda, nvsmi = self.nvidia()
         platform, reasons = classify(arch, gpus, cuda)
         dgx_text = _read("/etc/dgx-release")
-        data_root = self.docker_data_root()
+        info = self.docker_info()
+        data_root = self.docker_data_root(info)
+        runtimes = info.get("Runtimes")
         mem = parse_meminfo(_read("/proc/meminfo") or "")
         return {
             "platform": platform,
@@ -264,6 +298,8 @@ class PreflightFacts:
             "docker_data_root": data_root,
             "docker_data_root_free_bytes": self.free_bytes(data_root),
             "dockerd": next((p for p in ("/usr/bin/dockerd", "/usr/sbin/dockerd") if os.path.exists(p)), None),
+            "docker_service": self.docker_service(),
+            "docker_runtimes": runtimes if isinstance(runtimes, dict) else None,
             "memory_total_bytes": mem.get("MemTotal"),
             "memory_available_bytes": mem.get("MemAvailable"),
         }

@@ -1,6 +1,7 @@
-"""The launcher template, rendered by real Ansible (ansible.builtin.template) and run by a real shell with a
-docker stand-in that records its argv: a working directory whose name holds shell syntax, and a value with a
-quote, reach docker as plain arguments and run nothing."""
+"""The launchers, written by the real spark_launchers module (through real `ansible`) and run by a real shell
+with a docker stand-in that records its argv: a working directory whose name holds shell syntax, and a value
+with a quote, reach docker as plain arguments and run nothing; a converged host writes nothing; check mode and
+--diff say what would change; a bad value writes no launcher at all."""
 
 from __future__ import annotations
 
@@ -8,38 +9,88 @@ import json
 import os
 import subprocess
 
-from conftest import REPO, run_module
+from conftest import run_module
 
 D = "sha256:" + "cd" * 32
+E = "sha256:" + "ef" * 32
+NGC = {"registry": "nvcr.io", "repository": "nvidia/pytorch", "tag": "25.11-py3",
+       "resolved_at": "2026-12-01T04:00:00+00:00", "launcher": "spark-ngc", "ref": f"nvcr.io/nvidia/pytorch@{D}"}
+DERIVED = {"derived": True, "image_tag": "sparkfleet/ngc-tools:0123abcd", "recipe": "sha256:" + "01" * 32,
+           "base_ref": NGC["ref"], "launcher": "spark-ngc-tools", "ref": E}
+FLAGS = ["--runtime=nvidia", "--gpus", "all"]
 
 
-def render(tmp_path, workdir: str, environment: dict) -> str:
-    launcher = tmp_path / "spark-ngc"
-    variables = tmp_path / "vars.json"
-    variables.write_text(json.dumps({
-        "item": {"registry": "nvcr.io", "repository": "nvidia/pytorch", "tag": "25.11-py3",
-                 "resolved_at": "2026-12-01T04:00:00+00:00", "launcher": "spark-ngc",
-                 "ref": f"nvcr.io/nvidia/pytorch@{D}"},
-        "__spark_images_workdir": workdir, "spark_images_environment": environment,
-        "spark_images_run_flags": ["--runtime=nvidia", "--gpus", "all"]}))
-    result = run_module("ansible.builtin.template", {
-        "src": str(REPO / "roles" / "spark_images" / "templates" / "launcher.sh.j2"), "dest": str(launcher),
-        "mode": "0755"}, "-e", f"@{variables}")
-    assert not result["failed"], result.get("msg")
-    return str(launcher)
+def install(tmp_path, images, *flags, workdir="work/runs", environment=None) -> dict:
+    return run_module("spark_launchers", {"dir": str(tmp_path / "bin"), "images": images, "workdir": workdir,
+                                          "run_flags": FLAGS, "environment": environment or {}}, *flags)
 
 
 def test_a_hostile_directory_name_and_a_quoted_value_reach_docker_as_plain_arguments(tmp_path, fake_bin):
     record = tmp_path / "argv.json"
     fake_bin("docker", f'exec python3 -c \'import json, sys; json.dump(sys.argv[1:], open("{record}", "w"))\' "$@"\n')
-    launcher = render(tmp_path, "work/runs", {"NOTE": "it's $(touch PWNED) `touch PWNED`"})
+    result = install(tmp_path, [NGC], environment={"NOTE": "it's $(touch PWNED) `touch PWNED`"})
+    assert not result["failed"], result.get("msg")
+    launcher = tmp_path / "bin" / "spark-ngc"
+    assert oct(launcher.stat().st_mode & 0o7777) == "0o755"
     here = tmp_path / "my $(touch PWNED) dir"
     here.mkdir()
-    subprocess.run(["sh", launcher, "python3", "-c", "print(1)"], cwd=here, check=True,
+    subprocess.run(["sh", str(launcher), "python3", "-c", "print(1)"], cwd=here, check=True,
                    env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"})
     argv = json.loads(record.read_text())
+    assert argv[:4] == ["run", "--rm", "-i", "--runtime=nvidia"], argv
     assert f"{here}/work/runs:/workspace/runs" in argv, argv
     assert "NOTE=it's $(touch PWNED) `touch PWNED`" in argv
     assert argv[-4:] == [f"nvcr.io/nvidia/pytorch@{D}", "python3", "-c", "print(1)"]
     assert not list(tmp_path.rglob("PWNED")), "nothing the values carry ran"
     assert (here / "work" / "runs").is_dir()
+
+
+def test_all_launchers_in_one_call_and_a_converged_host_writes_nothing(tmp_path):
+    first = install(tmp_path, [NGC, DERIVED])
+    assert not first["failed"], first.get("msg")
+    assert first["changed"] is True
+    assert [(e["name"], e["changed"]) for e in first["launchers"]] == [("spark-ngc", True), ("spark-ngc-tools", True)]
+    derived = (tmp_path / "bin" / "spark-ngc-tools").read_text()
+    assert f"built FROM\n# {NGC['ref']}" in derived and derived.rstrip().endswith(f'{E} "$@"')
+    written = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "bin").iterdir()}
+
+    again = install(tmp_path, [NGC, DERIVED])
+    assert again["changed"] is False, again["launchers"]
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "bin").iterdir()} == written, "nothing rewritten"
+
+
+def test_check_mode_and_diff_tell_which_launcher_would_move_and_write_nothing(tmp_path):
+    install(tmp_path, [NGC, DERIVED])
+    before = (tmp_path / "bin" / "spark-ngc").read_text()
+    moved = {**NGC, "ref": f"nvcr.io/nvidia/pytorch@{E}"}
+    result = install(tmp_path, [moved, DERIVED], "--check", "--diff")
+    assert not result["failed"], result.get("msg")
+    assert [(e["name"], e["changed"]) for e in result["launchers"]] == [("spark-ngc", True), ("spark-ngc-tools", False)]
+    assert (tmp_path / "bin" / "spark-ngc").read_text() == before, "check mode wrote nothing"
+    shown = result["_stdout"]
+    assert f"-    nvcr.io/nvidia/pytorch@{D}" in shown and f"+    nvcr.io/nvidia/pytorch@{E}" in shown
+    assert result["_stdout"].count("+++ after") == 1, "an unchanged launcher shows no diff"
+
+    fresh = install(tmp_path / "empty", [NGC], "--check")
+    assert fresh["changed"] is True and not (tmp_path / "empty" / "bin" / "spark-ngc").exists()
+
+
+def test_a_changed_mode_is_put_back_and_reported(tmp_path):
+    install(tmp_path, [NGC])
+    (tmp_path / "bin" / "spark-ngc").chmod(0o777)
+    result = install(tmp_path, [NGC])
+    assert result["changed"] is True and oct((tmp_path / "bin" / "spark-ngc").stat().st_mode & 0o7777) == "0o755"
+
+
+def test_a_bad_value_writes_no_launcher_and_names_what_was_wrong(tmp_path):
+    good = {**NGC, "launcher": "spark-good"}
+    for images, workdir, expected in (
+            ([good, {**NGC, "launcher": "../../etc/cron.d/x"}], "work", "launcher is '../../etc/cron.d/x'"),
+            ([good], "../outside", "workdir is '../outside'"),
+            ([good, {**NGC, "launcher": "spark-good"}], "work", "'spark-good' is named by more than one image"),
+            ([good, {**NGC, "launcher": "spark-x", "ref": "a\nrm -rf /"}], "work", "spark-x: ref"),
+    ):
+        result = install(tmp_path, images, workdir=workdir)
+        assert result["failed"], images
+        assert "no launcher was written" in result["msg"] and expected in result["msg"], result["msg"]
+        assert not (tmp_path / "bin").exists(), "not even the good launcher"

@@ -102,3 +102,36 @@ def test_a_second_key_served_beside_the_pinned_one_is_left_out_of_the_keyring(tm
     assert not result["failed"], result.get("msg")
     keys = re.findall(r"^pub:.*?\n(?:.*\n)*?fpr:+([0-9A-F]{40}):", _show(dest), re.MULTILINE)
     assert keys == [fingerprint], "the keyring holds the pinned key and nothing else"
+
+
+def test_the_key_the_source_and_no_one_line_definition_in_one_call(tmp_path, fingerprint):
+    dest, sources, legacy = tmp_path / "nvidia.gpg", tmp_path / "nvidia.sources", tmp_path / "nvidia.list"
+    legacy.write_text(f"deb [signed-by={dest}] {APT}/stable/deb/amd64 /\n")
+    text = f"Types: deb\nURIs: {APT}/stable/deb/amd64\nSuites: /\nSigned-By: {dest}\n"
+    args = {"url": f"{APT}/gpgkey", "dest": str(dest), "fingerprint": fingerprint, "source_path": str(sources),
+            "source": text, "replaces": [str(legacy)]}
+
+    check = run_module("spark_apt_keyring", args, "--check", "--diff")
+    assert check["changed"] is True and check["changes"] == ["keyring", "source", f"{legacy} removed"], check
+    assert not dest.exists() and not sources.exists() and legacy.exists(), "check mode wrote nothing"
+    assert f"+Signed-By: {dest}" in check["_stdout"]
+
+    first = run_module("spark_apt_keyring", args)
+    assert first["changes"] == ["keyring", "source", f"{legacy} removed"], first
+    assert sources.read_text() == text and oct(sources.stat().st_mode & 0o777) == "0o644"
+    assert not legacy.exists()
+    assert run_module("spark_apt_keyring", args)["changed"] is False, "a converged repository changes nothing"
+
+    sources.write_text("Types: deb\nURIs: http://elsewhere.invalid/\n")
+    assert run_module("spark_apt_keyring", args)["changes"] == ["source"]
+    assert sources.read_text() == text
+
+
+def test_a_refused_key_writes_no_source_either(tmp_path, fingerprint):
+    sources, legacy = tmp_path / "nvidia.sources", tmp_path / "nvidia.list"
+    legacy.write_text("deb http://old/ /\n")
+    result = run_module("spark_apt_keyring", {
+        "url": f"{APT}/gpgkey", "dest": str(tmp_path / "k.gpg"), "fingerprint": "0" * 40,
+        "source_path": str(sources), "source": "Types: deb\n", "replaces": [str(legacy)]})
+    assert result["failed"] is True
+    assert not sources.exists() and legacy.read_text() == "deb http://old/ /\n", "nothing moved"

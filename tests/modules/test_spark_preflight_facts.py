@@ -92,3 +92,29 @@ def test_stand_in_refuses_arguments_it_does_not_know(tmp_path):
                           check=False)
     assert proc.returncode == 2
     assert "Invalid combination of input arguments" in proc.stderr
+
+
+def test_docker_and_its_service_state_are_read_once_for_the_run(fake_bin, tmp_path):
+    # Stand-ins for the two CLIs, shaped as their documented output: `docker info --format '{{json .}}'` prints
+    # one JSON object; `systemctl is-active|is-enabled --quiet UNIT` answers with its exit status only.
+    calls = tmp_path / "calls"
+    fake_bin("docker", f'echo "docker $*" >> {calls}\n'
+                       'echo \'{"DockerRootDir": "/srv/docker", "Runtimes": {"nvidia": {"path": '
+                       '"nvidia-container-runtime"}, "runc": {"path": "runc"}}}\'\n')
+    fake_bin("systemctl", f'echo "systemctl $*" >> {calls}\n[ "$1" = is-active ]\n')
+    facts = _facts(run_module("spark_preflight_facts", {"command_timeout": 30}, PATH=f"{tmp_path}:/usr/bin:/bin"))
+    assert facts["docker_runtimes"] == {"nvidia": {"path": "nvidia-container-runtime"}, "runc": {"path": "runc"}}
+    assert facts["docker_data_root"] == "/srv/docker"
+    assert facts["docker_service"] == {"active": True, "enabled": False}, "running now, not started at boot"
+    assert calls.read_text().splitlines() == [
+        "docker info --format {{json .}}", "systemctl is-active --quiet docker.service",
+        "systemctl is-enabled --quiet docker.service"], "one docker call for the data root and the runtimes"
+
+
+def test_a_docker_that_does_not_answer_gives_no_runtimes_and_the_configured_data_root(fake_bin, tmp_path):
+    fake_bin("docker", "echo 'Cannot connect to the Docker daemon at unix:///var/run/docker.sock.' >&2\nexit 1\n")
+    fake_bin("systemctl", "exit 3\n")
+    facts = _facts(run_module("spark_preflight_facts", {"docker_data_root": "/var/lib/docker"},
+                              PATH=f"{tmp_path}:/usr/bin:/bin"))
+    assert facts["docker_runtimes"] is None
+    assert facts["docker_service"] == {"active": False, "enabled": False}

@@ -1,0 +1,168 @@
+#!/usr/bin/python
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Install every launcher of a host in one call, each written only when its text or attributes differ."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: spark_launchers
+short_description: Install a launcher per pinned image, all in one module call
+description:
+  - Writes one shell script per image of O(images) into O(dir), named by the image's C(launcher), that runs
+    exactly the image's pinned C(ref) (a digest, or a derived image's ID), never a tag, with O(run_flags),
+    O(environment) and ./O(workdir) mounted at C(/workspace/<last part of workdir>).
+  - One module call for all of a host's launchers (the template loop it replaces cost two module calls per
+    launcher). Each launcher is compared with the file on the host and written, atomically, only when its text
+    differs; owner C(root), group C(root), mode C(0755) are set only when they differ. A converged host
+    reports C(changed=false) and writes nothing.
+  - Every value that reaches a script (launcher names, the reference, the working directory, the environment,
+    the flags) is checked first; a bad one fails the task before any file is written, and says which value and
+    what was expected.
+  - Launchers no longer in O(images) are left in place (a user's own script of the same directory is never
+    removed).
+version_added: "0.2.0"
+author: sparkfleet contributors (@sparkfleet)
+options:
+  dir:
+    description: The directory of the launchers.
+    type: path
+    default: /usr/local/bin
+  images:
+    description:
+      - The pinned images (the role's C(spark_images_pinned)). Each needs C(launcher) and C(ref); C(registry),
+        C(repository), C(tag), C(resolved_at) (or C(derived), C(image_tag), C(recipe), C(base_ref)) go into
+        the script's comment.
+    type: list
+    elements: dict
+    required: true
+  workdir:
+    description: The relative directory the launchers mount (a plain relative path, no C(..)).
+    type: str
+    default: finetuning
+  run_flags:
+    description: The docker run flags every launcher passes.
+    type: list
+    elements: str
+    default: []
+  environment:
+    description: Environment variables every launcher passes (C(--env NAME=VALUE)).
+    type: dict
+    default: {}
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: Says which launchers would change, writes nothing.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
+      diff mode.
+    support: full
+    details: Each changed launcher's text before and after.
+  idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation
+      indicates no change.
+    support: full
+    details: Same text and attributes, nothing written.
+"""
+
+EXAMPLES = r"""
+- name: Install the launchers
+  sparkfleet.spark.spark_launchers:
+    dir: /usr/local/bin
+    images: "{{ spark_images_pinned }}"
+    workdir: finetuning
+    run_flags: [--runtime=nvidia, --gpus, all]
+    environment: {HF_HOME: /workspace/finetuning/.hf}
+"""
+
+RETURN = r"""
+launchers:
+  description: One entry per image, in the order of O(images).
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The launcher's file name.
+      type: str
+    path:
+      description: Its path on the host.
+      type: str
+    ref:
+      description: The reference it runs.
+      type: str
+    changed:
+      description: Whether its text or attributes were (or, in check mode, would be) changed.
+      type: bool
+  sample: [{name: spark-ngc, path: /usr/local/bin/spark-ngc, ref: nvcr.io/nvidia/pytorch@sha256:..., changed: false}]
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils._launchers import problems, script
+
+
+def _read(module: AnsibleModule, path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        module.fail_json(msg=f"cannot read the launcher {path}: {exc}; expected a text file or none. "
+                             "Move it away (it is replaced by sparkfleet's launcher) and run again.")
+        raise AssertionError("unreachable") from exc
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "dir": {"type": "path", "default": "/usr/local/bin"},
+            "images": {"type": "list", "elements": "dict", "required": True},
+            "workdir": {"type": "str", "default": "finetuning"},
+            "run_flags": {"type": "list", "elements": "str", "default": []},
+            "environment": {"type": "dict", "default": {}},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    images, workdir, environment, flags = p["images"], p["workdir"], p["environment"], p["run_flags"]
+    said = [f"image {i + 1}: {problem}" for i, image in enumerate(images)
+            for problem in problems(image, workdir, environment, flags)]
+    names = [image.get("launcher") for image in images]
+    said += [f"launcher {name!r} is named by more than one image; expected one image per launcher"
+             for name in sorted({n for n in names if names.count(n) > 1})]
+    if said:
+        module.fail_json(msg="no launcher was written: " + "; ".join(said)
+                             + ". Fix the catalog (spark_images_catalog) or the role's variables and run again.",
+                         problems=said)
+
+    launchers, diffs = [], []
+    for image in images:
+        path = os.path.join(p["dir"], image["launcher"])
+        text = script(image, workdir, environment, flags)
+        before = _read(module, path)
+        changed = before != text
+        if changed:
+            diffs.append({"before": before or "", "after": text, "before_header": path, "after_header": path})
+            if not module.check_mode:
+                atomic_write(path, text, mode=0o755)
+        file_args = {"path": path, "mode": "0755", "owner": "root", "group": "root", "attributes": None,
+                     "seuser": None, "serole": None, "setype": None, "selevel": None, "secontext": None}
+        if module.check_mode and before is None:
+            pass  # the file is not there to compare: it would be created with these attributes
+        else:
+            changed = module.set_fs_attributes_if_different(file_args, changed)
+        launchers.append({"name": image["launcher"], "path": path, "ref": image["ref"], "changed": changed})
+    result = {"changed": any(entry["changed"] for entry in launchers), "launchers": launchers}
+    if diffs:
+        result["diff"] = diffs
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
