@@ -12,6 +12,7 @@ import datetime
 import hashlib
 import json
 import re
+import urllib.parse
 
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _validate
 
@@ -190,7 +191,7 @@ def plan_extras(matrix, requested: list[str]) -> list[dict]:
         elif policy == "index":
             entry["index_url"] = comp["index_url"]
             entry["args"] = ["--pre"]
-            entry["says"] = f"{spec}: from {comp['index_url']} ({entry['note']})"
+            entry["says"] = f"{spec}: from {redact_url(comp['index_url'])} ({entry['note']})"
         elif policy == "warn":
             entry["says"] = f"{spec}: installed, but {entry['note']}"
         else:
@@ -222,37 +223,59 @@ def override(url: str, overrides: dict) -> str:
     return table.get(url.rstrip("/"), url.rstrip("/"))
 
 
-def index_args(option: str, url: str) -> list[str]:
-    """`--index-url URL`, plus --trusted-host for a plain-http mirror: pip caches nothing from an
-    untrusted http origin, and a rebuild must not fetch a wheel twice."""
-    args = [option, url]
-    if url.startswith("http://"):
-        args += ["--trusted-host", url.split("/")[2].split(":")[0]]
-    return args
+def redact_url(url: str) -> str:
+    """The URL with its credentials (https://user:TOKEN@host/ or https://TOKEN@host/) masked, for what is shown."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    user, _sep, where = parts.netloc.rpartition("@")
+    shown = f"{user.split(':', 1)[0]}:***" if ":" in user else "***"
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{shown}@{where}"))
+
+
+def index_env(indexes: list[str]) -> dict:
+    """pip's index options as its environment: the first index is PIP_INDEX_URL, the others PIP_EXTRA_INDEX_URL,
+    plus PIP_TRUSTED_HOST for a plain-http mirror (pip caches nothing from an untrusted http origin, and a rebuild
+    must not fetch a wheel twice).
+
+    In the environment, not the argv: a process's argv is readable by every user of the host (ps,
+    /proc/PID/cmdline), its environment only by its owner and root, and an index URL may carry a token.
+    """
+    env = {"PIP_INDEX_URL": indexes[0]}
+    if indexes[1:]:
+        env["PIP_EXTRA_INDEX_URL"] = " ".join(indexes[1:])
+    hosts = [urllib.parse.urlsplit(url).hostname for url in indexes if url.startswith("http://")]
+    if hosts:
+        env["PIP_TRUSTED_HOST"] = " ".join(dict.fromkeys(h for h in hosts if h))
+    return env
 
 
 def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str) -> list[dict]:
-    """The pip install commands, in order: [{id, args}] (args after `python -m pip install`)."""
+    """The pip install commands, in order: [{id, why, indexes, args, env}] (args after `python -m pip install`;
+    the indexes reach pip through index_env, never its argv)."""
     steps = []
     for step in matrix["steps"]:
         steps.append({"id": step["id"], "why": step.get("why", ""),
-                      "args": [*index_args("--index-url", override(step["index_url"], overrides)),
-                               *step.get("args", []), *step["packages"]], "env": {}})
+                      "indexes": [override(step["index_url"], overrides)],
+                      "args": [*step.get("args", []), *step["packages"]], "env": {}})
     default_index = matrix["steps"][-1]["index_url"]
     for extra in extras:
-        args = index_args("--index-url", override(default_index, overrides))
+        indexes = [override(default_index, overrides)]
         if extra["index_url"]:
-            args += index_args("--extra-index-url", override(extra["index_url"], overrides))
+            indexes.append(override(extra["index_url"], overrides))
         # The matrix's pins are held: an extra that wants another torch fails instead of replacing it.
-        args += ["--constraint", constraints_file, *extra["args"], extra["requirement"]]
-        steps.append({"id": f"extra:{extra['name']}", "why": extra["says"], "args": args, "env": extra["env"]})
+        args = ["--constraint", constraints_file, *extra["args"], extra["requirement"]]
+        steps.append({"id": f"extra:{extra['name']}", "why": extra["says"], "indexes": indexes, "args": args,
+                      "env": extra["env"]})
     return steps
 
 
 def display(step: dict) -> str:
     """The step as the user would type it."""
     env = " ".join(f"{k}={v}" for k, v in step["env"].items())
-    words = " ".join(f'"{a}"' if "=" in a or "<" in a or ">" in a else a for a in step["args"])
+    options = [f"--index-url {redact_url(step['indexes'][0])}",
+               *[f"--extra-index-url {redact_url(url)}" for url in step["indexes"][1:]]]
+    words = " ".join([*options, *(f'"{a}"' if "=" in a or "<" in a or ">" in a else a for a in step["args"])])
     return f"{env + ' ' if env else ''}pip install {words}"
 
 

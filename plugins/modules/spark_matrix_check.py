@@ -115,10 +115,12 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
     MatrixError,
     check,
+    index_env,
     normalize,
     override,
     parse_pin,
     platform_tags,
+    redact_url,
     staleness,
 )
 
@@ -137,7 +139,7 @@ def dry_run(pip: list[str], args: list[str], target: dict, indexes: list[str], t
             constraints: list[str] = ()) -> tuple[subprocess.CompletedProcess, dict | None]:
     """`pip install --dry-run --report` for the target, isolated from this machine's pip configuration.
 
-    indexes: the first is --index-url, the others --extra-index-url. Returns
+    indexes: the first is the index, the others extra indexes (in pip's environment, never its argv). Returns
     pip's process and its report (None when pip failed). Not --quiet: pip
     explains a conflict at its info level, on stdout.
     """
@@ -147,7 +149,6 @@ def dry_run(pip: list[str], args: list[str], target: dict, indexes: list[str], t
                 "--target", os.path.join(work, "t"), "--report", report, "--progress-bar", "off",
                 "--python-version", target["python"], "--implementation", "cp",
                 *[a for tag in platform_tags(target) for a in ("--platform", tag)],
-                "--index-url", indexes[0], *[a for url in indexes[1:] for a in ("--extra-index-url", url)],
                 "--timeout", str(timeout), "--retries", "1"]
         if constraints:
             path = os.path.join(work, "constraints.txt")
@@ -155,7 +156,8 @@ def dry_run(pip: list[str], args: list[str], target: dict, indexes: list[str], t
                 handle.write("".join(f"{c}\n" for c in constraints))
             argv += ["--constraint", path]
         env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-        env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+        env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1",
+                   **index_env(indexes))
         proc = subprocess.run([*argv, *args], capture_output=True, text=True, env=env, check=False)
         if proc.returncode != 0:
             return proc, None
@@ -290,7 +292,9 @@ def main() -> None:
     # A step that could not ask its indexes says so in its row; the pins' rows name those indexes.
     conflicts = [f"step {s['step']}: {s['detail']}" for s in sequence
                  if s["status"] in ("conflict", "missing", "error")]
-    unasked = sorted({j["index"] for j in jobs if j["status"] in ("unreachable", "error")})
+    unasked = sorted({redact_url(j["index"]) for j in jobs if j["status"] in ("unreachable", "error")})
+    for job in jobs:
+        job["index"] = redact_url(job["index"])
     module.exit_json(changed=False, rows=jobs, table=table, staleness=stale, missing=missing, sequence=sequence,
                      conflicts=conflicts, unasked_indexes=unasked)
 

@@ -181,6 +181,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix imp
     check,
     display,
     fingerprint,
+    index_env,
     pins,
     pip_steps,
     plan_extras,
@@ -296,7 +297,8 @@ class Venv:
         env = self.pip_environment()
         for step, shown in zip(self.steps, self.result["steps"], strict=True):
             started = time.monotonic()
-            proc = subprocess.run([vpy, "-m", "pip", "install", *step["args"]], env={**env, **step["env"]},
+            proc = subprocess.run([vpy, "-m", "pip", "install", *step["args"]],
+                                  env={**env, **index_env(step["indexes"]), **step["env"]},
                                   capture_output=True, text=True, check=False)
             shown["seconds"] = round(time.monotonic() - started, 1)
             shown["rc"] = proc.returncode

@@ -26,6 +26,16 @@ def test_every_pin_of_the_matrix_is_on_the_test_beds_index(pyindex):
     assert not any(r.endswith(".whl") for r in pyindex.requests), "metadata only: no wheel is downloaded"
 
 
+def test_an_index_token_is_in_no_row_and_no_unasked_index(pyindex):
+    token = "planted-index-token-9a27"
+    overrides = {up: mine.replace("http://", f"http://ci:{token}@", 1) for up, mine in pyindex.overrides.items()}
+    overrides["https://download.pytorch.org/whl/cu130"] = f"http://ci:{token}@127.0.0.1:9/cu130"
+    result = run_module("spark_matrix_check", {"matrix": MATRIX, "index_overrides": overrides, "timeout": 3})
+    assert {r["package"]: r["status"] for r in result["rows"]}["transformers"] == "available", "the token worked"
+    assert result["unasked_indexes"] == ["http://ci:***@127.0.0.1:9/cu130"]
+    assert token not in str({k: v for k, v in result.items() if not k.startswith("_")})
+
+
 def test_the_sequence_resolves_step_by_step_on_the_test_beds_index(pyindex):
     result = run_module("spark_matrix_check", {"matrix": MATRIX, "index_overrides": pyindex.overrides})
     steps = {s["step"]: s for s in result["sequence"]}

@@ -10,12 +10,14 @@ import copy
 import json
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import REPO, run_module
+from conftest import BIN, REPO, run_module
 
 MATRIX = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())
 
@@ -50,7 +52,7 @@ def test_the_sequence_builds_a_venv_that_imports_and_reports_cuda_13(place, pyin
     assert built["changed"] is True and built["action"] == "build"
     assert [s["id"] for s in built["steps"]] == ["torch", "stack", "unsloth", "torchao"]
     assert [s["rc"] for s in built["steps"]] == [0, 0, 0, 0]
-    pypi = f"--index-url {pyindex.url}/pypi --trusted-host 127.0.0.1"
+    pypi = f"--index-url {pyindex.url}/pypi"
     assert built["steps"][2]["command"].startswith(f"pip install {pypi} --no-deps ")
     assert built["steps"][3]["command"] == f'pip install {pypi} -U "torchao==0.17.0"'
     path = Path(built["path"])
@@ -146,6 +148,39 @@ def test_a_failing_step_leaves_the_active_venv_and_says_which_step_with_pips_err
     assert f"the active venv {first['path']} is untouched" in result["msg"]
     assert os.readlink(tmp_path / "venv") == first["path"]
     assert not Path(result["path"]).exists()
+
+
+def test_an_index_token_never_reaches_pips_argv_or_the_result(place, pyindex, tmp_path):
+    """An index URL with credentials (a private mirror): pip gets it in its environment, which only its owner
+    and root can read; its argv (ps, /proc/PID/cmdline: every user of the host) and the result never hold it."""
+    token = "planted-index-token-81c4"
+    overrides = {up: mine.replace("http://", f"http://ci:{token}@", 1) for up, mine in pyindex.overrides.items()}
+    seen, stop = set(), threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+                try:
+                    seen.add(cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+                except OSError:
+                    continue
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        built = run_module("spark_venv", place(index_overrides=overrides))
+    finally:
+        stop.set()
+        watcher.join()
+    assert not built["failed"], built.get("msg")
+    assert any(" -m pip install " in line for line in seen), "the watcher saw pip run"
+    # The test's own `ansible localhost -m spark_venv -a '{...}'` carries the module's arguments on its command line;
+    # in a playbook they travel in the module's payload. Every other process, pip's above all, must not hold it.
+    others = [line for line in seen if token in line and f"{BIN}/ansible localhost " not in line]
+    assert not others, "no process's argv held the token"
+    shown = json.dumps(built)
+    assert token not in shown and f"--index-url http://ci:***@{pyindex.url.split('//')[1]}/pypi" in shown
 
 
 def test_check_mode_reports_the_build_and_creates_nothing(place, tmp_path):

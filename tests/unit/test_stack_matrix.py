@@ -11,11 +11,13 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix imp
     MatrixError,
     display,
     fingerprint,
+    index_env,
     normalize,
     pins,
     pip_steps,
     plan_extras,
     platform_tags,
+    redact_url,
     staleness,
     validate,
 )
@@ -109,13 +111,29 @@ def test_pip_steps_use_the_overrides_hold_the_pins_and_read_as_typed():
                  "https://download.pytorch.org/whl/cu130": "http://127.0.0.1:5090/cu130"}
     steps = pip_steps(MATRIX, plan_extras(MATRIX, ["xformers"]), overrides, "/v/constraints.txt")
     assert [s["id"] for s in steps] == ["torch", "stack", "unsloth", "torchao", "extra:xformers"]
-    assert steps[0]["args"] == ["--index-url", "http://127.0.0.1:5090/cu130", "--trusted-host", "127.0.0.1",
-                                "torch==2.10.0"]
-    assert steps[3]["args"] == ["--index-url", "https://mirror.example/pypi", "-U", "torchao==0.17.0"]
+    assert steps[0]["args"] == ["torch==2.10.0"]
+    assert index_env(steps[0]["indexes"]) == {"PIP_INDEX_URL": "http://127.0.0.1:5090/cu130",
+                                              "PIP_TRUSTED_HOST": "127.0.0.1"}
+    assert steps[3]["args"] == ["-U", "torchao==0.17.0"] and steps[3]["indexes"] == ["https://mirror.example/pypi"]
     assert "--constraint" in steps[4]["args"] and "/v/constraints.txt" in steps[4]["args"]
     assert display(steps[2]) == ('pip install --index-url https://mirror.example/pypi --no-deps "unsloth==2026.7.2" '
                                  '"unsloth_zoo==2026.7.2" "bitsandbytes==0.49.2"')
     assert display(steps[4]).startswith("TORCH_CUDA_ARCH_LIST=12.1 pip install ")
+
+
+def test_an_index_token_reaches_pip_only_through_its_environment_and_is_masked_where_shown():
+    token = "planted-index-token-5d1e"
+    overrides = {"https://download.pytorch.org/whl/cu130": f"http://ci:{token}@127.0.0.1:5090/cu130",
+                 "https://pypi.org/simple/": f"https://{token}@mirror.example/pypi"}
+    steps = pip_steps(MATRIX, plan_extras(MATRIX, ["xformers"]), overrides, "/v/constraints.txt")
+    assert not any(token in a for s in steps for a in s["args"]), "no token in pip's argv"
+    assert index_env(steps[0]["indexes"]) == {"PIP_INDEX_URL": f"http://ci:{token}@127.0.0.1:5090/cu130",
+                                              "PIP_TRUSTED_HOST": "127.0.0.1"}, "the host, not 'ci:TOKEN@127.0.0.1'"
+    shown = [display(s) for s in steps]
+    assert not any(token in line for line in shown), shown
+    assert shown[0] == "pip install --index-url http://ci:***@127.0.0.1:5090/cu130 \"torch==2.10.0\""
+    assert "--index-url https://***@mirror.example/pypi" in shown[2]
+    assert redact_url("https://pypi.org/simple/") == "https://pypi.org/simple/"
 
 
 def test_platform_tags_cover_every_glibc_up_to_the_target():
