@@ -57,11 +57,14 @@ lint: venv
 	yamllint --strict .
 	ansible-lint
 
+# -n auto: one worker per core; tests/conftest.py groups the tests that must not run side by side.
+XDIST := -n auto --dist loadgroup
+
 unit: venv
-	pytest -m "not testbed and not network" tests
+	pytest $(XDIST) -m "not testbed and not network" tests
 
 pytest: testbed registry aptrepo
-	pytest tests
+	pytest $(XDIST) tests
 
 molecule: testbed aptrepo registry pyindex
 	@testbed/standins.sh
@@ -71,7 +74,7 @@ test: lint pytest molecule
 
 # The inner loop: lint, the pure tests, the modules natively and the CLI at a pty; no test bed, no network.
 test-quick: lint
-	pytest -m "not testbed and not network" tests/unit tests/cli tests/modules tests/terminal
+	pytest $(XDIST) -m "not testbed and not network" tests/unit tests/cli tests/modules tests/terminal
 
 clean: lab-down
 	rm -rf .cache .venv dist build

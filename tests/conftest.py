@@ -26,6 +26,25 @@ sys.modules.setdefault("conftest", sys.modules[__name__])
 COLLECTION = "sparkfleet.spark"
 
 
+# Under `pytest -n` (pytest-xdist, --dist loadgroup, as make test runs it) each file is one group, so a file's
+# module fixtures (the fleet's lab, ansible-test's tree) are set up once, in one worker. The files that pull
+# into, build in or remove from this machine's own Docker engine share one group, run one after another: side by
+# side, one could remove an image the other just pulled (the stand-ins have the same content, so the same ID).
+THIS_MACHINES_DOCKER = {
+    "test_abi_scan_real.py", "test_blessed_local.py", "test_derived_images.py", "test_image_lock_and_pull.py",
+    "test_image_resolve.py", "test_mirror.py", "test_pin_playbook.py", "test_platform_boundary.py",
+    "test_refresh_abi.py", "test_registry_faults.py",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        group = "this-machines-docker" if item.path.name in THIS_MACHINES_DOCKER else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def ansible_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update({
@@ -81,10 +100,10 @@ def fake_bin(tmp_path: Path):
 
 @pytest.fixture(scope="session")
 def anon(tmp_path_factory):
-    """An anonymous registry of the tests' own (Debian's docker-registry) on 127.0.0.1:5110."""
-    from registries import Registry
+    """An anonymous registry of the tests' own (Debian's docker-registry) on a free 127.0.0.1 port."""
+    from registries import Registry, free_port
 
-    registry = Registry(tmp_path_factory.mktemp("anon"), 5110)
+    registry = Registry(tmp_path_factory.mktemp("anon"), free_port())
     yield registry
     registry.stop()
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from pty_screen import Screen
 
 from conftest import BIN, REPO
 
@@ -183,14 +184,41 @@ def test_4_restore_a_destroyed_host(fleet):
     assert all(launcher_ref(h).endswith(pinned["unsloth"]["index_digest"]) for h in HOSTS)
 
 
-def test_5_verify_on_the_converged_fleet_changes_nothing(fleet):
-    proc, data, _ = cli(fleet, "verify", "verify")
-    assert proc.returncode == 0, proc.stdout[-5000:]
+def test_5_verify_typed_at_an_80_column_terminal_changes_nothing_on_the_converged_fleet(fleet, tmp_path):
+    """`sparkfleet verify` as a person types it: at a pty of 80 columns, from a directory of their own (no
+    ansible.cfg there, none exported), the screen read back: each host's row fits, the run ends with the reports
+    line, no traceback."""
+    report_dir = fleet["root"] / "reports" / "verify"
+    screen = Screen(["verify", "-i", str(fleet["inventory"]), "--report-dir", str(report_dir)], tmp_path,
+                    columns=80, timeout=1200).wait()
+    assert screen.rc == 0, screen.text[-5000:]
+    assert "Traceback" not in screen.text
+    for host in HOSTS:
+        assert any(host in line and "not verified" in line for line in screen.lines()), (host, screen.text[-3000:])
+    assert any(line.startswith("reports:") for line in screen.lines()), screen.text[-1000:]
+    assert max(len(line) for line in screen.lines()) <= 80
+    data = json.loads((report_dir / "report.json").read_text())
+    jsonschema.validate(data, SCHEMA)
     for host in HOSTS:
         entry = data["hosts"][host]
         assert entry["counts"]["changed"] == 0, (host, entry["counts"])
         assert entry["history"] == "converged"
         assert entry["verification"]["verdict"] == "not verified"  # simulated: never a pass
+    fleet["verified"] = data
+
+
+def test_5b_fast_provision_of_the_converged_fleet_changes_nothing_and_reports_the_same(fleet):
+    """--fast (Mitogen) on the whole fleet: the same outcome as the plain strategy's verify above."""
+    plain = fleet["verified"]
+    proc, fast, _ = cli(fleet, "provision-fast", "provision", "--fast")
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    for host in HOSTS:
+        entry = fast["hosts"][host]
+        assert entry["counts"]["changed"] == 0, (host, entry["counts"])
+        assert entry["history"] == "converged"
+        assert entry["images"] == plain["hosts"][host]["images"]
+        assert entry["runtime"]["registered"] is True
+        assert entry["verification"]["lines"] == plain["hosts"][host]["verification"]["lines"]
 
 
 def test_6_doctor_on_a_lab_host_holds_no_secret_and_no_hostname(fleet):
@@ -305,18 +333,3 @@ def test_8_a_host_unreachable_during_a_refresh_stops_it_and_nothing_is_lost(flee
     finally:
         start(last)
     assert launcher_ref(last).endswith(before), "the unreachable host kept what it ran"
-
-
-def test_9_fast_provision_of_the_converged_fleet_changes_nothing_and_reports_the_same(fleet):
-    """--fast (Mitogen) on the whole fleet: the same outcome as the plain strategy, nothing changed."""
-    proc, plain, _ = cli(fleet, "verify-plain", "verify")
-    assert proc.returncode == 0, proc.stdout[-5000:]
-    proc, fast, _ = cli(fleet, "provision-fast", "provision", "--fast")
-    assert proc.returncode == 0, proc.stdout[-5000:]
-    for host in HOSTS:
-        entry = fast["hosts"][host]
-        assert entry["counts"]["changed"] == 0, (host, entry["counts"])
-        assert entry["history"] == "converged"
-        assert entry["images"] == plain["hosts"][host]["images"]
-        assert entry["runtime"]["registered"] is True
-        assert entry["verification"]["lines"] == plain["hosts"][host]["verification"]["lines"]

@@ -12,6 +12,7 @@ import base64
 import datetime
 import http.server
 import json
+import socket
 import subprocess
 import threading
 import time
@@ -25,6 +26,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now: tests that run side by side (pytest -n) never share one."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _b64(data: bytes) -> str:

@@ -13,7 +13,7 @@ import pytest
 import thishost
 import yaml
 from oci_push import push
-from registries import Registry
+from registries import Registry, free_port
 from thishost import HOST, lock_of, sparkfleet
 
 pytestmark = pytest.mark.testbed
@@ -24,7 +24,7 @@ def docker(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_registry_down_a_blessed_tag_on_the_host_is_used_and_without_one_the_host_fails_clearly(tmp_path):
-    registry = Registry(tmp_path, 5112)
+    registry = Registry(tmp_path, free_port())
     try:
         older = push(registry.url, "nvidia/pytorch:25.09-py3", ["arm64", "amd64"], seed="older")
         newer = push(registry.url, "nvidia/pytorch:25.11-py3", ["arm64", "amd64"], seed="newer")

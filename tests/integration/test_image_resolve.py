@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 from oci_push import push
-from registries import Registry, TokenServer
+from registries import Registry, TokenServer, free_port
 
 from conftest import run_module
 
@@ -82,7 +82,7 @@ def test_htpasswd_registry(tmp_path):
     htpasswd = tmp_path / "htpasswd"
     htpasswd.write_text(subprocess.run(["htpasswd", "-Bbn", "fleet", "s3cret"], capture_output=True, text=True,
                                        check=True).stdout)
-    registry = Registry(tmp_path, 5111, {"htpasswd": {"realm": "sparkfleet", "path": str(htpasswd)}})
+    registry = Registry(tmp_path, free_port(), {"htpasswd": {"realm": "sparkfleet", "path": str(htpasswd)}})
     try:
         pushed = push(registry.url, "private/img:v1", ["arm64", "amd64"], user="fleet", password="s3cret")
         denied = resolve(registry.host, "private/img", ["v1"])
@@ -96,8 +96,8 @@ def test_htpasswd_registry(tmp_path):
 
 
 def test_bearer_token_flow_like_nvcr_and_docker_hub(tmp_path):
-    tokens = TokenServer(tmp_path, 5113, "sparkfleet-test", users={"$oauthtoken": "ngc-api-key"})
-    registry = Registry(tmp_path, 5112, tokens.registry_auth())
+    tokens = TokenServer(tmp_path, free_port(), "sparkfleet-test", users={"$oauthtoken": "ngc-api-key"})
+    registry = Registry(tmp_path, free_port(), tokens.registry_auth())
     try:
         pushed = push(registry.url, "nvidia/pytorch:25.11-py3", ["amd64", "arm64"],
                       token=tokens.token("repository:nvidia/pytorch:pull,push"))

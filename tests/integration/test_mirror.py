@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 from oci_push import push
-from registries import Registry
+from registries import Registry, free_port
 
 from conftest import run_module
 
@@ -25,8 +25,8 @@ HOSTS = 3
 
 @pytest.fixture
 def upstream_and_mirror(tmp_path):
-    upstream = Registry(tmp_path, 5115)
-    mirror = Registry(tmp_path, 5116, proxy=upstream.url)
+    upstream = Registry(tmp_path, free_port())
+    mirror = Registry(tmp_path, free_port(), proxy=upstream.url)
     yield upstream, mirror
     mirror.stop()
     upstream.stop()

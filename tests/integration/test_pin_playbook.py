@@ -102,13 +102,13 @@ def test_an_unlocked_dated_tag_is_resolved_once_for_the_whole_fleet(anon, tmp_pa
 
 def test_registry_login_keeps_the_password_off_argv_and_out_of_the_output(tmp_path):
     """docker login --password-stdin against a real htpasswd registry: logged in once, secret nowhere in -vvv output."""
-    from registries import Registry
+    from registries import Registry, free_port
 
     secret = "planted-s3cret-9f2c"
     htpasswd = tmp_path / "htpasswd"
     htpasswd.write_text(subprocess.run(["htpasswd", "-Bbn", "fleet", secret], capture_output=True, text=True,
                                        check=True).stdout)
-    registry = Registry(tmp_path, 5114, {"htpasswd": {"realm": "sparkfleet", "path": str(htpasswd)}})
+    registry = Registry(tmp_path, free_port(), {"htpasswd": {"realm": "sparkfleet", "path": str(htpasswd)}})
     config = tmp_path / "docker" / "config.json"
     try:
         inv = inventory(tmp_path, registry.host, hosts=1)

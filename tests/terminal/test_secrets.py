@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 from oci_push import push
+from pty_screen import Screen, SilentRegistry, started
 from registries import Registry
-from test_at_a_terminal import Screen, SilentRegistry, started
 
 from conftest import BIN
 
