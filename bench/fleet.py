@@ -1,10 +1,12 @@
 """Fleet benchmarks on the lab (emulated aarch64 hosts), one run, figures as ratios within that run.
 
-    .venv/bin/python bench/fleet.py [--hosts 4] [--out bench/results/fleet.json]
+    .venv/bin/python bench/fleet.py [--hosts 4] [--only noop|refresh] [--out bench/results/fleet.json]
 
 1. A no-op re-run of site.yml on a converged host vs a playbook that only
    gathers facts on the same host, with Ansible's own strategy and under
-   Mitogen (`sparkfleet --fast`).
+   Mitogen (`sparkfleet --fast`); and the default strategy's no-op with 1, 2
+   and 4 images in the catalog: its ratio and the task results per host
+   (PLAY RECAP), which must not grow with the images.
 2. Wall time of a refresh (a moved tag) for 1, 2, 4 hosts, all in one batch
    after the canary, with both strategies; and the part after the canary
    (wall(N) - wall(1)) against wall(1).
@@ -36,6 +38,20 @@ from sparkfleet.runner import mitogen_env
 REPO = Path(__file__).resolve().parents[1]
 BIN = REPO / ".venv" / "bin"
 PREFIX = "sparkfleet-bench"
+RECAP = re.compile(r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=\d+\s+"
+                   r"failed=(?P<failed>\d+)\s+skipped=(?P<skipped>\d+)", re.MULTILINE)
+# Catalogs of 1, 2 and 4 images from the lab registry's stand-ins (the fourth runs the first's digest under a
+# launcher of its own: another image to the plan, no byte to pull).
+IMAGES = [
+    {"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch", "tags": ["25.11-py3"],
+     "launcher": "spark-ngc"},
+    {"name": "unsloth", "registry": "docker.io", "repository": "unsloth/unsloth", "tags": ["dgxspark-latest"],
+     "launcher": "spark-unsloth"},
+    {"name": "ngc-previous", "registry": "nvcr.io", "repository": "nvidia/pytorch", "tags": ["25.09-py3"],
+     "launcher": "spark-ngc-previous"},
+    {"name": "ngc-copy", "registry": "nvcr.io", "repository": "nvidia/pytorch", "tags": ["25.11-py3"],
+     "launcher": "spark-ngc-copy"},
+]
 LINE = re.compile(r'"(?P<method>[A-Z]+) (?P<path>/v2/\S+) HTTP/[0-9.]+" (?P<status>\d+) (?P<bytes>\d+|-)')
 
 
@@ -49,9 +65,30 @@ def sh(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 def timed(*argv: str, env: dict | None = None) -> float:
+    return timed_run(*argv, env=env)[0]
+
+
+def timed_run(*argv: str, env: dict | None = None) -> tuple[float, str]:
     start = time.monotonic()
-    sh(*argv, env=env)
-    return time.monotonic() - start
+    proc = sh(*argv, env=env)
+    return time.monotonic() - start, proc.stdout
+
+
+def recap(stdout: str, host: str) -> dict:
+    """The PLAY RECAP counts of `host` (summed over plays)."""
+    counts = {"ok": 0, "changed": 0, "failed": 0, "skipped": 0}
+    for match in RECAP.finditer(stdout):
+        if match["host"] == host:
+            for key in counts:
+                counts[key] += int(match[key])
+    return counts
+
+
+def commit() -> dict:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                                capture_output=True, text=True).stdout.strip())
+    return {"commit": head, "dirty": dirty, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def registry_log(port: int) -> Path:
@@ -88,6 +125,7 @@ def traffic(path: Path, since: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hosts", type=int, default=4)
+    parser.add_argument("--only", choices=("noop", "refresh"), help="one part of the benchmark")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "fleet.json",
                         help="where the figures go as JSON")
     args = parser.parse_args()
@@ -102,7 +140,9 @@ def main() -> None:
     env = {"LAB_PREFIX": PREFIX, "LAB_INVENTORY": str(inventory), "LAB_VENV_HOST": "0"}
     hosts = [f"{PREFIX}-{n}" for n in range(1, args.hosts + 1)]
     inv = ["-i", str(inventory)]
-    results: dict = {}
+    results: dict = {"run": commit()}
+    if args.only and args.out.is_file():  # one part again: the other part's figures stay
+        results = {**json.loads(args.out.read_text()), "run": commit()}
     try:
         for script in (["testbed/aptrepo.sh", "start"], ["testbed/registry.sh", "start"],
                        ["testbed/registry.sh", "start", "5001", "http://127.0.0.1:5000"], ["testbed/standins.sh"]):
@@ -113,35 +153,10 @@ def main() -> None:
         print(f"converging {args.hosts} hosts (not timed, under Mitogen) ...", flush=True)
         sh(str(BIN / "ansible-playbook"), "site.yml", *inv, env=fast)
 
-        results["noop"] = {}
-        facts = timed(str(BIN / "ansible-playbook"), str(work / "facts.yml"), *inv, "--limit", hosts[0])
-        for label, env in (("plain", None), ("fast", fast)):
-            noop = timed(str(BIN / "ansible-playbook"), "site.yml", *inv, "--limit", hosts[0], env=env)
-            results["noop"][label] = {"site_yml_s": round(noop, 1), "facts_only_s": round(facts, 1),
-                                      "ratio": round(noop / facts, 2)}
-            print(f"no-op site.yml on a converged host ({label}): {noop:.1f} s; facts only (plain): {facts:.1f} s; "
-                  f"ratio {noop / facts:.2f}", flush=True)
-
-        results["refresh"] = {}
-        counts = [n for n in (1, 2, 4) if n <= args.hosts]
-        for label, env in (("plain", None), ("fast", fast)):
-            rows = results["refresh"][label] = []
-            for index, count in enumerate(counts):
-                seed = f"bench-{label}-{index}-{time.time_ns()}"
-                sh(str(BIN / "python"), "testbed/oci_push.py", "http://127.0.0.1:5000",
-                   "unsloth/unsloth:dgxspark-latest", "--list-type", "docker", "--seed", seed)
-                up0, mirror0 = log_size(upstream_log), log_size(mirror_log)
-                wall = timed(str(BIN / "ansible-playbook"), "playbooks/refresh.yml", *inv, "--limit",
-                             ",".join(hosts[:count]), "-e", json.dumps({"refresh_batches": [1, "100%"]}), env=env)
-                row = {"hosts": count, "wall_s": round(wall, 1), "upstream": traffic(upstream_log, up0),
-                       "mirror": traffic(mirror_log, mirror0)}
-                rows.append(row)
-                print(f"refresh of {count} host(s) ({label}): {wall:.1f} s; upstream {row['upstream']}; "
-                      f"mirror {row['mirror']}", flush=True)
-            first = rows[0]["wall_s"]
-            for row in rows:
-                row["wall_ratio_to_1_host"] = round(row["wall_s"] / first, 2)
-                row["after_canary_ratio_to_1_host"] = round((row["wall_s"] - first) / first, 2)
+        if args.only != "refresh":
+            noop_part(results, inv, hosts, work, fast)
+        if args.only != "noop":
+            refresh_part(results, inv, hosts, fast, upstream_log, mirror_log)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2) + "\n")
         print(json.dumps(results, indent=2))
@@ -152,6 +167,58 @@ def main() -> None:
         subprocess.run(["testbed/registry.sh", "stop", "5001"], cwd=REPO, capture_output=True, check=False)
         subprocess.run(["testbed/standins.sh"], cwd=REPO, capture_output=True, check=False)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def noop_part(results: dict, inv: list[str], hosts: list[str], work: Path, fast: dict) -> None:
+    results["noop"] = {}
+    facts = timed(str(BIN / "ansible-playbook"), str(work / "facts.yml"), *inv, "--limit", hosts[0])
+    for label, env in (("plain", None), ("fast", fast)):
+        noop = timed(str(BIN / "ansible-playbook"), "site.yml", *inv, "--limit", hosts[0], env=env)
+        results["noop"][label] = {"site_yml_s": round(noop, 1), "facts_only_s": round(facts, 1),
+                                  "ratio": round(noop / facts, 2)}
+        print(f"no-op site.yml on a converged host ({label}): {noop:.1f} s; facts only (plain): {facts:.1f} s; "
+              f"ratio {noop / facts:.2f}", flush=True)
+
+    by_images = results["noop"]["by_images"] = []
+    for count in (1, 2, 4):
+        catalog = work / f"catalog-{count}.yml"
+        catalog.write_text(json.dumps({"spark_images_catalog": IMAGES[:count]}))
+        sh(str(BIN / "ansible-playbook"), "playbooks/pin.yml", *inv, "-e", f"@{catalog}")
+        sh(str(BIN / "ansible-playbook"), "site.yml", *inv, "--limit", hosts[0], "-e", f"@{catalog}", env=fast)
+        noop, out = timed_run(str(BIN / "ansible-playbook"), "site.yml", *inv, "--limit", hosts[0],
+                              "-e", f"@{catalog}")
+        counts = recap(out, hosts[0])
+        by_images.append({"images": count, "site_yml_s": round(noop, 1), "ratio": round(noop / facts, 2),
+                          "task_results": sum(counts.values()), **counts})
+        print(f"no-op site.yml with {count} image(s) (plain): {noop:.1f} s, ratio {noop / facts:.2f}, "
+              f"{counts}", flush=True)
+    # Back to the lab's own catalog for what follows.
+    sh(str(BIN / "ansible-playbook"), "playbooks/pin.yml", *inv)
+    sh(str(BIN / "ansible-playbook"), "site.yml", *inv, "--limit", hosts[0], env=fast)
+
+
+def refresh_part(results: dict, inv: list[str], hosts: list[str], fast: dict, upstream_log: Path,
+                 mirror_log: Path) -> None:
+    results["refresh"] = {}
+    counts = [n for n in (1, 2, 4) if n <= len(hosts)]
+    for label, env in (("plain", None), ("fast", fast)):
+        rows = results["refresh"][label] = []
+        for index, count in enumerate(counts):
+            seed = f"bench-{label}-{index}-{time.time_ns()}"
+            sh(str(BIN / "python"), "testbed/oci_push.py", "http://127.0.0.1:5000",
+               "unsloth/unsloth:dgxspark-latest", "--list-type", "docker", "--seed", seed)
+            up0, mirror0 = log_size(upstream_log), log_size(mirror_log)
+            wall = timed(str(BIN / "ansible-playbook"), "playbooks/refresh.yml", *inv, "--limit",
+                         ",".join(hosts[:count]), "-e", json.dumps({"refresh_batches": [1, "100%"]}), env=env)
+            row = {"hosts": count, "wall_s": round(wall, 1), "upstream": traffic(upstream_log, up0),
+                   "mirror": traffic(mirror_log, mirror0)}
+            rows.append(row)
+            print(f"refresh of {count} host(s) ({label}): {wall:.1f} s; upstream {row['upstream']}; "
+                  f"mirror {row['mirror']}", flush=True)
+        first = rows[0]["wall_s"]
+        for row in rows:
+            row["wall_ratio_to_1_host"] = round(row["wall_s"] / first, 2)
+            row["after_canary_ratio_to_1_host"] = round((row["wall_s"] - first) / first, 2)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ files at all.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -178,6 +179,9 @@ def test_ansible_builder_creates_an_execution_environment_that_installs_this_col
     core = next(Requirement(ref) for ref in refs.split("=", 1)[1].strip('"').split() if ref.startswith("ansible-core"))
     assert core.specifier == SpecifierSet(runtime), "execution-environment.yml and meta/runtime.yml disagree"
     assert "openssh-clients [platform:rpm]" in (context / "_build" / "bindep.txt").read_text()
+    # The base image by digest: every FROM of the build names it so, never the moving tag alone.
+    froms = [line for line in dockerfile.splitlines() if line.startswith("ARG EE_BASE_IMAGE=")]
+    assert froms and all(re.search(r"@sha256:[0-9a-f]{64}\b", line) for line in froms), froms
     assert "ansible-galaxy collection install" in dockerfile and "COPY _build /build" in dockerfile
     # The galaxy stage's own command, on a copy of _build/ as the image has it at /build: it must install
     # sparkfleet.spark from the tarball the context carries (the image itself needs registries we cannot reach).
