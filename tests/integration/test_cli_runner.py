@@ -39,7 +39,7 @@ def test_ctrl_c_cancels_the_run_through_the_runner(tmp_path):
     assert time.monotonic() - started < 40, "the 60 s task was not waited for"
     assert (tmp_path / "report" / "artifacts" / "run" / "status").read_text() == "canceled"
     # The module already started (in a session of its own) ended with the run.
-    assert subprocess.run(["pgrep", "-f", "^sleep 60$"], capture_output=True, check=False).returncode == 1
+    assert subprocess.run(["pgrep", "-f", "^sleep 60.123$"], capture_output=True, check=False).returncode == 1
 
 
 
