@@ -15,11 +15,33 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import diff
 from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import host_platform
 
 
-def spark_images_pinned(pulled: dict, images: list[dict], launcher_dir: str) -> list[dict]:
+def spark_images_pull_requests(targets: list[dict], mirrors: dict, platform: str, catalog: list[dict],
+                               moving: list[str], blessed_fallback: bool = True) -> list[dict]:
+    """What spark_image_pull's O(images) takes for the lock entries a host pulls: one complete request each
+    (where from: the mirror or the registry; the digest; the platforms the index has; the size for the host's
+    platform; the blessed tags to fall back to), so that provision and refresh pull the same way."""
+    requests = []
+    for entry in targets or []:
+        request = {"name": entry["name"], "repository": spark_images_pull_repository(entry, mirrors),
+                   "digest": entry.get("index_digest"), "platforms": entry.get("platforms") or [],
+                   "local_fallback": (spark_images_blessed_local(entry, catalog, mirrors, moving)
+                                      if blessed_fallback else [])}
+        size = (entry.get("sizes") or {}).get(platform)
+        if size:
+            request["size"] = size
+        requests.append(request)
+    return requests
+
+
+def spark_images_pinned(pulled: dict, images: list[dict], launcher_dir: str, targets: list[dict]) -> list[dict]:
+    """What each host runs, from spark_image_pull's result (`pulled.images`), each joined by name to its lock
+    entry in `targets` (what the pull asked for); an image whose pull failed is not pinned."""
     launchers = {image["name"]: image.get("launcher") for image in images}
+    entries = {entry["name"]: entry for entry in targets or []}
+    pairs = [(entries.get(result.get("name")) or {}, result) for result in pulled.get("images") or []
+             if not result.get("failed")]
     pinned = []
-    for result in pulled.get("results", []):
-        item = result.get("item") or {}
+    for item, result in pairs:
         pinned.append({
             "name": item.get("name"),
             "registry": item.get("registry"),
@@ -233,6 +255,7 @@ class FilterModule:
         return {"spark_images_pinned": spark_images_pinned, "spark_images_stale": spark_images_stale,
                 "spark_images_effective": spark_images_effective,
                 "spark_images_pull_repository": spark_images_pull_repository,
+                "spark_images_pull_requests": spark_images_pull_requests,
                 "spark_images_lock_diff": spark_images_lock_diff,
                 "spark_images_pin_line": spark_images_pin_line,
                 "spark_images_derived_recipes": spark_images_derived_recipes,

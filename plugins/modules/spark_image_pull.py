@@ -8,8 +8,10 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: spark_image_pull
-short_description: Pull an image by digest for linux/arm64, only when the host does not have it, and verify it
+short_description: Pull images by digest for the host's platform, only those it does not have, and verify them
 description:
+  - One image (O(repository), O(digest)) or all of a host's (O(images)) in one module call, so a converged host
+    asks Docker once per image within a single call, not one module call per image.
   - Looks the digest up in the local engine first; a host that has it pulls
     nothing (C(changed=false), no byte fetched).
   - Otherwise runs C(docker pull --platform linux/arm64 REPO@DIGEST) and then
@@ -18,22 +20,26 @@ description:
     refers to it.
   - Records each C(REPO@DIGEST) it pulled in O(record) (a JSON list), so that
     only images this project pulled can ever be pruned.
-  - O(source) lets hosts pull through a mirror (C(<mirror>/<repo>@<digest>));
-    digests are the same there, so the lock stays the upstream truth.
+  - A mirror is given as O(repository) (C(<mirror>/<repo>)); digests are the same there, so the lock stays the
+    upstream truth.
+  - With O(images), every image is tried; when some fail, the module fails naming each, and RV(images) still
+    says what the others did.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
 extends_documentation_fragment: [sparkfleet.spark.sparkfleet_docker]
 options:
+  images:
+    description:
+      - All the images to pull, each a mapping of C(name) (how results name it), C(repository), C(digest) and,
+        optionally, C(platforms), C(size) and C(local_fallback) (as the options of the same names).
+        O(platform), O(headroom_bytes) and O(record) hold for all of them.
+    type: list
+    elements: dict
   repository:
-    description: The image's name as locked, e.g. C(nvcr.io/nvidia/pytorch).
+    description: The image's name as locked, e.g. C(nvcr.io/nvidia/pytorch), or its mirror's.
     type: str
-    required: true
   digest:
     description: The locked index digest.
-    type: str
-    required: true
-  source:
-    description: Where to pull from instead (a mirror), e.g. C(mirror.lan:5000/nvidia/pytorch).
     type: str
   platform:
     description: The platform to pull (the host's own; C(linux/arm64) on a Spark).
@@ -95,9 +101,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+images:
+  description: With O(images), one entry per image in its order - C(name), C(ref), C(pulled), C(repo_digests),
+    C(local_fallback) when used, and C(failed) and C(msg) for one that failed.
+  returned: with O(images)
+  type: list
+  elements: dict
 ref:
   description: What the host runs, C(REPO@DIGEST).
-  returned: success
+  returned: success, with O(repository)
   type: str
 pulled:
   description: Whether the image was pulled in this run.
@@ -168,32 +180,6 @@ def gib(size: float) -> str:
     return f"{size / 1024 ** 3:.1f} GiB"
 
 
-def check_space(module: AnsibleModule, docker: str, ref: str, size: int, headroom: int) -> None:
-    """Refuse, before any byte is fetched, an image that would not fit on Docker's data root."""
-    rc, out, _unused = module.run_command([docker, "info", "--format", "{{.DockerRootDir}}"],
-                                          environ_update={"LC_ALL": "C"})
-    root = out.strip()
-    if rc != 0 or not root:
-        module.warn(f"Docker's data root could not be read (docker info rc {rc}); the free space for {ref} was "
-                    "not checked.")
-        return
-    try:
-        stat = os.statvfs(root)
-    except OSError as exc:
-        module.warn(f"the free space on {root} could not be read ({exc}); it was not checked for {ref}.")
-        return
-    free = stat.f_bavail * stat.f_frsize
-    needed = size * UNPACK_FACTOR + headroom
-    if free < needed:
-        module.fail_json(msg=f"not enough disk for {ref}: it is {gib(size)} to download (about "
-                             f"{gib(size * UNPACK_FACTOR)} on disk while it is pulled and unpacked), and Docker's "
-                             f"data root {root} has "
-                             f"{gib(free)} free, keeping {gib(headroom)} free (spark_images_disk_headroom_gib). "
-                             "Nothing was pulled and the images on the host are untouched. Free space there "
-                             "('docker image ls', then 'docker image rm' what you no longer need) and run again.",
-                         free_bytes=free, needed_bytes=needed)
-
-
 def record(path: str, ref: str) -> None:
     try:
         with open(path, encoding="utf-8") as handle:
@@ -204,12 +190,120 @@ def record(path: str, ref: str) -> None:
         atomic_write(path, json.dumps(sorted({*known, ref}), indent=2) + "\n")
 
 
+class PullFailed(Exception):
+    def __init__(self, msg: str, **extra) -> None:
+        super().__init__(msg)
+        self.msg, self.extra = msg, extra
+
+
+class Puller:
+    def __init__(self, module: AnsibleModule) -> None:
+        self.module = module
+        self.params = module.params
+        self._docker: str | None = None
+        self._root: str | None = None
+
+    @property
+    def docker(self) -> str:
+        """Looked up on first use: a request refused for its inputs asks nothing of the host."""
+        if self._docker is None:
+            self._docker = self.module.get_bin_path(self.params["docker"], required=True)
+        return self._docker
+
+    def data_root(self) -> str:
+        """Docker's data root, asked once per call."""
+        if self._root is None:
+            rc, out, _unused = self.module.run_command([self.docker, "info", "--format", "{{.DockerRootDir}}"],
+                                                       environ_update={"LC_ALL": "C"})
+            self._root = out.strip() if rc == 0 else ""
+        return self._root
+
+    def check_space(self, ref: str, size: int) -> None:
+        """Refuse, before any byte is fetched, an image that would not fit on Docker's data root."""
+        headroom = self.params["headroom_bytes"]
+        root = self.data_root()
+        if not root:
+            self.module.warn(f"Docker's data root could not be read (docker info); the free space for {ref} was "
+                             "not checked.")
+            return
+        try:
+            stat = os.statvfs(root)
+        except OSError as exc:
+            self.module.warn(f"the free space on {root} could not be read ({exc}); it was not checked for {ref}.")
+            return
+        free = stat.f_bavail * stat.f_frsize
+        needed = size * UNPACK_FACTOR + headroom
+        if free < needed:
+            raise PullFailed(f"not enough disk for {ref}: it is {gib(size)} to download (about "
+                             f"{gib(size * UNPACK_FACTOR)} on disk while it is pulled and unpacked), and Docker's "
+                             f"data root {root} has "
+                             f"{gib(free)} free, keeping {gib(headroom)} free (spark_images_disk_headroom_gib). "
+                             "Nothing was pulled and the images on the host are untouched. Free space there "
+                             "('docker image ls', then 'docker image rm' what you no longer need) and run again.",
+                             free_bytes=free, needed_bytes=needed)
+
+    def pull(self, image: dict) -> dict:
+        """One image: {ref, pulled, repo_digests[, local_fallback]}, or PullFailed saying why."""
+        module, platform = self.module, self.params["platform"]
+        repository, digest = image.get("repository"), image.get("digest")
+        platforms = image.get("platforms") or []
+        if not repository:
+            raise PullFailed("an image has no repository; expected REGISTRY/REPOSITORY (run playbooks/pin.yml "
+                             "again)")
+        if not is_digest(digest):
+            raise PullFailed(f"digest {digest!r} is not sha256: and 64 hex digits; run playbooks/pin.yml again.")
+        if platforms and platform not in platforms:
+            raise PullFailed(f"{repository}@{digest} is locked for {', '.join(platforms)}; this host is {platform}. "
+                             "Nothing was pulled: an image for another platform would run emulated or not at all. "
+                             "Remove the image from spark_images_catalog for this host, or pin a tag whose index "
+                             f"has {platform}.")
+        ref = f"{repository}@{digest}"
+        wanted = {f"{short_name(repository)}@{digest}", ref}
+        docker = self.docker
+        present = repo_digests(module, docker, ref)
+        if present is not None and wanted & set(present):
+            return {"changed": False, "pulled": False, "ref": ref, "repo_digests": present}
+        if module.check_mode:
+            return {"changed": True, "pulled": False, "ref": ref, "repo_digests": present or []}
+        if image.get("size"):
+            self.check_space(ref, int(image["size"]))
+        cmd = [docker, "pull", "--platform", platform, ref]
+        rc, out, err = module.run_command(cmd, environ_update={"LC_ALL": "C"})
+        if rc != 0:
+            reason = (err or out).strip()[-800:]
+            fallback = image.get("local_fallback") or []
+            local = blessed_local(module, docker, fallback, platform)
+            if local:
+                module.warn(f"{ref} could not be pulled ({reason[-300:]}); using the blessed tag {local['used']} "
+                            f"that this host already has ({local['ref']}), as the rules allow. Pull the locked "
+                            "digest when the registry answers again (re-run).")
+                return {"changed": False, "pulled": False, "ref": local["ref"], "repo_digests": local["repo_digests"],
+                        "local_fallback": {"wanted": ref, "used": local["used"], "image_id": local["id"],
+                                           "reason": reason.splitlines()[-1] if reason else f"rc {rc}"}}
+            if "toomanyrequests" in reason.lower() or "429" in reason:
+                reason += (" - the registry rate-limits pulls (HTTP 429). Log in to it "
+                           "(spark_images_registry_credentials: Docker Hub's limit is higher for an account), pull "
+                           "through a mirror (spark_images_mirrors) so the fleet fetches each layer once, or re-run "
+                           "later")
+            looked = (f" No blessed tag is on the host to fall back to (looked for {', '.join(fallback)})."
+                      if fallback else "")
+            raise PullFailed(f"docker pull {ref} failed (rc {rc}): {reason}. The previously pinned image, if any, "
+                             f"is untouched.{looked}", cmd=cmd, rc=rc, stdout=out, stderr=err)
+        after = repo_digests(module, docker, ref) or []
+        if not wanted & set(after):
+            raise PullFailed(f"pulled {ref} but its RepoDigests are {after}, expected {sorted(wanted)[0]}; the "
+                             "registry served other content than the lock pins. Not used: check the registry "
+                             "or run playbooks/pin.yml to review the change.", repo_digests=after)
+        record(self.params["record"], ref)
+        return {"changed": True, "pulled": True, "ref": ref, "repo_digests": after}
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "repository": {"type": "str", "required": True},
-            "digest": {"type": "str", "required": True},
-            "source": {"type": "str"},
+            "images": {"type": "list", "elements": "dict"},
+            "repository": {"type": "str"},
+            "digest": {"type": "str"},
             "platform": {"type": "str", "default": "linux/arm64"},
             "platforms": {"type": "list", "elements": "str", "default": []},
             "local_fallback": {"type": "list", "elements": "str", "default": []},
@@ -218,55 +312,36 @@ def main() -> None:
             "record": {"type": "path", "default": "/var/lib/sparkfleet/pulled-images.json"},
             "docker": {"type": "path", "default": "docker"},
         },
+        mutually_exclusive=[("images", "repository"), ("images", "digest")],
+        required_one_of=[("images", "repository")],
+        required_together=[("repository", "digest")],
         supports_check_mode=True,
     )
     params = module.params
-    digest = params["digest"]
-    if not is_digest(digest):
-        module.fail_json(msg=f"digest {digest!r} is not sha256: and 64 hex digits; run playbooks/pin.yml again.")
-    if params["platforms"] and params["platform"] not in params["platforms"]:
-        module.fail_json(msg=f"{params['repository']}@{digest} is locked for {', '.join(params['platforms'])}; this "
-                             f"host is {params['platform']}. Nothing was pulled: an image for another platform "
-                             f"would run emulated or not at all. Remove the image from spark_images_catalog for "
-                             f"this host, or pin a tag whose index has {params['platform']}.")
-    docker = module.get_bin_path(params["docker"], required=True)
-    source = params["source"] or params["repository"]
-    ref = f"{source}@{digest}"
-    wanted = {f"{short_name(source)}@{digest}", f"{source}@{digest}"}
-    present = repo_digests(module, docker, ref)
-    if present is not None and wanted & set(present):
-        module.exit_json(changed=False, pulled=False, ref=ref, repo_digests=present)
-    if module.check_mode:
-        module.exit_json(changed=True, pulled=False, ref=ref, repo_digests=present or [])
-    if params["size"]:
-        check_space(module, docker, ref, params["size"], params["headroom_bytes"])
-    cmd = [docker, "pull", "--platform", params["platform"], ref]
-    rc, out, err = module.run_command(cmd, environ_update={"LC_ALL": "C"})
-    if rc != 0:
-        reason = (err or out).strip()[-800:]
-        local = blessed_local(module, docker, params["local_fallback"], params["platform"])
-        if local:
-            module.warn(f"{ref} could not be pulled ({reason[-300:]}); using the blessed tag {local['used']} that this "
-                        f"host already has ({local['ref']}), as the rules allow. Pull the locked digest when the "
-                        "registry answers again (re-run).")
-            module.exit_json(changed=False, pulled=False, ref=local["ref"], repo_digests=local["repo_digests"],
-                             local_fallback={"wanted": ref, "used": local["used"], "image_id": local["id"],
-                                             "reason": reason.splitlines()[-1] if reason else f"rc {rc}"})
-        if "toomanyrequests" in reason.lower() or "429" in reason:
-            reason += (" - the registry rate-limits pulls (HTTP 429). Log in to it (spark_images_registry_credentials: "
-                       "Docker Hub's limit is higher for an account), pull through a mirror (spark_images_mirrors) "
-                       "so the fleet fetches each layer once, or re-run later")
-        looked = (f" No blessed tag is on the host to fall back to (looked for {', '.join(params['local_fallback'])})."
-                  if params["local_fallback"] else "")
-        module.fail_json(msg=f"docker pull {ref} failed (rc {rc}): {reason}. The previously pinned image, if any, is "
-                             f"untouched.{looked}", cmd=cmd, rc=rc, stdout=out, stderr=err)
-    after = repo_digests(module, docker, ref) or []
-    if not wanted & set(after):
-        module.fail_json(msg=f"pulled {ref} but its RepoDigests are {after}, expected {sorted(wanted)[0]}; the "
-                             f"registry served other content than the lock pins. Not used: check the registry "
-                             f"or run playbooks/pin.yml to review the change.", repo_digests=after)
-    record(params["record"], ref)
-    module.exit_json(changed=True, pulled=True, ref=ref, repo_digests=after)
+    puller = Puller(module)
+    if params["images"] is None:  # one image, its result at the top level
+        try:
+            result = puller.pull({"repository": params["repository"], "digest": params["digest"],
+                                  "platforms": params["platforms"], "size": params["size"],
+                                  "local_fallback": params["local_fallback"]})
+        except PullFailed as exc:
+            module.fail_json(msg=exc.msg, **exc.extra)
+        module.exit_json(**result)
+    results, failed = [], []
+    for image in params["images"]:
+        try:
+            entry = puller.pull(image)
+        except PullFailed as exc:
+            entry = {"failed": True, "msg": exc.msg, **{k: v for k, v in exc.extra.items() if k in ("rc", "cmd")}}
+            failed.append(f"{image.get('name') or image.get('repository')}: {exc.msg}" if len(params["images"]) > 1
+                          else exc.msg)
+        results.append({"name": image.get("name"), **entry})
+    changed = any(entry.get("changed") for entry in results)
+    for entry in results:
+        entry.pop("changed", None)
+    if failed:
+        module.fail_json(msg="; ".join(failed), changed=changed, images=results)
+    module.exit_json(changed=changed, images=results)
 
 
 if __name__ == "__main__":

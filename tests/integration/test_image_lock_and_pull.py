@@ -102,6 +102,39 @@ def test_pull_by_digest_once_and_verify(anon, tmp_path):
 
 
 @pytest.mark.testbed
+def test_all_of_a_hosts_images_in_one_call_each_reported_and_a_failure_named(anon, tmp_path):
+    one = push(anon.url, "pulltest/one:v1", ["amd64", "arm64"], seed="one-call-a")
+    two = push(anon.url, "pulltest/two:v1", ["amd64", "arm64"], seed="one-call-b")
+    refs = [f"{anon.host}/pulltest/one@{one['digest']}", f"{anon.host}/pulltest/two@{two['digest']}"]
+    record = tmp_path / "pulled.json"
+    images = [{"name": "one", "repository": f"{anon.host}/pulltest/one", "digest": one["digest"]},
+              {"name": "two", "repository": f"{anon.host}/pulltest/two", "digest": two["digest"]}]
+    args = {"images": images, "record": str(record)}
+    for ref in refs:
+        subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True, check=False)
+    try:
+        subprocess.run(["docker", "pull", "--platform", "linux/arm64", refs[0]], capture_output=True, check=True)
+        first = run_module("spark_image_pull", args)
+        assert not first["failed"], first.get("msg")
+        assert [(i["name"], i["ref"], i["pulled"]) for i in first["images"]] == [
+            ("one", refs[0], False), ("two", refs[1], True)], "only the missing one is pulled"
+        assert json.loads(record.read_text()) == [refs[1]], "only what this call pulled is recorded"
+        again = run_module("spark_image_pull", args)
+        assert again["changed"] is False and not any(i["pulled"] for i in again["images"])
+
+        missing = "sha256:" + "4" * 64
+        broken = run_module("spark_image_pull", {**args, "images": [
+            *images, {"name": "gone", "repository": f"{anon.host}/pulltest/one", "digest": missing}]})
+        assert broken["failed"] is True
+        assert broken["msg"].startswith(f"gone: docker pull {anon.host}/pulltest/one@{missing} failed"), broken["msg"]
+        assert [(i["name"], bool(i.get("failed"))) for i in broken["images"]] == [
+            ("one", False), ("two", False), ("gone", True)], "the others still say what they did"
+    finally:
+        for ref in refs:
+            subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True, check=False)
+
+
+@pytest.mark.testbed
 def test_a_digest_the_registry_does_not_serve_fails_closed(anon, tmp_path):
     missing = "sha256:" + "3" * 64
     result = run_module("spark_image_pull", {"repository": f"{anon.host}/pulltest/img", "digest": missing,

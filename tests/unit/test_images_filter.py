@@ -13,14 +13,30 @@ CATALOG = [{"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch"
             "launcher": "spark-ngc"}]
 
 
+LOCKED = {"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch", "tag": "25.11-py3",
+          "index_digest": D1, "arm64_digest": D2, "platforms": ["linux/arm64", "linux/amd64"],
+          "sizes": {"linux/arm64": 123}}
+
+
 def test_pinned_entries_carry_the_ref_and_the_launcher_path():
-    pulled = {"results": [{"item": {"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch",
-                                    "tag": "25.11-py3", "index_digest": D1, "arm64_digest": D2},
-                           "ref": f"nvcr.io/nvidia/pytorch@{D1}", "pulled": True}]}
-    (entry,) = images.spark_images_pinned(pulled, CATALOG, "/usr/local/bin/")
-    assert entry["ref"] == f"nvcr.io/nvidia/pytorch@{D1}"
+    pulled = {"images": [{"name": "ngc", "ref": f"nvcr.io/nvidia/pytorch@{D1}", "pulled": True}]}
+    (entry,) = images.spark_images_pinned(pulled, CATALOG, "/usr/local/bin/", [LOCKED])
+    assert entry["ref"] == f"nvcr.io/nvidia/pytorch@{D1}" and entry["index_digest"] == D1
     assert entry["launcher_path"] == "/usr/local/bin/spark-ngc"
     assert entry["unlocked"] is False
+    failed = {"images": [{"name": "ngc", "failed": True, "msg": "docker pull failed"}]}
+    assert images.spark_images_pinned(failed, CATALOG, "/usr/local/bin", [LOCKED]) == [], "a failed pull pins nothing"
+
+
+def test_each_pull_request_is_complete_mirror_platforms_size_and_blessed_tags():
+    (request,) = images.spark_images_pull_requests([LOCKED], {"nvcr.io": "mirror.lan:5000"}, "linux/arm64", CATALOG,
+                                                   ["latest"])
+    assert request == {"name": "ngc", "repository": "mirror.lan:5000/nvidia/pytorch", "digest": D1,
+                       "platforms": ["linux/arm64", "linux/amd64"], "size": 123,
+                       "local_fallback": ["nvcr.io/nvidia/pytorch:25.11-py3",
+                                          "mirror.lan:5000/nvidia/pytorch:25.11-py3"]}
+    (plain,) = images.spark_images_pull_requests([LOCKED], {}, "linux/amd64", CATALOG, [], False)
+    assert plain["repository"] == "nvcr.io/nvidia/pytorch" and "size" not in plain and plain["local_fallback"] == []
 
 
 def test_only_images_this_project_pulled_and_no_longer_pins_are_stale():
