@@ -191,7 +191,8 @@ def plan_extras(matrix, requested: list[str]) -> list[dict]:
         elif policy == "index":
             entry["index_url"] = comp["index_url"]
             entry["args"] = ["--pre"]
-            entry["says"] = f"{spec}: from {redact_url(comp['index_url'])} ({entry['note']})"
+            entry["says"] = (f"{spec}: from {redact_url(comp['index_url'])} only, then its dependencies from the "
+                             f"matrix's index ({entry['note']})")
         elif policy == "warn":
             entry["says"] = f"{spec}: installed, but {entry['note']}"
         else:
@@ -258,15 +259,21 @@ def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str
         steps.append({"id": step["id"], "why": step.get("why", ""),
                       "indexes": [override(step["index_url"], overrides)],
                       "args": [*step.get("args", []), *step["packages"]], "env": {}})
-    default_index = matrix["steps"][-1]["index_url"]
+    default_index = override(matrix["steps"][-1]["index_url"], overrides)
     for extra in extras:
-        indexes = [override(default_index, overrides)]
-        if extra["index_url"]:
-            indexes.append(override(extra["index_url"], overrides))
         # The matrix's pins are held: an extra that wants another torch fails instead of replacing it.
         args = ["--constraint", constraints_file, *extra["args"], extra["requirement"]]
-        steps.append({"id": f"extra:{extra['name']}", "why": extra["says"], "indexes": indexes, "args": args,
-                      "env": extra["env"]})
+        step = {"id": f"extra:{extra['name']}", "why": extra["says"], "indexes": [default_index], "args": args,
+                "env": extra["env"]}
+        if extra["index_url"]:
+            # Never one pip command over both indexes: pip takes the highest version either offers, so a package
+            # of the same name on the matrix's index (PyPI) would win over the one the component table names.
+            # The package alone from its own index, then its dependencies from the matrix's index (the package,
+            # installed, is not fetched again).
+            steps.append({**step, "indexes": [override(extra["index_url"], overrides)],
+                          "args": ["--no-deps", *args]})
+            step = {**step, "id": f"extra:{extra['name']}:dependencies"}
+        steps.append(step)
     return steps
 
 

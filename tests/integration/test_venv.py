@@ -198,7 +198,7 @@ def test_the_hosts_pip_configuration_cannot_change_the_sequence(place, tmp_path)
     assert result["packages"]["torch"] == "2.10.0+cu130"
 
 
-def test_extra_packages_follow_the_matrix_policy(place, tmp_path):
+def test_extra_packages_follow_the_matrix_policy(place, pyindex, tmp_path):
     refused = run_module("spark_venv", place(extra_packages=["flash-attn", "transformer_engine"]))
     assert refused["failed"] is True
     assert ("flash-attn: refused on Spark: skip the pip build on Spark; the NGC PyTorch container bundles a working "
@@ -213,12 +213,16 @@ def test_extra_packages_follow_the_matrix_policy(place, tmp_path):
     planned = run_module("spark_venv", place(extra_packages=["xformers", "vllm", "llamafactory"]), "--check")
     says = {e["requirement"]: e["says"] for e in planned["extras"]}
     assert says["xformers"].startswith("xformers: built from source with TORCH_CUDA_ARCH_LIST=12.1")
-    assert says["vllm"] == "vllm: from https://wheels.vllm.ai/nightly (nightly wheels only)"
+    assert says["vllm"] == ("vllm: from https://wheels.vllm.ai/nightly only, then its dependencies from the matrix's "
+                            "index (nightly wheels only)")
     assert says["llamafactory"] == "llamafactory: installed, but fragile on Spark; check upstream issues first"
     commands = {s["id"]: s["command"] for s in planned["steps"]}
     assert commands["extra:xformers"].startswith("TORCH_CUDA_ARCH_LIST=12.1 pip install ")
     assert "--no-binary xformers" in commands["extra:xformers"]
-    assert "--extra-index-url https://wheels.vllm.ai/nightly" in commands["extra:vllm"]
+    # vllm alone from its own index, its dependencies from the matrix's: never one pip command over both.
+    assert commands["extra:vllm"].startswith("pip install --index-url https://wheels.vllm.ai/nightly --no-deps ")
+    assert commands["extra:vllm:dependencies"].startswith(f"pip install --index-url {pyindex.url}/pypi ")
+    assert not any("--extra-index-url" in c for c in commands.values())
 
     # An extra that wants another torch cannot move the matrix's pin: pip refuses, the venv is not kept.
     moved = run_module("spark_venv", place(extra_packages=["axolotl"]))

@@ -136,6 +136,16 @@ def test_an_index_token_reaches_pip_only_through_its_environment_and_is_masked_w
     assert redact_url("https://pypi.org/simple/") == "https://pypi.org/simple/"
 
 
+def test_an_extra_from_its_own_index_never_shares_a_pip_command_with_the_matrixs_index():
+    steps = pip_steps(MATRIX, plan_extras(MATRIX, ["vllm"]), {}, "/v/constraints.txt")
+    own, deps = steps[-2:]
+    assert (own["id"], own["indexes"]) == ("extra:vllm", ["https://wheels.vllm.ai/nightly"])
+    assert own["args"][0] == "--no-deps" and own["args"][-1] == "vllm"
+    assert (deps["id"], deps["indexes"]) == ("extra:vllm:dependencies", [MATRIX["steps"][-1]["index_url"].rstrip("/")])
+    assert all(len(s["indexes"]) == 1 for s in steps), "no step asks two indexes at once"
+    assert "--extra-index-url" not in " ".join(display(s) for s in steps)
+
+
 def test_platform_tags_cover_every_glibc_up_to_the_target():
     tags = platform_tags({"arch": "aarch64", "glibc": "2.39", "python": "3.12"})
     assert tags[0] == "manylinux_2_39_aarch64" and "manylinux_2_24_aarch64" in tags  # bitsandbytes' tag
