@@ -24,6 +24,7 @@ description:
     removed).
 version_added: "0.2.0"
 author: sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes]
 options:
   dir:
     description: The directory of the launchers.
@@ -52,17 +53,12 @@ options:
     default: {}
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Says which launchers would change, writes nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
-      diff mode.
     support: full
     details: Each changed launcher's text before and after.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation
-      indicates no change.
     support: full
     details: Same text and attributes, nothing written.
 """
