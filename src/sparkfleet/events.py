@@ -40,6 +40,9 @@ class Fleet:
     task: str | None = None
     task_started: float | None = None
     task_items: int = 0
+    # The hosts the current task started on, and those it finished on: "n of m hosts done" while it runs.
+    task_hosts: set[str] = field(default_factory=set)
+    task_done: set[str] = field(default_factory=set)
     play_hosts: list[str] = field(default_factory=list)
     pattern: str = ""
     # Ansible starts a serial play once per batch: play -> how many times it started so far
@@ -55,6 +58,13 @@ class Fleet:
     @property
     def controller_facts(self) -> dict[str, Any]:
         return self.controller.facts
+
+    def task_progress(self) -> str:
+        """', 2 of 3 hosts done, 4 items done' for the task running now (empty parts left out)."""
+        hosts = (f", {len(self.task_done & self.task_hosts)} of {len(self.task_hosts)} hosts done"
+                 if len(self.task_hosts) > 1 else "")
+        items = f", {self.task_items} item{'s' if self.task_items != 1 else ''} done" if self.task_items else ""
+        return hosts + items
 
     def host(self, name: str) -> Host:
         if name == "localhost":
@@ -80,9 +90,12 @@ class Fleet:
             self.task = data.get("task") or data.get("name")
             self.task_started = time.monotonic()
             self.task_items = 0
+            self.task_hosts, self.task_done = set(), set()
         elif kind in ("runner_item_on_ok", "runner_item_on_failed"):
             self.task_items += 1
         elif kind.startswith("runner_on_"):
+            if kind == "runner_on_start":
+                self.task_hosts.add(data.get("host") or "")
             self._result(kind[len("runner_on_"):], data)
         elif kind == "playbook_on_stats":
             self._stats(data)
@@ -101,6 +114,7 @@ class Fleet:
         host.batches.setdefault(self.play or "", self.play_starts.get(self.play or "", 1))
         if outcome in ("ok", "failed", "unreachable", "skipped"):
             host.finished_tasks += 1
+            self.task_done.add(name)
         if outcome == "ok":
             self._facts(host.facts, res)
             if "spark_images_refresh" in host.facts and host is not self.controller:

@@ -18,8 +18,7 @@ def status_lines(fleet: Fleet, now: float | None = None) -> list[str]:
     lines = [f"play: {fleet.play or '-'}"]
     if fleet.task:
         elapsed = int(now - fleet.task_started) if fleet.task_started else 0
-        items = f", {fleet.task_items} items done" if fleet.task_items else ""
-        lines.append(f"task: {fleet.task} ({elapsed} s{items})")
+        lines.append(f"task: {fleet.task} ({elapsed} s{fleet.task_progress()})")
     done = [h for h in fleet.hosts.values() if not h.failures and not h.unreachable]
     failed = sorted(h.name for h in fleet.hosts.values() if h.failures)
     unreachable = sorted(h.name for h in fleet.hosts.values() if h.unreachable)
@@ -74,8 +73,8 @@ class Progress:
         elapsed = int(now - self.fleet.task_started)
         if elapsed >= self.STILL_EVERY and elapsed // self.STILL_EVERY != self._still:
             self._still = elapsed // self.STILL_EVERY
-            items = f", {self.fleet.task_items} items done" if self.fleet.task_items else ""
-            self.console.print(f"[{time.strftime('%H:%M:%S')}] still: {self.fleet.task} ({elapsed} s{items})",
+            self.console.print(f"[{time.strftime('%H:%M:%S')}] still: {self.fleet.task} "
+                               f"({elapsed} s{self.fleet.task_progress()})",
                                highlight=False, markup=False)
 
     def update(self) -> None:

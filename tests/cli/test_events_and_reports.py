@@ -205,5 +205,20 @@ def test_a_long_task_says_it_is_still_running_without_the_live_display():
     for seconds in (3, 14, 16, 20, 31, 44, 46):
         progress.tick(now=fleet.task_started + seconds)
     said = [line for line in console.export_text().splitlines() if "still:" in line]
-    assert [line.split("(")[-1] for line in said] == ["16 s)", "31 s)", "46 s)"], said
+    # The recorded run: one of the two lab hosts had answered, the other was still installing.
+    assert [line.split("(")[-1] for line in said] == [f"{n} s, 1 of 2 hosts done)" for n in (16, 31, 46)], said
     assert all(f"still: {fleet.task}" in line for line in said)
+
+
+def test_a_running_task_says_how_many_of_its_hosts_and_items_are_done():
+    fleet = Fleet()
+    fleet.handle({"event": "playbook_on_task_start", "event_data": {"task": "Pull"}})
+    for host in ("a", "b", "c"):
+        fleet.handle(event("start", host, {}, task="Pull"))
+    assert fleet.task_progress() == ", 0 of 3 hosts done"
+    fleet.handle({"event": "runner_item_on_ok", "event_data": {"host": "a", "task": "Pull"}})
+    fleet.handle(event("ok", "a", {}, task="Pull"))
+    assert fleet.task_progress() == ", 1 of 3 hosts done, 1 item done"
+    fleet.handle({"event": "playbook_on_task_start", "event_data": {"task": "Alone"}})
+    fleet.handle(event("start", "localhost", {}, task="Alone"))
+    assert fleet.task_progress() == "", "one host: nothing to count"
