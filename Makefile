@@ -57,8 +57,9 @@ lint: venv
 	yamllint --strict .
 	ansible-lint
 
-# -n auto: one worker per core; tests/conftest.py groups the tests that must not run side by side.
-XDIST := -n auto --dist loadgroup
+# -n auto: one worker per core, a test file per worker at a time; tests/conftest.py makes the files that share
+# this machine's Docker images take turns.
+XDIST := -n auto --dist loadfile
 
 unit: venv
 	pytest $(XDIST) -m "not testbed and not network" tests

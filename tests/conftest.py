@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -26,10 +27,10 @@ sys.modules.setdefault("conftest", sys.modules[__name__])
 COLLECTION = "sparkfleet.spark"
 
 
-# Under `pytest -n` (pytest-xdist, --dist loadgroup, as make test runs it) each file is one group, so a file's
-# module fixtures (the fleet's lab, ansible-test's tree) are set up once, in one worker. The files that pull
-# into, build in or remove from this machine's own Docker engine share one group, run one after another: side by
-# side, one could remove an image the other just pulled (the stand-ins have the same content, so the same ID).
+# Under `pytest -n` (pytest-xdist, --dist loadfile, as make test runs it) each file runs in one worker, so its
+# module fixtures (the fleet's lab, ansible-test's tree) are set up once. The files that pull into, build in or
+# remove from this machine's own Docker engine take turns, a whole file at a time, through one lock: side by side,
+# one could remove an image the other just pulled (the stand-ins have the same content, so the same ID).
 THIS_MACHINES_DOCKER = {
     "test_abi_scan_real.py", "test_blessed_local.py", "test_derived_images.py", "test_image_lock_and_pull.py",
     "test_image_resolve.py", "test_mirror.py", "test_pin_playbook.py", "test_platform_boundary.py",
@@ -37,12 +38,19 @@ THIS_MACHINES_DOCKER = {
 }
 
 
-def pytest_collection_modifyitems(config, items):
-    if not config.pluginmanager.hasplugin("xdist"):
+@pytest.fixture(scope="module", autouse=True)
+def _this_machines_docker_in_turn(request):
+    if Path(str(request.module.__file__)).name not in THIS_MACHINES_DOCKER:
+        yield
         return
-    for item in items:
-        group = "this-machines-docker" if item.path.name in THIS_MACHINES_DOCKER else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+    path = REPO / ".cache" / "tests" / "this-machines-docker.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def ansible_env(**extra: str) -> dict[str, str]:
@@ -116,3 +124,4 @@ def pyindex(tmp_path_factory):
     served = Index(tmp_path_factory.mktemp("pyindex"))
     yield served
     served.close()
+
