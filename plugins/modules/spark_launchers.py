@@ -99,7 +99,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
-from ansible_collections.sparkfleet.spark.plugins.module_utils._launchers import problems, script
+from ansible_collections.sparkfleet.spark.plugins.module_utils._launchers import UNBUILT, problems, script
 
 
 def _read(module: AnsibleModule, path: str) -> str | None:
@@ -128,7 +128,7 @@ def main() -> None:
     p = module.params
     images, workdir, environment, flags = p["images"], p["workdir"], p["environment"], p["run_flags"]
     said = [f"image {i + 1}: {problem}" for i, image in enumerate(images)
-            for problem in problems(image, workdir, environment, flags)]
+            for problem in problems(image, workdir, environment, flags, module.check_mode)]
     names = [image.get("launcher") for image in images]
     said += [f"launcher {name!r} is named by more than one image; expected one image per launcher"
              for name in sorted({n for n in names if names.count(n) > 1})]
@@ -139,6 +139,7 @@ def main() -> None:
 
     launchers, diffs = [], []
     for image in images:
+        image = {**image, "ref": image.get("ref") or UNBUILT}  # UNBUILT only in check mode (checked above)
         path = os.path.join(p["dir"], image["launcher"])
         text = script(image, workdir, environment, flags)
         before = _read(module, path)

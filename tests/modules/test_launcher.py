@@ -71,6 +71,12 @@ def test_check_mode_and_diff_tell_which_launcher_would_move_and_write_nothing(tm
     assert f"-    nvcr.io/nvidia/pytorch@{D}" in shown and f"+    nvcr.io/nvidia/pytorch@{E}" in shown
     assert result["_stdout"].count("+++ after") == 1, "an unchanged launcher shows no diff"
 
+    # A derived image check mode would build has no ID yet: its launcher is shown, nothing is refused or written.
+    unbuilt = install(tmp_path, [NGC, {**DERIVED, "ref": None}], "--check", "--diff")
+    assert not unbuilt["failed"], unbuilt.get("msg")
+    assert "<the image ID this run builds>" in unbuilt["_stdout"]
+    assert install(tmp_path, [NGC, {**DERIVED, "ref": None}])["failed"], "outside check mode an empty ref is refused"
+
     fresh = install(tmp_path / "empty", [NGC], "--check")
     assert fresh["changed"] is True and not (tmp_path / "empty" / "bin" / "spark-ngc").exists()
 
