@@ -124,4 +124,3 @@ def pyindex(tmp_path_factory):
     served = Index(tmp_path_factory.mktemp("pyindex"))
     yield served
     served.close()
-

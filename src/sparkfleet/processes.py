@@ -66,4 +66,3 @@ def end_run(root: int, grace: float = 5.0) -> set[int]:
         if not pids:
             break
     return ended
-
