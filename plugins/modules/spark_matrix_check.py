@@ -28,6 +28,8 @@ description:
     A package a later step pins, installed at another version, is only a
     note, since the later step moves it on purpose (C(-U torchao) last).
   - Also reports the matrix's staleness against O(max_age_days).
+  - With O(step), checks that one step (its pins and its place in the sequence); a loop over the steps
+    shows a run's progress step by step (playbooks/matrix_check.yml).
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
 extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
@@ -56,6 +58,12 @@ options:
     description: Seconds pip waits for an index before it counts as unreachable.
     type: int
     default: 20
+  step:
+    description:
+      - Check only this step (its id) - its pins and its resolution after the earlier steps' pins. The
+        results then hold that step's rows and sequence entry, and O(table) its lines without the heading.
+      - Default, every step.
+    type: str
 """
 
 EXAMPLES = r"""
@@ -82,9 +90,31 @@ staleness:
   returned: success
   type: dict
 table:
-  description: The rows and the sequence as aligned text lines.
+  description:
+    - The rows and the sequence as aligned text lines - RV(heading), RV(pin_lines), RV(sequence_heading),
+      RV(sequence_lines).
+    - With O(step), that step's RV(pin_lines) and RV(sequence_lines) only.
   returned: success
   type: list
+  elements: str
+heading:
+  description: The table's first line - the matrix, its age and the target.
+  returned: success
+  type: str
+pin_lines:
+  description: One line per pin checked - step, package, version, status, the wheel or what the index said.
+  returned: success
+  type: list
+  elements: str
+sequence_heading:
+  description: The line before the sequence's lines.
+  returned: success
+  type: str
+sequence_lines:
+  description: One line per step resolved (status, what it installs or why not), and its notes.
+  returned: success
+  type: list
+  elements: str
 sequence:
   description:
     - One per step - step, status (resolves, conflict, missing, unreachable, error, skipped), constraints
@@ -127,6 +157,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix imp
 _UNREACHABLE = re.compile(r"(Could not fetch URL|Max retries exceeded|NewConnectionError|Connection refused|"
                           r"Failed to establish|Temporary failure in name resolution|timed out|"
                           r"Network is unreachable|HTTP error (?:5\d\d|403|401))", re.I)
+SEQUENCE_HEADING = "the sequence, each step resolved with its dependencies after the earlier steps' pins:"
 _VERSIONS = re.compile(r"\(from versions: ([^)]*)\)")
 _NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
 # pip's ResolutionImpossible report: what it cannot install (an error) and, at its info level, the
@@ -217,11 +248,15 @@ def resolve_step(pip: list[str], step: dict, constraints: list[str], indexes: li
             "notes": notes}
 
 
-def resolve_sequence(pip: list[str], matrix: dict, overrides: dict, skip: list[str], timeout: int) -> list[dict]:
-    """Every step in order; a skipped step's pins still hold for the later ones, its index is not asked."""
+def resolve_sequence(pip: list[str], matrix: dict, overrides: dict, skip: list[str], timeout: int,
+                     only: str | None = None) -> list[dict]:
+    """Every step in order (or only the step `only`, after the earlier ones' pins); a skipped step's pins still
+    hold for the later ones, its index is not asked."""
     results = []
     steps = matrix["steps"]
     for position, step in enumerate(steps):
+        if only is not None and step["id"] != only:
+            continue
         if step["id"] in skip:
             results.append({"step": step["id"], "status": "skipped"})
             continue
@@ -245,6 +280,7 @@ def main() -> None:
             "max_age_days": {"type": "int", "default": 90},
             "today": {"type": "str"},
             "timeout": {"type": "int", "default": 20},
+            "step": {"type": "str"},
         },
         supports_check_mode=True,
     )
@@ -255,16 +291,22 @@ def main() -> None:
         stale = staleness(matrix, today, p["max_age_days"])
     except (MatrixError, ValueError) as exc:
         module.fail_json(msg=f"{exc}. Nothing was checked.")
-    unknown = sorted(set(p["skip_steps"]) - {s["id"] for s in matrix["steps"]})
+    ids = [s["id"] for s in matrix["steps"]]
+    unknown = sorted(set(p["skip_steps"]) - set(ids))
     if unknown:
         module.fail_json(msg=f"skip_steps names {', '.join(unknown)}, which the matrix does not have; its steps are "
-                             + ", ".join(s["id"] for s in matrix["steps"]))
+                             + ", ".join(ids))
+    if p["step"] is not None and p["step"] not in ids:
+        module.fail_json(msg=f"step is {p['step']!r}, which the matrix does not have; its steps are {', '.join(ids)}")
     jobs = []
     for step in matrix["steps"]:
         for spec in step["packages"]:
             name, version = parse_pin(spec)
             index = override(step["index_url"], p["index_overrides"])
             jobs.append({"step": step["id"], "package": name, "version": version, "index": index, "spec": spec})
+    width = max(len(j["package"]) for j in jobs)  # the whole matrix's, so that steps checked apart align
+    if p["step"] is not None:
+        jobs = [j for j in jobs if j["step"] == p["step"]]
     pip = [sys.executable, "-m", "pip"]
     todo = [j for j in jobs if j["step"] not in p["skip_steps"]]
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -274,19 +316,22 @@ def main() -> None:
     for job in jobs:
         job.setdefault("status", "skipped")
         job.pop("spec")
-    sequence = resolve_sequence(pip, matrix, p["index_overrides"], p["skip_steps"], p["timeout"])
+    sequence = resolve_sequence(pip, matrix, p["index_overrides"], p["skip_steps"], p["timeout"], p["step"])
     target = matrix["target"]
-    width = max(len(j["package"]) for j in jobs)
-    table = [f"matrix {matrix['name']} (last verified {stale['last_verified']}, {stale['age_days']} days ago), "
-             f"target cp{target['python'].replace('.', '')} linux {target['arch']} glibc {target['glibc']}"]
-    table += [f"{j['step']:<8} {j['package']:<{width}} {j['version']:<12} {j['status']:<11} "
-              f"{j.get('wheel') or j.get('detail') or ''}" for j in jobs]
-    table.append("the sequence, each step resolved with its dependencies after the earlier steps' pins:")
+    heading = (f"matrix {matrix['name']} (last verified {stale['last_verified']}, {stale['age_days']} days ago), "
+               f"target cp{target['python'].replace('.', '')} linux {target['arch']} glibc {target['glibc']}")
+    pin_lines = [f"{j['step']:<8} {j['package']:<{width}} {j['version']:<12} {j['status']:<11} "
+                 f"{j.get('wheel') or j.get('detail') or ''}" for j in jobs]
+    sequence_lines = []
     for step in sequence:
         said = (f"{len(step['installs'])} packages" if step["status"] == "resolves" else step.get("detail", ""))
-        table.append(f"{step['step']:<8} {step['status']:<11} {said}")
-        table += [f"{'':<8} {'':<11} note: {note}" for note in step.get("notes", [])]
-    if stale["stale"]:
+        sequence_lines.append(f"{step['step']:<8} {step['status']:<11} {said}")
+        sequence_lines += [f"{'':<8} {'':<11} note: {note}" for note in step.get("notes", [])]
+    # Checked step by step, the table is heading + every step's pin_lines + SEQUENCE_HEADING + every step's
+    # sequence_lines (playbooks/matrix_check.yml, the CLI).
+    table = (pin_lines + sequence_lines if p["step"] is not None
+             else [heading, *pin_lines, SEQUENCE_HEADING, *sequence_lines])
+    if stale["stale"] and p["step"] in (None, ids[0]):  # once per run, also when a loop asks step by step
         module.warn(stale["message"])
     missing = [f"{j['package']}=={j['version']} ({j['step']})" for j in jobs if j["status"] == "missing"]
     # A step that could not ask its indexes says so in its row; the pins' rows name those indexes.
@@ -295,8 +340,9 @@ def main() -> None:
     unasked = sorted({redact_url(j["index"]) for j in jobs if j["status"] in ("unreachable", "error")})
     for job in jobs:
         job["index"] = redact_url(job["index"])
-    module.exit_json(changed=False, rows=jobs, table=table, staleness=stale, missing=missing, sequence=sequence,
-                     conflicts=conflicts, unasked_indexes=unasked)
+    module.exit_json(changed=False, rows=jobs, table=table, heading=heading, sequence_heading=SEQUENCE_HEADING,
+                     pin_lines=pin_lines, sequence_lines=sequence_lines, staleness=stale, missing=missing,
+                     sequence=sequence, conflicts=conflicts, unasked_indexes=unasked)
 
 
 if __name__ == "__main__":

@@ -410,21 +410,32 @@ def write_doctor(fleet: Fleet, directory: Path, console: Console) -> dict[str, P
 
 def controller_lines(directory: Path, key: str) -> list[str]:
     """What the controller-side check showed, from the run's job events: the matrix check's table (key
-    "table") or the advisories check's lines (key "issues": the task that asked upstream)."""
+    "table": its heading and each step's lines, in the order the steps ran) or the advisories check's lines (key
+    "issues": the task that asked upstream)."""
     events = directory / "artifacts" / "run" / "job_events"
-    for path in sorted(events.glob("*.json")) if events.is_dir() else []:
+    found = []
+    for path in events.glob("*.json") if events.is_dir() else []:
         try:
             event = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
         res = (event.get("event_data") or {}).get("res") or {}
-        if event.get("event") != "runner_on_ok" or not isinstance(res, dict) or key not in res:
+        if event.get("event") not in ("runner_on_ok", "runner_item_on_ok") or not isinstance(res, dict):
             continue
-        if key == "table" and "rows" in res:
-            return list(res["table"])
-        if key == "issues" and res.get("upstream"):
+        if key == "table" and "rows" in res and "table" in res:
+            found.append((event.get("counter", 0), res))
+        elif key == "issues" and res.get("upstream") and "lines" in res:
             return list(res["lines"])
-    return []
+    found.sort(key=lambda counted: counted[0])
+    parts = [res for _, res in found]
+    if not parts:
+        return []
+    whole = [res for res in parts if res["table"][:1] == [res.get("heading")]]  # the module run on all steps
+    if whole or not all("pin_lines" in res for res in parts):
+        return list((whole or parts)[-1]["table"])
+    # Checked step by step (playbooks/matrix_check.yml): put together as the module's whole table is.
+    return [parts[0]["heading"], *(line for res in parts for line in res["pin_lines"]), parts[0]["sequence_heading"],
+            *(line for res in parts for line in res["sequence_lines"])]
 
 
 def lab(args: argparse.Namespace, console: Console) -> int:

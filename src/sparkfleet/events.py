@@ -40,6 +40,8 @@ class Fleet:
     task: str | None = None
     task_started: float | None = None
     task_items: int = 0
+    # Items per host of the running loop, when it says (loop_control.extended: ansible_loop.length).
+    task_loop_length: int = 0
     # The hosts the current task started on, and those it finished on: "n of m hosts done" while it runs.
     task_hosts: set[str] = field(default_factory=set)
     task_done: set[str] = field(default_factory=set)
@@ -60,10 +62,14 @@ class Fleet:
         return self.controller.facts
 
     def task_progress(self) -> str:
-        """', 2 of 3 hosts done, 4 items done' for the task running now (empty parts left out)."""
+        """', 2 of 3 hosts done, 4 items done' for the task running now (empty parts left out); '2 of 4 items
+        done' when the loop says how long it is."""
         hosts = (f", {len(self.task_done & self.task_hosts)} of {len(self.task_hosts)} hosts done"
                  if len(self.task_hosts) > 1 else "")
-        items = f", {self.task_items} item{'s' if self.task_items != 1 else ''} done" if self.task_items else ""
+        total = self.task_loop_length * max(1, len(self.task_hosts))
+        of = f" of {total}" if total >= self.task_items else ""
+        items = (f", {self.task_items}{of} item{'s' if (total or self.task_items) != 1 else ''} done"
+                 if self.task_items else "")
         return hosts + items
 
     def host(self, name: str) -> Host:
@@ -89,10 +95,13 @@ class Fleet:
         elif kind == "playbook_on_task_start":
             self.task = data.get("task") or data.get("name")
             self.task_started = time.monotonic()
-            self.task_items = 0
+            self.task_items = self.task_loop_length = 0
             self.task_hosts, self.task_done = set(), set()
-        elif kind in ("runner_item_on_ok", "runner_item_on_failed"):
+        elif kind in ("runner_item_on_ok", "runner_item_on_failed", "runner_item_on_skipped"):
             self.task_items += 1
+            loop = (data.get("res") or {}).get("ansible_loop") if isinstance(data.get("res"), dict) else None
+            if isinstance(loop, dict) and isinstance(loop.get("length"), int):
+                self.task_loop_length = max(self.task_loop_length, loop["length"])
         elif kind.startswith("runner_on_"):
             if kind == "runner_on_start":
                 self.task_hosts.add(data.get("host") or "")

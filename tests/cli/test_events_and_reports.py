@@ -222,3 +222,21 @@ def test_a_running_task_says_how_many_of_its_hosts_and_items_are_done():
     fleet.handle({"event": "playbook_on_task_start", "event_data": {"task": "Alone"}})
     fleet.handle(event("start", "localhost", {}, task="Alone"))
     assert fleet.task_progress() == "", "one host: nothing to count"
+
+
+def test_a_loop_that_says_its_length_shows_n_of_m_items():
+    """loop_control.extended puts ansible_loop (index, length) in each item's result, as the matrix check's loop
+    over its steps does: the display says how many of them are done."""
+    fleet = Fleet()
+    fleet.handle({"event": "playbook_on_task_start", "event_data": {"task": "Ask the indexes, a step at a time"}})
+    fleet.handle(event("start", "localhost", {}, task="Ask the indexes, a step at a time"))
+    for index in (1, 2):
+        fleet.handle({"event": "runner_item_on_ok", "event_data": {
+            "host": "localhost", "res": {"item": {"id": f"s{index}"}, "ansible_loop": {"index": index, "length": 4}}}})
+    assert fleet.task_progress() == ", 2 of 4 items done"
+    fleet.handle({"event": "runner_item_on_skipped", "event_data": {
+        "host": "localhost", "res": {"ansible_loop": {"index": 3, "length": 4}}}})
+    assert fleet.task_progress() == ", 3 of 4 items done", "a skipped item is done too"
+    fleet.handle({"event": "playbook_on_task_start", "event_data": {"task": "Next"}})
+    fleet.handle({"event": "runner_item_on_ok", "event_data": {"host": "localhost", "res": {"item": 1}}})
+    assert fleet.task_progress() == ", 1 item done", "a loop that does not say its length: the count alone"

@@ -11,10 +11,17 @@ error message names the cache file to put in its place; that file here runs
 pip itself from the real pip wheel, downloaded from PyPI, with the same
 arguments get-pip takes. HOME points into .cache/, so nothing is written to
 the user's home.
+
+Each ansible-core the collection admits (meta/runtime.yml: 2.19 to 2.21) runs
+both: 2.19 is the test venv's own (Python 3.11); 2.20 and 2.21 need Python
+3.12, so they run from venvs of their own under .cache/, made with the first
+python3.12 on PATH or under pyenv. Each core has its ignore file
+(tests/sanity/ignore-2.NN.txt).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -29,21 +36,66 @@ from conftest import BIN, REPO, ansible_env
 
 pytestmark = pytest.mark.network  # ansible-test's venvs install from PyPI
 
-# The pip ansible-test bootstraps in its venvs, as its own source states it.
-PIP_VERSION = re.search(r"pip='([0-9.]+)'", (Path(ansible_test.__file__).parent / "_internal" /
-                                            "python_requirements.py").read_text()).group(1)
-GET_PIP = f'''"""Stand-in for get-pip-{PIP_VERSION}.py: pip install ARGS from the real pip wheel (tests/collection)."""
+
+def _pip_version(bin_dir: Path) -> str:
+    """The pip ansible-test bootstraps in its venvs, as the source of that core's ansible-test states it."""
+    if bin_dir == BIN:
+        source = Path(ansible_test.__file__).parent / "_internal" / "python_requirements.py"
+    else:
+        source = next(bin_dir.parent.glob("lib/python*/site-packages/ansible_test/_internal/python_requirements.py"))
+    return re.search(r"pip='([0-9.]+)'", source.read_text()).group(1)
+
+
+def _get_pip(version: str) -> str:
+    return f'''"""Stand-in for get-pip-{version}.py: pip install ARGS from the real pip wheel (tests/collection)."""
 import os, runpy, sys
-wheel = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pip-{PIP_VERSION}-py3-none-any.whl")
+wheel = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pip-{version}-py3-none-any.whl")
 sys.path.insert(0, wheel)
 sys.argv = ["pip", "install", *[a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]]
 runpy.run_module("pip", run_name="__main__", alter_sys=True)
 '''
 
 
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    work = tmp_path_factory.mktemp("ansible-test")
+# Each core the collection admits, and the Python it runs on here (2.20 and later need 3.12).
+CORES = {"2.19": None, "2.20": "3.12", "2.21": "3.12"}
+
+
+def _python(version: str) -> str | None:
+    """The first python`version` that runs: pyenv's own builds, then PATH (a pyenv shim of a version not selected
+    fails)."""
+    candidates = [*map(str, sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))),
+                  shutil.which(f"python{version}")]
+    for candidate in filter(None, candidates):
+        if subprocess.run([candidate, "-c", "pass"], capture_output=True, check=False).returncode == 0:
+            return candidate
+    return None
+
+
+def _core_bin(core: str) -> Path:
+    """The bin/ of a venv with ansible-core `core` (the test venv's own for 2.19), made once under .cache/."""
+    python = CORES[core]
+    if python is None:
+        return BIN
+    venv = REPO / ".cache" / f"ansible-core-{core}-py{python}"
+    stamp = venv / ".ansible-core"
+    if not stamp.is_file():
+        interpreter = _python(python)
+        if interpreter is None:
+            pytest.skip(f"ansible-core {core} needs Python {python}: no python{python} on PATH or under ~/.pyenv "
+                        f"(pyenv install {python})")
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([interpreter, "-m", "venv", str(venv)], check=True, capture_output=True)
+        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"ansible-core=={core}.*"],
+                       check=True, capture_output=True)
+        stamp.write_text(core)
+    return venv / "bin"
+
+
+@pytest.fixture(scope="module", params=list(CORES), ids=lambda core: f"ansible-core-{core}")
+def tree(request, tmp_path_factory):
+    core = request.param
+    bin_dir = _core_bin(core)
+    work = tmp_path_factory.mktemp(f"ansible-test-{core}")
     subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(work), str(REPO)],
                    check=True, capture_output=True, env=ansible_env())
     root = work / "ansible_collections" / "sparkfleet" / "spark"
@@ -54,21 +106,23 @@ def tree(tmp_path_factory):
     for part in ("unit", "sanity"):
         shutil.copytree(REPO / "tests" / part, root / "tests" / part, ignore=ignore)
     shutil.copy2(REPO / "tests" / "conftest.py", root / "tests" / "conftest.py")
-    home = REPO / ".cache" / "ansible-test-home"
+    home = REPO / ".cache" / ("ansible-test-home" if bin_dir == BIN else f"ansible-test-home-{core}")
     cache = home / ".ansible" / "test" / "cache"
     cache.mkdir(parents=True, exist_ok=True)
-    if not (cache / f"pip-{PIP_VERSION}-py3-none-any.whl").is_file():
+    pip = _pip_version(bin_dir)
+    if not (cache / f"pip-{pip}-py3-none-any.whl").is_file():
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d",
-                        str(cache), f"pip=={PIP_VERSION}"], check=True)
-    (cache / f"get_pip_{PIP_VERSION.replace('.', '_')}.py").write_text(GET_PIP)
-    return root, home
+                        str(cache), f"pip=={pip}"], check=True)
+    (cache / f"get_pip_{pip.replace('.', '_')}.py").write_text(_get_pip(pip))
+    return root, home, bin_dir, CORES[core] or f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-def _ansible_test(root, home, *args: str) -> subprocess.CompletedProcess:
-    python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    return subprocess.run([str(BIN / "ansible-test"), *args, "--venv", "--python", python, "--color", "no"],
-                          cwd=root, capture_output=True, text=True, check=False,
-                          env=ansible_env(HOME=str(home), ANSIBLE_CONFIG=""))
+def _ansible_test(root, home, bin_dir, python, *args: str) -> subprocess.CompletedProcess:
+    """ansible-test of the tree's core, in venvs of its own on `python`."""
+    env = ansible_env(HOME=str(home), ANSIBLE_CONFIG="")
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    return subprocess.run([str(bin_dir / "ansible-test"), *args, "--venv", "--python", python, "--color", "no"],
+                          cwd=root, capture_output=True, text=True, check=False, env=env)
 
 
 def test_ansible_test_sanity_passes(tree):
@@ -81,12 +135,12 @@ def test_ansible_test_sanity_passes(tree):
 
 
 def test_ansible_test_units_passes(tree):
-    root, home = tree
+    root = tree[0]
     # The parsers' unit tests read what a GB10 and an H200 answered (nvidia-smi, /etc/dgx-release): data, not code.
     doubles = Path("testbed", "doubles")
     shutil.copytree(REPO / doubles / "nvidia-smi" / "recordings", root / doubles / "nvidia-smi" / "recordings",
                     dirs_exist_ok=True)
     shutil.copy2(REPO / doubles / "dgx-release", root / doubles / "dgx-release")
-    proc = _ansible_test(root, home, "units")
+    proc = _ansible_test(*tree, "units")
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     assert " passed" in proc.stdout

@@ -266,3 +266,29 @@ def test_the_readmes_doctor_runs_as_written_from_another_directory(home):
     assert screen.rc == 0 and "## sparkfleet doctor: host-1" in screen.text, screen.text[-2000:]
     shown = Screen(["report"], home).wait()
     assert shown.rc == 0 and "sparkfleet doctor: successful" in shown.text, shown.text[-2000:]
+
+
+def test_the_readmes_matrix_check_at_a_terminal_shows_each_step_as_it_is_asked(home, pyindex):
+    """The README's `sparkfleet matrix check` at a terminal, with an inventory of the user's whose index overrides
+    point at the test bed's index (as written it asks PyPI and download.pytorch.org, which this machine's tests
+    never do): the live display counts the matrix's steps as they are asked, then the table and the reports
+    line."""
+    (argv,) = [a for a in readme_commands() if a == ["sparkfleet", "matrix", "check"]]
+    inventory = home / "inv"
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}}}))
+    (inventory / "group_vars" / "all" / "main.yml").write_text(
+        json.dumps({"spark_venv_index_overrides": pyindex.overrides}))
+    screen = Screen([*argv[1:], "-i", "inv"], home, columns=100, timeout=600).wait()
+    assert screen.rc == 0, screen.text[-4000:]
+    counted = set(re.findall(r"task: Ask the indexes, a step at a time \(\d+ s, (\d) of 4 items done\)", screen.text))
+    assert {"1", "2", "3"} <= counted, screen.text[-4000:]
+    lines = screen.lines()
+    heading = next(i for i, line in enumerate(lines) if re.match(r"matrix \S+ \(last verified ", line))
+    assert any(line.startswith("torchao  torchao") and "available" in line for line in lines[heading:])
+    assert "unsloth  resolves    3 packages" in lines[lines.index(
+        "the sequence, each step resolved with its dependencies after the earlier steps' pins:", heading):]
+    assert any(line.startswith("reports: ") for line in lines)
+    asked = {request.split("/")[1] for request in pyindex.requests}
+    assert asked == {"pypi", "cu130"}, ("the user's overrides applied: each index asked of the test bed's", asked)
