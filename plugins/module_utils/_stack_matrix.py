@@ -234,6 +234,39 @@ def redact_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{shown}@{where}"))
 
 
+def url_secrets(urls) -> set[str]:
+    """The credentials in these URLs (the TOKEN of https://user:TOKEN@host/ or https://TOKEN@host/, and the
+    user:TOKEN pair), for a module's no_log_values: Ansible then masks them wherever they would appear in its
+    result, the invocation's module_args included (what -vvv, runner's job events and callbacks show)."""
+    found = set()
+    for url in urls:
+        if not isinstance(url, str):
+            continue
+        netloc = urllib.parse.urlsplit(url).netloc
+        if "@" not in netloc:
+            continue
+        userinfo = netloc.rpartition("@")[0]
+        found.add(userinfo)
+        for part in (userinfo.split(":", 1)[1] if ":" in userinfo else userinfo,
+                     urllib.parse.unquote(userinfo.split(":", 1)[-1])):
+            if part:
+                found.add(part)
+    return found
+
+
+def matrix_secrets(matrix, overrides) -> set[str]:
+    """url_secrets of every index a matrix and its overrides name (steps, components, the overrides' both
+    sides); a malformed matrix gives what it has."""
+    urls = list(overrides.items()) if isinstance(overrides, dict) else []
+    urls = [u for pair in urls for u in pair]
+    if isinstance(matrix, dict):
+        steps, components = matrix.get("steps"), matrix.get("components")
+        entries = (steps if isinstance(steps, list) else []) + (
+            list(components.values()) if isinstance(components, dict) else [])
+        urls += [entry.get("index_url") for entry in entries if isinstance(entry, dict)]
+    return url_secrets(urls)
+
+
 def index_env(indexes: list[str]) -> dict:
     """pip's index options as its environment: the first index is PIP_INDEX_URL, the others PIP_EXTRA_INDEX_URL,
     plus PIP_TRUSTED_HOST for a plain-http mirror (pip caches nothing from an untrusted http origin, and a rebuild

@@ -146,6 +146,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix imp
     MatrixError,
     check,
     index_env,
+    matrix_secrets,
     normalize,
     override,
     parse_pin,
@@ -285,6 +286,8 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    # A token in an index URL (a private mirror's) is masked in the whole result, module_args included.
+    module.no_log_values.update(matrix_secrets(p["matrix"], p["index_overrides"]))
     try:
         matrix = check(p["matrix"])
         today = datetime.date.fromisoformat(p["today"]) if p["today"] else datetime.date.today()

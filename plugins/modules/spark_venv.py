@@ -182,6 +182,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix imp
     display,
     fingerprint,
     index_env,
+    matrix_secrets,
     pins,
     pip_steps,
     plan_extras,
@@ -418,6 +419,8 @@ def main() -> None:
         required_if=[("state", "active", ["path"]), ("state", "failed", ["path"])],
         supports_check_mode=True,
     )
+    # A token in an index URL (a private mirror's) is masked in the whole result, module_args included.
+    module.no_log_values.update(matrix_secrets(module.params["matrix"], module.params["index_overrides"]))
     venv = Venv(module)
     {"built": venv.built, "active": venv.switch, "failed": venv.mark_failed}[module.params["state"]]()
 

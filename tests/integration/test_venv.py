@@ -169,7 +169,8 @@ def test_an_index_token_never_reaches_pips_argv_or_the_result(place, pyindex, tm
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        built = run_module("spark_venv", place(index_overrides=overrides))
+        # -vvv: the result as callbacks show it then, the invocation's module_args (the overrides) included.
+        built = run_module("spark_venv", place(index_overrides=overrides), "-vvv")
     finally:
         stop.set()
         watcher.join()
@@ -179,7 +180,8 @@ def test_an_index_token_never_reaches_pips_argv_or_the_result(place, pyindex, tm
     # in a playbook they travel in the module's payload. Every other process, pip's above all, must not hold it.
     others = [line for line in seen if token in line and f"{BIN}/ansible localhost " not in line]
     assert not others, "no process's argv held the token"
-    shown = json.dumps(built)
+    shown = json.dumps({k: v for k, v in built.items() if k != "_stdout"})
+    assert "invocation" in built, "the module's arguments were shown"
     assert token not in shown and f"--index-url http://ci:***@{pyindex.url.split('//')[1]}/pypi" in shown
 
 

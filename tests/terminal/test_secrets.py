@@ -154,3 +154,38 @@ def test_a_cancelled_run_leaves_no_secret_anywhere(tmp_path, cancel):
     assert leaks(root, screen.raw, argv, own) == []
     command = json.loads((root / "reports" / "latest" / "artifacts" / "run" / "command").read_text())
     assert isinstance(command["env"], list), "the environment's values were dropped whatever ended the run"
+
+
+INDEX_TOKEN = "planted-index-token-" + uuid.uuid4().hex[:8]
+
+
+def test_a_vaulted_index_token_leaves_no_trace_of_a_matrix_check_at_vvv(tmp_path, pyindex):
+    """`sparkfleet matrix check` at a pty and at -vvv, its index overrides (with a token in their URLs, as a
+    private mirror wants) in a real ansible-vault file: the token reaches the index and nothing else - no file
+    the run leaves, not the screen, not the argv of pip or any other process of the run."""
+    root = tmp_path / "work"
+    inv = root / "inv"
+    (inv / "group_vars" / "all").mkdir(parents=True)
+    (inv / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}}}))
+    vault = inv / "group_vars" / "all" / "vault.yml"
+    vault.write_text(yaml.safe_dump({"spark_venv_index_overrides": {
+        up: mine.replace("http://", f"http://ci:{INDEX_TOKEN}@", 1) for up, mine in pyindex.overrides.items()}}))
+    password_file = root / "vault-pass"
+    password_file.write_text(VAULT_PASSWORD)
+    subprocess.run([str(BIN / "ansible-vault"), "encrypt", "--vault-password-file", str(password_file), str(vault)],
+                   check=True, capture_output=True)
+    mark = f"sparkfleet-secrets-{uuid.uuid4().hex}"
+    watch = ArgvWatch(mark)
+    screen = Screen(["matrix", "check", "-i", "inv", "--vault-password-file", str(password_file), "-vvv"], root,
+                    timeout=600, SPARKFLEET_TEST_RUN=mark, NGC_API_KEY=NGC_KEY, GITHUB_TOKEN=GITHUB_TOKEN).wait()
+    argv = watch.done()
+    assert screen.rc == 0, screen.text[-3000:]
+    assert {request.split("/")[1] for request in pyindex.requests} == {"pypi", "cu130"}, "the vaulted URLs were used"
+    assert any(" -m pip install --dry-run" in a for a in argv), "pip's processes were watched"
+    planted = [INDEX_TOKEN, VAULT_PASSWORD, NGC_KEY, GITHUB_TOKEN]
+    found = [f"{p}" for p in root.rglob("*") if p.is_file() and p not in (password_file, vault)
+             and any(s.encode() in p.read_bytes() for s in planted)]
+    found += [f"screen: {s}" for s in planted if s in screen.raw]
+    found += [f"argv: {a}" for a in argv if any(s in a for s in planted)]
+    assert found == []

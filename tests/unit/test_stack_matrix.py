@@ -12,6 +12,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix imp
     display,
     fingerprint,
     index_env,
+    matrix_secrets,
     normalize,
     pins,
     pip_steps,
@@ -19,6 +20,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix imp
     platform_tags,
     redact_url,
     staleness,
+    url_secrets,
     validate,
 )
 
@@ -150,3 +152,13 @@ def test_platform_tags_cover_every_glibc_up_to_the_target():
     tags = platform_tags({"arch": "aarch64", "glibc": "2.39", "python": "3.12"})
     assert tags[0] == "manylinux_2_39_aarch64" and "manylinux_2_24_aarch64" in tags  # bitsandbytes' tag
     assert tags[-2:] == ["manylinux_2_17_aarch64", "manylinux2014_aarch64"]
+
+
+def test_the_credentials_of_index_urls_are_what_a_module_masks():
+    assert url_secrets(["https://ci:t0k%2Fen@mirror.example/simple", "https://only-token@m2.example/",
+                        "https://pypi.org/simple", None]) == {"ci:t0k%2Fen", "t0k%2Fen", "t0k/en", "only-token"}
+    matrix = {"steps": [{"index_url": "https://a:s1@x.example/"}, "not a step"],
+              "components": {"vllm": {"index_url": "https://b:s2@y.example/"}}}
+    assert matrix_secrets(matrix, {"https://pypi.org/simple": "http://c:s3@127.0.0.1/pypi"}) == {
+        "a:s1", "s1", "b:s2", "s2", "c:s3", "s3"}
+    assert matrix_secrets("not a matrix", None) == set(), "bad input is refused by the module, not here"
