@@ -61,7 +61,7 @@ options:
   step:
     description:
       - Check only this step (its id) - its pins and its resolution after the earlier steps' pins. The
-        results then hold that step's rows and sequence entry, and O(table) its lines without the heading.
+        results then hold that step's rows and sequence entry, and RV(table) its lines without the heading.
       - Default, every step.
     type: str
 """
