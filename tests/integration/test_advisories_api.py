@@ -117,8 +117,9 @@ def test_the_module_warns_about_what_is_about_to_be_used_and_strict_fails():
 def test_sparkfleet_advisories_check_lists_the_issues_and_keeps_the_token_out_of_the_report(api, tmp_path):
     handler, url = api
     report = tmp_path / "report"
+    # -vvv: the most a run shows (module arguments, environment names); the token must be in none of it.
     proc = subprocess.run([str(BIN / "sparkfleet"), "advisories", "check", "-e", f"advisories_api_url={url}",
-                           "--plain", "--report-dir", str(report)], cwd=REPO, capture_output=True, text=True,
+                           "--plain", "-vvv", "--report-dir", str(report)], cwd=REPO, capture_output=True, text=True,
                           check=False, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}",
                                             "GITHUB_TOKEN": TOKEN})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -126,4 +127,5 @@ def test_sparkfleet_advisories_check_lists_the_issues_and_keeps_the_token_out_of
     assert "#112 2026-12-02 open: issue 112 https://github.com/NVIDIA/dgx-spark-playbooks/issues/112" in proc.stdout
     assert handler.requests[0]["auth"] == f"Bearer {TOKEN}"
     leaked = [str(p) for p in report.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()]
-    assert leaked == [] and TOKEN not in proc.stdout
+    assert any(report.glob("artifacts/run/job_events/*.json")), "the runner's artifacts were searched too"
+    assert leaked == [] and TOKEN not in proc.stdout + proc.stderr
