@@ -22,6 +22,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from pty_screen import Screen
 
 from conftest import BIN, REPO
 
@@ -192,6 +193,24 @@ def test_5_verify_on_the_converged_fleet_changes_nothing(fleet):
         assert entry["history"] == "converged"
         assert entry["verification"]["verdict"] == "not verified"  # simulated: never a pass
     fleet["verified"] = data
+
+
+def test_5c_the_fleets_verify_shown_again_at_an_80_column_terminal(fleet, tmp_path):
+    """`sparkfleet report DIR` at a pty of 80 columns, from a directory of the user's own: the fleet's summary as
+    a person reads it - each host's row whole with its verdict, the table inside 80 columns (what it left out
+    named), the reports line (paths unbroken, for copying)."""
+    report_dir = fleet["root"] / "reports" / "verify"
+    screen = Screen(["report", str(report_dir)], tmp_path, columns=80, timeout=120).wait()
+    assert screen.rc == 0 and "Traceback" not in screen.text, screen.text[-3000:]
+    lines = screen.lines()
+    title = next(i for i, line in enumerate(lines) if line.startswith("sparkfleet verify: successful (exit 0"))
+    end = next(i for i in range(title, len(lines)) if lines[i].startswith("reports: "))
+    table = lines[title:end]
+    assert all(len(line) <= 80 for line in table), "\n".join(table)
+    for host in HOSTS:
+        assert any(line.startswith(host) and "not verified" in line for line in table), "\n".join(table)
+    assert "(left out at 80 columns: " in "\n".join(table)
+    assert str(report_dir / "report.md") in lines[end]
 
 
 def test_5b_fast_provision_of_the_converged_fleet_changes_nothing_and_reports_the_same(fleet):
