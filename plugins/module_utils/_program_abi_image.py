@@ -32,7 +32,7 @@ def main(expected_major, cuda_home):
             seen.add(real)
             trees.append(path)
     try:
-        ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
+        ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout  # pylint: disable=ansible-bad-function
     except OSError:
         ldconfig = ""
     environment = dict(os.environ)  # the image's ENV and what the module passed (--env NAME)

@@ -29,7 +29,7 @@ def main():
     smi = {"found": False}
     for cand in ("nvidia-smi", "/usr/bin/nvidia-smi"):
         try:
-            proc = subprocess.run([cand, "-L"], capture_output=True, text=True, timeout=20, check=False)
+            proc = subprocess.run([cand, "-L"], capture_output=True, text=True, timeout=20, check=False)  # pylint: disable=ansible-bad-function
         except FileNotFoundError:
             continue
         except subprocess.TimeoutExpired:

@@ -190,7 +190,8 @@ def dry_run(pip: list[str], args: list[str], target: dict, indexes: list[str], t
         env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
         env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1",
                    **index_env(indexes))
-        proc = subprocess.run([*argv, *args], capture_output=True, text=True, env=env, check=False)
+        # subprocess: an environment of its own (the host's PIP_* left out), which run_command cannot give.
+        proc = subprocess.run([*argv, *args], capture_output=True, text=True, env=env, check=False)  # pylint: disable=ansible-bad-function
         if proc.returncode != 0:
             return proc, None
         with open(report, encoding="utf-8") as handle:

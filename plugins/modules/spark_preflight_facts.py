@@ -199,7 +199,7 @@ def _run(argv: list[str], timeout: int) -> tuple[int | None, str, str]:
     """
     env = dict(os.environ, **_C_LOCALE)
     try:
-        proc = subprocess.run(argv, capture_output=True, timeout=timeout, env=env, check=False)
+        proc = subprocess.run(argv, capture_output=True, timeout=timeout, env=env, check=False)  # pylint: disable=ansible-bad-function
     except subprocess.TimeoutExpired:
         return None, "", f"no answer within {timeout} s"
     except OSError as exc:

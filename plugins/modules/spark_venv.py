@@ -298,7 +298,8 @@ class Venv:
         env = self.pip_environment()
         for step, shown in zip(self.steps, self.result["steps"], strict=True):
             started = time.monotonic()
-            proc = subprocess.run([vpy, "-m", "pip", "install", *step["args"]],
+            # subprocess: pip's environment of its own (the host's PIP_* left out), which run_command cannot give.
+            proc = subprocess.run([vpy, "-m", "pip", "install", *step["args"]],  # pylint: disable=ansible-bad-function
                                   env={**env, **index_env(step["indexes"]), **step["env"]},
                                   capture_output=True, text=True, check=False)
             shown["seconds"] = round(time.monotonic() - started, 1)
@@ -327,7 +328,8 @@ class Venv:
 
     def check_imports(self, vpy: str) -> list[dict]:
         env = {**os.environ, **{k: str(v) for k, v in self.matrix.get("environment", {}).items()}}
-        proc = subprocess.run([vpy, "-c", IMPORT_PROBE, *self.matrix.get("imports", [])], env=env,
+        # subprocess: a timeout, which run_command does not have.
+        proc = subprocess.run([vpy, "-c", IMPORT_PROBE, *self.matrix.get("imports", [])], env=env,  # pylint: disable=ansible-bad-function
                               capture_output=True, text=True, check=False, timeout=600)
         try:
             return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -336,7 +338,7 @@ class Venv:
             return []
 
     def packages(self, vpy: str) -> dict:
-        proc = subprocess.run([vpy, "-m", "pip", "list", "--format=json"], env=self.pip_environment(),
+        proc = subprocess.run([vpy, "-m", "pip", "list", "--format=json"], env=self.pip_environment(),  # pylint: disable=ansible-bad-function
                               capture_output=True, text=True, check=False)
         try:
             return {p["name"]: p["version"] for p in json.loads(proc.stdout)}

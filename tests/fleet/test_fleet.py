@@ -113,8 +113,12 @@ def test_1_provision_a_fresh_fleet_without_leaking_the_registry_password(fleet):
     assert {(f"sparkfleet.{h}", check) for h in HOSTS for check in ("run", "platform", "runtime", "verification")} \
         <= cases
     assert "| sparkfleet-fleet-1 | spark (simulated) | fresh | registered |" in (report_dir / "report.md").read_text()
-    # The planted password reached no report, no runner artifact, not the output.
-    # Looked for as given and as Docker's client configuration stores it (base64 of user:password).
+    assert_no_secret(proc, report_dir)
+
+
+def assert_no_secret(proc: subprocess.CompletedProcess, report_dir: Path) -> None:
+    """The planted password reached no report, no runner artifact, not the output; looked for as given and as
+    Docker's client configuration stores it (base64 of user:password)."""
     planted = [SECRET, base64.b64encode(f"fleet:{SECRET}".encode()).decode()]
     leaks = [str(p) for p in report_dir.rglob("*") if p.is_file()
              and any(s in p.read_text(errors="replace") for s in planted)]
@@ -133,9 +137,12 @@ def test_2_refresh_canary_first_then_the_rest(fleet):
     assert lock(fleet)["unsloth"]["index_digest"] == old, "--check wrote nothing"
     assert all(launcher_ref(h).endswith(old) for h in HOSTS)
 
-    # --limit (here: all three) must not skip the controller's resolution.
-    proc, data, _ = cli(fleet, "refresh", "refresh", "-e", '{"refresh_batches": [1, 1]}', "--limit", ",".join(HOSTS))
+    # --limit (here: all three) must not skip the controller's resolution. The registry's credentials given
+    # as at provision: the tag is resolved with them on the controller, and they are in nothing the run leaves.
+    proc, data, report_dir = cli(fleet, "refresh", "refresh", "-e", '{"refresh_batches": [1, 1]}', "--limit",
+                                 ",".join(HOSTS), "-e", f"@{fleet['secrets']}")
     assert proc.returncode == 0, proc.stdout[-5000:]
+    assert_no_secret(proc, report_dir)
     assert lock(fleet)["unsloth"]["index_digest"] == new
     assert all(launcher_ref(h).endswith(new) for h in HOSTS)
     assert all(any(i["ref"].endswith(new) for i in data["hosts"][h]["images"]) for h in HOSTS)
