@@ -1,10 +1,13 @@
 # Copyright: sparkfleet contributors
 # Apache License 2.0
-"""A small ELF dynamic-section reader: DT_NEEDED and DT_SONAME, headers only.
+"""A small ELF reader: DT_NEEDED and DT_SONAME, and names in the read-only data.
 
-It reads the ELF header, the program headers, the PT_DYNAMIC segment and the
-few strings it names -- a few kilobytes per file whatever the file's size,
-which is what makes scanning a 5 GB CUDA PyTorch environment take seconds.
+read_dynamic reads the ELF header, the program headers, the PT_DYNAMIC segment
+and the few strings it names -- a few kilobytes per file whatever the file's
+size, which is what makes scanning a 5 GB CUDA PyTorch environment take seconds.
+read_rodata_matches also reads the .rodata sections (where a C string literal
+given to dlopen() lies), up to a byte limit per file, and returns what a
+pattern matches there.
 Anything it cannot read (not ELF, truncated, 32-bit, big-endian, unreadable)
 raises ElfSkip with a reason; it never raises anything else on bad input.
 """
@@ -28,6 +31,12 @@ _DT_RPATH = 15
 _DT_RUNPATH = 29
 _MAX_DYNAMIC_ENTRIES = 4096
 _MAX_NAME = 4096
+_SHT_PROGBITS = 1
+_SHF_WRITE = 0x1
+_SHF_EXECINSTR = 0x4
+_MAX_SECTIONS = 65279  # below SHN_LORESERVE; a larger e_shnum is a broken file
+_MAX_SHSTRTAB = 1 << 20
+_CHUNK = 1 << 20
 
 MACHINES = {3: "x86", 40: "arm", 62: "x86_64", 183: "aarch64", 243: "riscv"}
 
@@ -43,6 +52,14 @@ class DynamicInfo:
     needed: list[str] = field(default_factory=list)
     runpath: list[str] = field(default_factory=list)
     bytes_read: int = 0
+
+
+@dataclass
+class RodataMatches:
+    matches: list[str] = field(default_factory=list)  # unique, in the order found
+    bytes_read: int = 0  # of .rodata (the section table and names not counted)
+    truncated: bool = False  # the limit stopped the reading before the sections' end
+    sections: int = 0  # .rodata sections found
 
 
 class _Reader:
@@ -138,6 +155,66 @@ def _vaddr_to_offset(vaddr: int, loads: list[tuple[int, int, int]]) -> int:
         if p_vaddr <= vaddr < p_vaddr + p_filesz:
             return vaddr - p_vaddr + p_offset
     raise ElfSkip("the dynamic string table lies outside every loadable segment")
+
+
+def read_rodata_matches(handle, size: int, pattern, limit: int, overlap: int = 256) -> RodataMatches:
+    """What the compiled bytes regex `pattern` matches in the .rodata sections, reading at most `limit` bytes.
+
+    .rodata* is where a C string literal lies (dlopen("libcudart.so.12")); other read-only sections
+    (.nv_fatbin, the GPU code, often most of a CUDA library's bytes) are not read. Sections are read in
+    1 MiB chunks that overlap by `overlap` bytes, so a match across a chunk boundary is found; a match
+    must be shorter than `overlap`. Files without a section table have nothing to read (sections == 0).
+    """
+    reader = _Reader(handle, size)
+    header = reader.read(0, 64)
+    if header[:4] != ELF_MAGIC or header[4] != _ELFCLASS64 or header[5] != _ELFDATA2LSB:
+        raise ElfSkip("not a 64-bit little-endian ELF file")
+    e_shoff, = struct.unpack_from("<Q", header, 40)
+    e_shentsize, e_shnum, e_shstrndx = struct.unpack_from("<HHH", header, 58)
+    found = RodataMatches()
+    if e_shoff == 0 or e_shnum == 0 or e_shentsize < 64 or e_shnum > _MAX_SECTIONS or e_shstrndx >= e_shnum:
+        return found  # stripped of its section table (or extended numbering): nothing to read
+    table = reader.read(e_shoff, e_shentsize * e_shnum)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", table, index * e_shentsize) for index in range(e_shnum)]
+    names = sections[e_shstrndx]
+    names_data = reader.read(names[4], min(names[5], _MAX_SHSTRTAB))
+    seen: dict[str, None] = {}
+    budget = limit
+    for sh_name, sh_type, sh_flags, _addr, sh_offset, sh_size, *_rest in sections:
+        end = names_data.find(b"\0", sh_name)
+        name = names_data[sh_name:end if end >= 0 else len(names_data)]
+        if sh_type != _SHT_PROGBITS or sh_flags & (_SHF_WRITE | _SHF_EXECINSTR) or not (
+                name == b".rodata" or name.startswith(b".rodata.")):
+            continue
+        found.sections += 1
+        position, stop = sh_offset, sh_offset + sh_size
+        while position < stop:
+            if budget <= 0:
+                found.truncated = True
+                break
+            length = min(_CHUNK, stop - position, budget)
+            chunk = reader.read(position, length)
+            budget -= length
+            found.bytes_read += length
+            for match in pattern.finditer(chunk):
+                seen.setdefault(match.group(0).decode("ascii", "replace"), None)
+            if position + length >= stop:
+                break
+            position += max(length - overlap, 1)
+    found.matches = list(seen)
+    return found
+
+
+def read_rodata_matches_path(path: str, pattern, limit: int) -> RodataMatches:
+    """read_rodata_matches on a path; unreadable files become ElfSkip."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            return read_rodata_matches(handle, handle.tell(), pattern, limit)
+    except OSError as exc:
+        raise ElfSkip(f"unreadable: {exc.strerror or exc}") from exc
+    except struct.error as exc:
+        raise ElfSkip(f"malformed ELF structure: {exc}") from exc
 
 
 def read_dynamic_path(path: str) -> DynamicInfo:

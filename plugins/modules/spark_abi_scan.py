@@ -21,10 +21,26 @@ description:
     the form RV(findings) gives.
     pip checks version constraints, not this; the failure otherwise shows up
     at run time as a missing symbol or a segfault.
-  - A CUDA major is only inferred from libraries whose soname major is the
-    CUDA major (libcudart, libcublas, libcublasLt, libnvrtc, libnvJitLink,
-    libcupti). Others (libcudnn, libnccl, libcufft, libcurand, libcusparse,
-    ...) are reported with their own soname major and never flagged.
+  - Reads more than C(DT_NEEDED). The kinds of evidence, strongest first, each
+    distribution listing those it has (C(evidence), C(judged_by) in RV(distributions)), are
+    C(dt_needed) and C(dt_soname) (the dynamic section); C(strings) (CUDA
+    sonames named in a binary's C(.rodata), the targets of C(dlopen()), read up
+    to a byte limit per file, see RV(strings)); C(requires_dist) (Requires-Dist
+    on NVIDIA's CUDA wheels, C(cuda-toolkit==NN.*), C(cuda-bindings) or
+    C(cuda-python) majors; one behind an extra or a marker counts only when
+    the wheel is installed); C(cuda_wheel) (NVIDIA's own C(nvidia-*-cuNN)
+    wheels, listed in RV(cuda_wheels)); C(name) (the distribution's name or
+    local version, C(cupy-cuda12x), C(+cu126)).
+  - The strongest conclusive kind judges, a finding when it excludes
+    O(expected_cuda_major). Weaker evidence that disagrees is a note
+    (RV(notes)), and a name alone is never a finding.
+  - Sonames whose major is the CUDA major (libcudart, libcublas, libcublasLt,
+    libnvrtc, libnvJitLink, libcupti, libnvfatbin, libnvjpeg) tell it
+    directly. Others (libcudnn.so.9, libnccl.so.2, libcurand.so.10,
+    libcufft.so.11, libcusolver.so.11, ...) are judged through one table of
+    soname major to CUDA majors, each row backed by NVIDIA's wheels (C(libcufft.so.11)
+    is CUDA 12's cuFFT, a finding on CUDA 13; C(libcurand.so.10) serves CUDA 11 to 13).
+    A soname with no row is reported, not judged.
   - A distribution that ships builds for several CUDA versions and loads one
     at run time (bitsandbytes 0.49.2 - C(libbitsandbytes_cuda118.so) ..
     C(libbitsandbytes_cuda130.so)) is not a mismatch when one build links the
@@ -119,11 +135,43 @@ verdict:
   type: str
   sample: mismatch
 findings:
-  description: "One line per mismatching library: C(<dist> <version>: links|provides <soname> (expected <major>))."
+  description:
+    - "One line per mismatching library: C(<dist> <version>: links|provides <soname> (expected <major>)), or
+      by a weaker kind of evidence C(loads <soname> at run time, by name (<file>)), C(requires <wheel> (CUDA <major>;
+      installed <version>)), C(NVIDIA's CUDA <major> build of its library)."
   returned: success
   type: list
   elements: str
   sample: ["bitsandbytes 0.49.2: links libcudart.so.12 (expected 13)"]
+findings_by_evidence:
+  description: Each finding with its distribution and the kind of evidence that made it.
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - distribution: cuda-bindings
+      version: 12.8.0
+      evidence: strings
+      finding: "cuda-bindings 12.8.0: loads libcudart.so.12 at run time, by name (cuda/bindings/...) (expected 13)"
+notes:
+  description: Evidence that names another CUDA major where a stronger kind, or nothing, judged (never a finding).
+  returned: success
+  type: list
+  elements: str
+  sample: ["jax-cuda12-plugin 0.12.0.1: its name or version says CUDA 12 (cuda12), not 13 (nothing in its files or
+    requirements says which CUDA it loads)"]
+cuda_wheels:
+  description: NVIDIA's CUDA wheels the environment holds, with the CUDA major each is built for.
+  returned: success
+  type: list
+  elements: dict
+  sample: [{name: nvidia-cuda-runtime, version: 13.0.96, cuda_major: 13}]
+strings:
+  description: How much of the binaries' C(.rodata) was read for the strings evidence, the limits, and the files
+    whose C(.rodata) was not read to the end (over a limit).
+  returned: success
+  type: dict
+  sample: {rodata_bytes_read: 2913615, limit_per_file: 67108864, limit_per_scan: 536870912, not_read_to_the_end: []}
 distributions:
   description: Every distribution that links or provides a CUDA library, with what and which majors.
   returned: success
@@ -139,6 +187,9 @@ distributions:
       mismatches: []
       bundles: []
       variants: []
+      evidence: [{kind: dt_needed, cuda_majors: [13], detail: links libcudart.so.13, counted: true, finding: null}]
+      judged_by: dt_needed
+      notes: []
 variants:
   description: Distributions that ship builds for several CUDA versions, per family of builds.
   returned: success
@@ -306,6 +357,12 @@ def main() -> None:
         changed=False,
         verdict="mismatch" if findings else "ok",
         findings=findings,
+        findings_by_evidence=[f for r in results for f in r["findings_by_evidence"]],
+        notes=[n for r in results for n in r["notes"]],
+        cuda_wheels=[w for r in results for w in r["cuda_wheels"]],
+        strings={"rodata_bytes_read": sum(r["strings"]["rodata_bytes_read"] for r in results),
+                 "limit_per_file": _cuda_abi.STRINGS_LIMIT_PER_FILE, "limit_per_scan": _cuda_abi.STRINGS_LIMIT_PER_SCAN,
+                 "not_read_to_the_end": [p for r in results for p in r["strings"]["not_read_to_the_end"]]},
         distributions=[d for r in results for d in r["distributions"]],
         variants=[v for r in results for v in r["variants"]],
         site_packages=trees,

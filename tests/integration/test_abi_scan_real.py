@@ -192,20 +192,150 @@ def test_real_bitsandbytes_has_no_build_for_a_later_cuda():
                               "bitsandbytes/libbitsandbytes_cuda{118,120,121,122,123,124,125,126,128,129,130}.so")
 
 
+# Sonames whose major is not the CUDA major, as the CUDA toolkit's wheels ship them (the scanner's
+# SONAME_TABLE is tested against the wheels themselves in test_cuda_soname_table.py): what a CUDA 13 scan
+# must say of each, written here from NVIDIA's wheels (cuda-toolkit 12.9.1 pins nvidia-cufft-cu12 11.4.1.4,
+# which ships libcufft.so.11; 13.0.3 pins nvidia-cufft 12.0.0.61, libcufft.so.12; and so on).
+NOT_TRACKING_IN_CUDA13 = {
+    "libcufft.so.11": "(CUDA 12)",  # CUDA 13 ships libcufft.so.12
+    "libcusolver.so.11": "(CUDA 11, 12)",  # CUDA 13 ships libcusolver.so.12
+    "libcurand.so.10": None,  # CUDA 11, 12 and 13 all ship libcurand.so.10
+    "libcusparse.so.12": None,  # CUDA 12 and 13 both ship libcusparse.so.12
+    "libcudnn.so.9": None,  # nvidia-cudnn-cu12 and -cu13 9.x
+    "libnccl.so.2": None,
+    "libcufile.so.0": None,
+    "libnvshmem_host.so.3": None,
+    "libcusparseLt.so.0": None,
+}
+
+
 @pytest.mark.network
 def test_real_wheel_that_links_cuda12_without_shipping_it():
-    """cupy-cuda12x for the Spark links libcublas.so.12 and libnvrtc.so.12 and ships neither: a true finding."""
+    """cupy-cuda12x for the Spark links CUDA 12's libraries and ships none: one finding per library that is
+    CUDA 12's, by its soname (libcublas.so.12) or through the table (libcufft.so.11 is CUDA 12's cuFFT)."""
     site = _site("cupy-cuda12x==14.2.0", wheels.SPARK)
     truth = wheels.readelf_cuda(site)
     linked12 = sorted({n for t in truth.values() for n in t["needed"] if re.search(r"\.so\.12", n)})
     assert linked12 == ["libcublas.so.12", "libnvrtc.so.12"]
     assert not [t["soname"] for t in truth.values() if t["soname"]], "cupy ships no CUDA library"
+    others = sorted({n for needed in wheels.readelf_needed(site).values() for n in needed
+                     if re.match(r"^lib(cufft|cusolver|curand|cusparse)\.so", n)})
+    assert others == ["libcufft.so.11", "libcurand.so.10", "libcusolver.so.11", "libcusparse.so.12"]
 
     result = _scan(site)
     assert result["verdict"] == "mismatch"
-    assert sorted(result["findings"]) == [f"cupy-cuda12x 14.2.0: links {n} (expected 13)" for n in linked12]
+    expected = [f"cupy-cuda12x 14.2.0: links {n} (expected 13)" for n in linked12]
+    expected += [f"cupy-cuda12x 14.2.0: links {n} {NOT_TRACKING_IN_CUDA13[n]} (expected 13)" for n in others
+                 if NOT_TRACKING_IN_CUDA13[n]]
+    assert sorted(result["findings"]) == sorted(expected)
     [cupy] = result["distributions"]
     assert cupy["provides"] == [] and cupy["variants"] == []
+    assert cupy["judged_by"] == "dt_needed"
+    assert {e["evidence"] for e in result["findings_by_evidence"]} == {"dt_needed"}
+    rand = next(link for link in cupy["links"] if link["soname"] == "libcurand.so.10")
+    assert rand["cuda_majors"] == [11, 12, 13] and rand["tracks_cuda_major"] is False
+
+
+@pytest.mark.network
+def test_real_dlopen_wheel_for_cuda12_is_a_finding_by_its_strings():
+    """cuda-bindings 12.8.0 links no CUDA library (readelf) and opens libcudart.so.12 and libnvrtc.so.12 with
+    dlopen, by names in its .rodata: a finding in a CUDA 13 environment, by the strings evidence."""
+    site = _site("cuda-bindings==12.8.0", wheels.SPARK)
+    assert wheels.readelf_cuda(site) == {}, "cuda-bindings 12.8.0 has no CUDA DT_NEEDED or DT_SONAME"
+    [runtime] = wheels.named_in_file(site, b"libcudart.so.12")
+    nvrtc = wheels.named_in_file(site, b"libnvrtc.so.12")
+    assert runtime.endswith("cyruntime.cpython-312-aarch64-linux-gnu.so") and nvrtc
+
+    result = _scan(site)
+    assert result["verdict"] == "mismatch"
+    assert result["findings"] == [
+        f"cuda-bindings 12.8.0: loads libcudart.so.12 at run time, by name ({runtime}) (expected 13)",
+        f"cuda-bindings 12.8.0: loads libnvrtc.so.12 at run time, by name ({nvrtc[0]}) (expected 13)"]
+    assert [e["evidence"] for e in result["findings_by_evidence"]] == ["strings", "strings"]
+    [dist] = result["distributions"]
+    assert dist["judged_by"] == "strings" and dist["links"] == []
+    assert result["strings"]["rodata_bytes_read"] > 0 and result["strings"]["not_read_to_the_end"] == []
+
+
+@pytest.mark.network
+def test_real_dlopen_wheel_for_cuda13_is_clean():
+    """Its CUDA 13 sibling, cuda-bindings 13.0.0, names libcudart.so.13 the same way: clean, and no note."""
+    site = _site("cuda-bindings==13.0.0", wheels.SPARK)
+    assert wheels.readelf_cuda(site) == {}
+    assert wheels.named_in_file(site, b"libcudart.so.13") and not wheels.named_in_file(site, b"libcudart.so.12")
+
+    result = _scan(site)
+    assert result["verdict"] == "ok" and result["findings"] == [] and result["notes"] == []
+    [dist] = result["distributions"]
+    assert dist["judged_by"] == "strings"
+    assert {"kind": "strings", "cuda_majors": [13]}.items() <= next(
+        e for e in dist["evidence"] if e["kind"] == "strings").items()
+
+
+JAX = "jax-cuda{major}-plugin==0.12.0.1"
+
+
+@pytest.mark.network
+def test_real_jax_plugin_for_cuda12_alone_is_only_a_note():
+    """jax-cuda12-plugin builds CUDA's sonames at run time (readelf: no CUDA DT_NEEDED; no soname string) and
+    asks for NVIDIA's CUDA 12 wheels only behind its with-cuda extra: installed alone, only its name says CUDA
+    12 -- a note, not a finding."""
+    site = _site(JAX.format(major=12), wheels.SPARK)
+    assert wheels.readelf_cuda(site) == {}
+    assert not wheels.named_in_file(site, b"libcudart.so.12")
+    requires = wheels.requires_dist(site, "jax-cuda12-plugin")
+    assert any(r.startswith("nvidia-cuda-runtime-cu12") and 'extra == "with-cuda"' in r for r in requires)
+
+    result = _scan(site)
+    assert result["verdict"] == "ok" and result["findings"] == []
+    assert result["notes"] == [
+        "jax-cuda12-plugin 0.12.0.1: its name or version says CUDA 12 (cuda12), not 13 (nothing in its files or "
+        "requirements says which CUDA it loads)"]
+    [dist] = result["distributions"]
+    assert dist["judged_by"] is None
+    uncounted = [e for e in dist["evidence"] if e["kind"] == "requires_dist"]
+    assert uncounted and not any(e["counted"] for e in uncounted)
+
+
+@pytest.mark.network
+def test_real_jax_plugin_for_cuda12_with_its_cuda12_wheels_is_a_finding():
+    """The same plugin beside NVIDIA's CUDA 12 runtime (pip install 'jax[cuda12]' brings it): its Requires-Dist
+    on nvidia-cuda-runtime-cu12 counts, the extra's wheel being installed."""
+    site = _site(f"{JAX.format(major=12)} nvidia-cuda-runtime-cu12==12.8.90", wheels.SPARK)
+    result = _scan(site)
+    assert result["verdict"] == "mismatch"
+    assert result["findings"] == [
+        "jax-cuda12-plugin 0.12.0.1: requires nvidia-cuda-runtime-cu12 (CUDA 12; installed 12.8.90) (expected 13)",
+        "nvidia-cuda-runtime-cu12 12.8.90: provides libcudart.so.12 (expected 13)"]
+    assert [e["evidence"] for e in result["findings_by_evidence"]] == ["requires_dist", "dt_soname"]
+    assert result["cuda_wheels"] == [{"name": "nvidia-cuda-runtime-cu12", "version": "12.8.90", "cuda_major": 12}]
+
+
+@pytest.mark.network
+def test_real_jax_plugin_for_cuda13_with_its_cuda13_wheels_is_clean():
+    site = _site(f"{JAX.format(major=13)} nvidia-cuda-runtime==13.0.96", wheels.SPARK)
+    assert any(r.startswith("nvidia-cuda-runtime>=13") for r in wheels.requires_dist(site, "jax-cuda13-plugin"))
+    result = _scan(site)
+    assert result["verdict"] == "ok" and result["findings"] == [] and result["notes"] == []
+    by_name = {d["name"]: d for d in result["distributions"]}
+    assert by_name["jax-cuda13-plugin"]["judged_by"] == "requires_dist"
+    assert by_name["nvidia-cuda-runtime"]["judged_by"] == "dt_soname"
+    assert result["cuda_wheels"] == [{"name": "nvidia-cuda-runtime", "version": "13.0.96", "cuda_major": 13}]
+
+
+@pytest.mark.network
+def test_the_gpu_verification_names_the_frameworks_it_did_not_probe():
+    """The GPU probe runs torch only; the real jax-cuda13-plugin and cuda-bindings on its path are listed as
+    installed and not probed, in the result and in the note the verification line carries."""
+    site = _site("jax-cuda13-plugin==0.12.0.1 cuda-bindings==13.0.0", wheels.X86_64)
+    result = run_module("spark_gpu_verify", {"python": sys.executable, "spark": False, "timeout": 120,
+                                             "environment": {"PYTHONPATH": str(site)}})
+    assert result["frameworks"] == {"probed": ["torch"], "not_probed": [
+        {"framework": "jax", "distributions": ["jax-cuda13-plugin 0.12.0.1"]},
+        {"framework": "cuda-python", "distributions": ["cuda-bindings 13.0.0"]}]}
+    assert ("probed torch only; installed, not probed: jax (jax-cuda13-plugin 0.12.0.1), cuda-python "
+            "(cuda-bindings 13.0.0)") in result["notes"]
+    assert result["verdict"] == "failed"  # no GPU here: the frameworks are listed whatever the verdict
 
 
 @pytest.fixture(scope="module")
@@ -301,6 +431,16 @@ def test_real_cuda13_torch_with_real_bitsandbytes_is_ok(cuda13_venv):
     assert result["verdict"] == "ok", result["findings"]
     by_name = {d["name"]: d for d in result["distributions"]}
     assert by_name["torch"]["cuda_majors"] == [13]
+    # torch links sonames that do not follow the CUDA major (readelf); each is judged clean through the table
+    linked = {n for p, needed in wheels.readelf_needed(site).items() if p.startswith("torch/") for n in needed}
+    not_tracking = sorted(n for n in linked if n in NOT_TRACKING_IN_CUDA13)
+    assert {"libcurand.so.10", "libcudnn.so.9"} <= set(not_tracking), not_tracking
+    torch_links = {link["soname"]: link for link in by_name["torch"]["links"]}
+    for soname in not_tracking:
+        assert NOT_TRACKING_IN_CUDA13[soname] is None, soname
+        assert 13 in torch_links[soname]["cuda_majors"], torch_links[soname]
+    assert by_name["torch"]["judged_by"] == "dt_needed" and by_name["torch"]["notes"] == []
+    assert result["notes"] == []
     assert by_name["nvidia-cuda-runtime"]["provides"][0]["soname"].startswith("libcudart.so.13")
     [variants] = result["variants"]
     assert variants["serves"] == "bitsandbytes/libbitsandbytes_cuda130.so"

@@ -52,7 +52,8 @@ def _platform_args(target: dict) -> list[str]:
 
 
 def pypi_site(spec: str, target: dict) -> Path:
-    """`spec` from real PyPI installed for `target` into a site-packages dir of its own (cached)."""
+    """`spec` (one or more requirements, space-separated) from real PyPI installed for `target` into a
+    site-packages dir of its own (cached); no dependencies but those named."""
     name = re.sub(r"[^A-Za-z0-9.]+", "_", spec)
     site = CACHE / "sites" / f"{name}-{target['arch']}"
     stamp = site / ".sparkfleet-installed"
@@ -60,9 +61,10 @@ def pypi_site(spec: str, target: dict) -> Path:
         return site
     WHEELS.mkdir(parents=True, exist_ok=True)
     # --isolated: real PyPI only, whatever this machine's pip configuration adds.
-    _pip("download", "--isolated", "--no-deps", *_platform_args(target), "-d", str(WHEELS), spec)
-    _pip("install", "--isolated", "--no-deps", "--no-index", "--find-links", str(WHEELS), *_platform_args(target),
-         "--target", str(site), spec)
+    _pip("download", "--isolated", "--no-deps", *_platform_args(target), "-d", str(WHEELS), *spec.split())
+    _pip("install", "--isolated", "--no-deps", "--no-index", "--find-links", str(WHEELS), "--ignore-requires-python",
+         *_platform_args(target),
+         "--target", str(site), *spec.split())
     stamp.write_text(spec)
     return site
 
@@ -100,6 +102,31 @@ def readelf_cuda(root: Path) -> dict[str, dict[str, list[str] | str | None]]:
         if needed or soname:
             truth[str(so.relative_to(root))] = {"needed": needed, "soname": soname}
     return truth
+
+
+def readelf_needed(root: Path) -> dict[str, list[str]]:
+    """`readelf -dW` of every shared object under root -> all its NEEDED entries (CUDA or not)."""
+    truth = {}
+    for so in sorted(root.rglob("*.so*")):
+        if so.is_symlink() or not so.is_file():
+            continue
+        out = subprocess.run(["readelf", "-dW", str(so)], capture_output=True, text=True, check=False).stdout
+        truth[str(so.relative_to(root))] = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+    return truth
+
+
+def named_in_file(root: Path, literal: bytes) -> list[str]:
+    """The shared objects under root whose bytes hold `literal` as a C string (followed by NUL): what
+    `strings` shows, read independently of the scanner's ELF reader."""
+    return sorted(str(so.relative_to(root)) for so in root.rglob("*.so*")
+                  if so.is_file() and not so.is_symlink() and literal + b"\0" in so.read_bytes())
+
+
+def requires_dist(root: Path, name: str) -> list[str]:
+    """The Requires-Dist lines of `name`'s METADATA under root."""
+    [meta] = [p for p in root.glob("*.dist-info/METADATA")
+              if re.search(rf"^Name: {re.escape(name)}$", p.read_text(), re.M | re.I)]
+    return re.findall(r"^Requires-Dist: (.*)$", meta.read_text(), re.M)
 
 
 def cudart_major(names: list[str]) -> int | None:
