@@ -28,6 +28,7 @@ def _gpu_entry(kind: str, result: dict) -> dict:
         "device": (result.get("device") or {}).get("name"),
         "capability": (result.get("device") or {}).get("capability"),
         "notes": result.get("notes", []),
+        "frameworks": result.get("frameworks"),
     }
     if entry["verdict"] != "ok":
         entry.update(hypothesis=result.get("hypothesis"), evidence=result.get("evidence") or result.get("msg"),
@@ -62,6 +63,8 @@ def spark_verification(data: dict) -> dict:
     gpu = [_gpu_entry("image", r) for r in _results(data.get("images"))]
     gpu += [_gpu_entry("python", r) for r in _results(data.get("pythons"))]
     abi = [{"target": r.get("item"), "verdict": r.get("verdict", "error"), "findings": r.get("findings", []),
+            "evidence": sorted({f.get("evidence") for f in r.get("findings_by_evidence", []) if f.get("evidence")}),
+            "notes": r.get("notes", []),
             "shared_objects": r.get("shared_objects_scanned"), "unreadable": len(r.get("unreadable", []))}
            for r in _results(data.get("abi"))]
     wanted = list(data.get("wanted_images") or []) + list(data.get("wanted_pythons") or [])
@@ -75,6 +78,7 @@ def spark_verification(data: dict) -> dict:
              for g in gpu]
     lines += [f"ABI {a['target']}: {a['verdict'].upper()}"
               + (f" - {'; '.join(a['findings'])}" if a["findings"] else f" ({a['shared_objects']} shared objects)")
+              + (f"; note: {'; '.join(a['notes'])}" if a["notes"] else "")
               for a in abi]
     lines += [f"NOT VERIFIED {n['target']}: {n['reason']}" for n in not_verified]
     venv = _venv(data.get("venv"))

@@ -91,6 +91,8 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
                                  for g in state.get("gpu") or []],
                          "failures": verify.get("failures") or []} if verify else None,
         "abi_findings": [f for a in state.get("abi") or [] for f in a.get("findings") or []],
+        "abi_evidence": sorted({k for a in state.get("abi") or [] for k in a.get("evidence") or []}),
+        "abi_notes": [n for a in state.get("abi") or [] for n in a.get("notes") or []],
         "refresh_failure": facts.get("spark_images_refresh_failure"),
         "refresh": refresh,
         "counts": dict(counts) if counts is not None else None,

@@ -99,6 +99,17 @@ def _died_while(probe: dict[str, dict]) -> str:
     return f"finishing, after it printed {probe['cuda'].get('line')!r}"
 
 
+def frameworks_probed(probe: dict[str, dict]) -> dict:
+    """Which GPU frameworks the probe exercised (torch) and which others it found installed but did not.
+
+    not_probed is None when the interpreter could not list its distributions (or an older probe ran)."""
+    line = probe.get("frameworks") or {}
+    installed = line.get("installed")
+    return {"probed": line.get("probed") or ["torch"],
+            "not_probed": [f for f in installed or [] if f.get("framework") != "torch"] if installed is not None
+            else None}
+
+
 def diagnose(probe: dict[str, dict], *, launch_error: str | None = None, timed_out: bool = False,
              expected_cuda_major: int = 13, spark: bool = True, container: bool = False,
              signal_number: int | None = None) -> dict:
@@ -126,7 +137,12 @@ def diagnose(probe: dict[str, dict], *, launch_error: str | None = None, timed_o
         "evidence": None,
         "fix": None,
         "notes": [],
+        "frameworks": frameworks_probed(probe),
     }
+    others = result["frameworks"]["not_probed"]
+    if others:
+        result["notes"].append("probed torch only; installed, not probed: " + ", ".join(
+            f"{f['framework']} ({', '.join(f['distributions'])})" for f in others))
     cap = tuple(device.get("capability") or ()) or None
     major = cuda_major(torch.get("cuda"))
     if (torch.get("available") and major == expected_cuda_major and device.get("compute", False)

@@ -18,6 +18,46 @@ import os
 import subprocess
 import sys
 
+# GPU frameworks other than torch, by the distributions that bring them (PEP 503 names, as patterns). The probe
+# exercises torch alone; it lists these when installed, so that "verified" never silently covers them.
+GPU_FRAMEWORKS = (
+    ("jax", r"^jax-cuda\d+-(plugin|pjrt)$"),
+    ("tensorflow", r"^(tensorflow|tensorflow-gpu|tf-nightly)$"),
+    ("cupy", r"^cupy(-cuda\d+x?)?$"),
+    ("cuda-python", r"^cuda-(bindings|python|core)$"),
+    ("numba-cuda", r"^numba-cuda$"),
+    ("onnxruntime-gpu", r"^onnxruntime-gpu$"),
+    ("tensorrt", r"^tensorrt(-cu\d+)?$"),
+    ("paddlepaddle-gpu", r"^paddlepaddle-gpu$"),
+    ("mxnet", r"^mxnet-cu\d+$"),
+    ("triton", r"^triton$"),
+    ("bitsandbytes", r"^bitsandbytes$"),
+    ("flash-attn", r"^flash-attn$"),
+    ("xformers", r"^xformers$"),
+    ("vllm", r"^vllm$"),
+)
+
+
+def installed_frameworks():
+    """[{framework, distributions: ["name version"]}] installed beside torch; None when this Python cannot list
+    its distributions (no importlib.metadata before 3.8)."""
+    import re
+    try:
+        from importlib import metadata
+    except ImportError:
+        return None
+    found = {}
+    for dist in metadata.distributions():
+        try:
+            name = re.sub(r"[-_.]+", "-", dist.metadata["Name"] or "").lower()
+            version = dist.version
+        except Exception:  # a broken dist-info: not this probe's business
+            continue
+        for framework, pattern in GPU_FRAMEWORKS:
+            if re.match(pattern, name):
+                found.setdefault(framework, set()).add("%s %s" % (name, version))
+    return [{"framework": f, "distributions": sorted(found[f])} for f, _p in GPU_FRAMEWORKS if f in found]
+
 
 def emit(kind, **data):
     data["kind"] = kind
@@ -45,6 +85,7 @@ def main():
                         "mode": oct(os.stat(path).st_mode & 0o777)})
     emit("env", python=sys.version.split()[0], executable=sys.executable, uid=os.getuid(),
          cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), nvidia_smi=smi, devices=devices)
+    emit("frameworks", probed=["torch"], installed=installed_frameworks())
     try:
         import torch
     except Exception as exc:

@@ -17,6 +17,7 @@ description:
     --ipc=host --ulimit memlock=-1 --ulimit stack=67108864)) right after it
     starts, before any project package is installed. Going through the
     launcher verifies exactly what users run.
+  - The probe exercises torch; it lists the other GPU frameworks installed (RV(frameworks)).
   - The probe reports the torch version, C(torch.version.cuda),
     C(torch.cuda.is_available()), the device name, capability and arch list,
     and runs a tiny real computation on the GPU. RV(line) is the user's own
@@ -150,10 +151,20 @@ device:
   type: dict
   sample: {name: NVIDIA GB10, capability: [12, 1], arch_list: [sm_121], device_count: 1, compute: true}
 notes:
-  description: Remarks that do not fail the verdict (e.g. "not a Spark").
+  description:
+    - "Remarks that do not fail the verdict (e.g. C(not a Spark)), and the GPU frameworks found installed but not
+      probed (C(probed torch only; installed, not probed: jax (jax-cuda13-plugin 0.12.0.1)))."
   returned: success
   type: list
   elements: str
+frameworks:
+  description:
+    - Which GPU frameworks the probe exercised (C(probed), torch) and which others the interpreter has
+      installed (C(not_probed), by the distributions that bring them; null when it cannot list them), so that
+      a verified line never silently covers jax, cupy, tensorflow and the like.
+  returned: success
+  type: dict
+  sample: {probed: [torch], not_probed: [{framework: jax, distributions: [jax-cuda13-plugin 0.12.0.1]}]}
 target:
   description: What was probed.
   returned: success

@@ -41,7 +41,9 @@ def test_the_installed_check_lists_what_this_python_has_without_pip():
 def test_the_gpu_probe_reports_the_environment_first_then_torch():
     lines = [json.loads(line) for line in _run("-I", "-c", _gpu_probe.PROBE).splitlines()]
     assert lines[0]["kind"] == "env" and lines[0]["python"] == sys.version.split()[0]
-    assert lines[1]["kind"] == "torch"  # imported or not, it says which
+    # then the GPU frameworks it will not exercise; this test venv has none of them
+    assert lines[1] == {"kind": "frameworks", "probed": ["torch"], "installed": []}
+    assert lines[2]["kind"] == "torch"  # imported or not, it says which
     assert _gpu_probe.parse_probe_output("\n".join(json.dumps(line) for line in lines))["env"]["uid"] >= 0
 
 

@@ -39,6 +39,20 @@ def test_abi_findings_fail():
     assert out["failures"] == ["ABI /v/bin/python: bnb 0.49.2: links libcudart.so.12 (expected 13)"]
 
 
+def test_abi_evidence_and_notes_reach_the_state_and_the_line():
+    finding = "cuda-bindings 12.8.0: loads libcudart.so.12 at run time, by name (cuda/x.so) (expected 13)"
+    note = "jax-cuda12-plugin 0.12.0.1: its name or version says CUDA 12 (cuda12), not 13 (nothing ...)"
+    abi = {"results": [
+        {"item": "/a/bin/python", "verdict": "mismatch", "findings": [finding], "notes": [],
+         "findings_by_evidence": [{"distribution": "cuda-bindings", "evidence": "strings", "finding": finding}]},
+        {"item": "/b/bin/python", "verdict": "ok", "findings": [], "notes": [note], "shared_objects_scanned": 11}]}
+    out = verify.spark_verification({"abi": abi, "platform": SPARK})
+    assert [a["evidence"] for a in out["state"]["abi"]] == [["strings"], []]
+    assert out["lines"] == [f"ABI /a/bin/python: MISMATCH - {finding}",
+                            f"ABI /b/bin/python: OK (11 shared objects); note: {note}"]
+    assert out["state"]["verdict"] == "failed"
+
+
 def test_a_simulated_host_is_never_shown_as_a_pass():
     out = verify.spark_verification({"images": {"results": [{"skipped": True}]},
                                      "platform": {**SPARK, "simulated": True},
