@@ -31,6 +31,8 @@ def spark_venv_verdict(build: dict, gpu: dict | None, abi: dict | None, simulate
             "line": gpu.get("line"), "gpu": gpu.get("verdict", "error"), "abi": abi.get("verdict", "error"),
             "abi_findings": abi.get("findings", []), "torch": gpu.get("torch_version"), "simulated": bool(simulated),
             "verified_by": "stand-in torch on a simulated host (test bed)" if simulated else "GPU probe and ABI scan",
+            # the GPU frameworks the probe did not exercise, and ABI evidence that is not a finding
+            "notes": [*gpu.get("notes", []), *abi.get("notes", [])],
         },
         "failure": failure,
     }

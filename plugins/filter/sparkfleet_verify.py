@@ -49,6 +49,8 @@ def _venv(active: Any) -> dict | None:
     text = f"VENV {active['path']} ({venv['matrix']}): {str(venv['status']).upper()} {check.get('line') or ''}".rstrip()
     if venv["verified_by"]:
         text += f" [{venv['verified_by']}]"
+    if check.get("notes"):
+        text += f" ({'; '.join(check['notes'])})"
     if venv["stale"]:
         text += f"; matrix STALE ({venv['age_days']} days since last verified)"
     if venv["new_venv_failed"]:
