@@ -590,8 +590,10 @@ class Distribution:
                 self._evidence("strings", link.cuda_majors, detail)
         for req in self.requires:
             counted = not req.conditional or req.installed is not None
-            state = f"installed {req.installed}" if req.installed else ("not installed" if req.conditional else
-                                                                       "not installed, unconditional")
+            if req.installed:
+                state = f"installed {req.installed}"
+            else:
+                state = "not installed" if req.conditional else "not installed, unconditional"
             detail = f"Requires-Dist: {req.text} ({state})"
             self._evidence("requires_dist", req.cuda_majors, detail, counted=counted)
             if counted:

@@ -43,7 +43,7 @@ def test_the_table_has_exactly_the_expected_rows():
     assert len({(r.library, r.soname_major) for r in abi.SONAME_TABLE}) == len(abi.SONAME_TABLE), "a row twice"
 
 
-@pytest.mark.parametrize(("library", "major"), sorted(EXPECTED_ROWS), ids=lambda v: str(v))
+@pytest.mark.parametrize(("library", "major"), sorted(EXPECTED_ROWS), ids=str)
 def test_each_row_judges_its_soname(library, major):
     want = EXPECTED_ROWS[(library, major)]
     link = abi.cuda_link(f"lib{library}.so.{major}")

@@ -16,13 +16,11 @@ def test_a_venv_passes_only_when_the_gpu_line_and_the_abi_scan_are_both_ok():
     assert verdict["verification"] == {"line": "True 13.0", "gpu": "ok", "abi": "ok", "abi_findings": [],
                                        "torch": "2.9.0+cu130", "simulated": False,
                                        "verified_by": "GPU probe and ABI scan", "notes": []}
-    noted = venv.spark_venv_verdict(BUILD, {**GPU_OK, "notes": ["probed torch only; installed, not probed: triton "
-                                                              "(triton 3.6.0)"]},
-                                    {**ABI_OK, "notes": ["x 1.0: its name or version says CUDA 12 (cu12), not 13"]},
-                                    False)
+    gpu_note = "probed torch only; installed, not probed: triton (triton 3.6.0)"
+    abi_note = "x 1.0: its name or version says CUDA 12 (cu12), not 13"
+    noted = venv.spark_venv_verdict(BUILD, {**GPU_OK, "notes": [gpu_note]}, {**ABI_OK, "notes": [abi_note]}, False)
     assert noted["passed"] is True
-    assert noted["verification"]["notes"] == ["probed torch only; installed, not probed: triton (triton 3.6.0)",
-                                              "x 1.0: its name or version says CUDA 12 (cu12), not 13"]
+    assert noted["verification"]["notes"] == [gpu_note, abi_note]
     abi_bad = {"verdict": "mismatch", "findings": ["bitsandbytes links libcudart.so.12"]}
     assert venv.spark_venv_verdict(BUILD, GPU_OK, abi_bad, False)["passed"] is False
     assert venv.spark_venv_verdict(BUILD, {"verdict": "fail", "line": "False"}, ABI_OK, False)["passed"] is False
