@@ -67,6 +67,7 @@ class AnsibleConfig:
     path: Path  # the file in use
     own: bool  # sparkfleet's own file (the user has none)
     env: dict[str, str]  # what sparkfleet adds
+    inventory: str | None = None  # the inventory the user's configuration names (ANSIBLE_INVENTORY, [defaults])
 
     @property
     def described(self) -> str:
@@ -101,4 +102,25 @@ def resolve(cwd: Path, environ: Mapping[str, str], own_config: Path, own_collect
         if not said:
             env[variables[0]] = value
     env["ANSIBLE_CONFIG"] = str(path)
-    return AnsibleConfig(path=path, own=user is None, env=env)
+    return AnsibleConfig(path=path, own=user is None, env=env, inventory=configured_inventory(parser, path, environ,
+                                                                                            cwd))
+
+
+def configured_inventory(parser: configparser.ConfigParser, path: Path, environ: Mapping[str, str],
+                         cwd: Path) -> str | None:
+    """The inventory the user's configuration names, as Ansible reads it: ANSIBLE_INVENTORY (relative to the
+    working directory), else [defaults] inventory (or the old hostfile), relative to the file's directory; the
+    first entry of a list. None when nothing names one."""
+    raw, base = environ.get("ANSIBLE_INVENTORY"), cwd
+    if not raw:
+        raw = parser.get("defaults", "inventory", fallback=None) or parser.get("defaults", "hostfile", fallback=None)
+        base = path.parent
+    entries = [e.strip() for e in (raw or "").split(",") if e.strip()]
+    if not entries:
+        return None
+    paths = [e for e in entries if (base / Path(e).expanduser()).exists()]
+    if raw.strip().endswith(",") or (not paths and len(entries) > 1):
+        return raw.strip()  # a host list ("spark-01,spark-02,")
+    entries = paths or entries
+    first = Path(entries[0]).expanduser()
+    return str(first if first.is_absolute() else base / first)

@@ -156,10 +156,17 @@ def ask_passwords(options: AnsibleOptions) -> dict[str, str]:
     return {prompt: getpass.getpass(asked, stream=sys.stderr) for asked, prompt in options.prompts()}
 
 
+# The controller's own checks: they run on this machine, read the inventory's variables (index mirrors, tokens)
+# and write nothing into it. Without -i they take the inventory the user's ansible.cfg names, else localhost.
+CONTROLLER_CHECKS = ("matrix-check", "advisories-check")
+CONFIGURED = "the inventory your ansible.cfg or ANSIBLE_INVENTORY names, else localhost,"
+
+
 def _ansible_options(parser: argparse.ArgumentParser, inventory_default: str | None = None) -> None:
-    parser.add_argument("-i", "--inventory", required=inventory_default is None, default=inventory_default,
+    parser.add_argument("-i", "--inventory", required=inventory_default is None,
+                        default=None if inventory_default == CONFIGURED else inventory_default,
                         help="inventory directory or file, e.g. inventory/example"
-                             + (f" (default {inventory_default})" if inventory_default else ""))
+                             + (f" (default: {inventory_default})" if inventory_default else ""))
     parser.add_argument("-l", "--limit", help="only these hosts or groups (Ansible pattern)")
     parser.add_argument("-C", "--check", action="store_true", help="change nothing; say what would change")
     parser.add_argument("-D", "--diff", action="store_true", help="show file changes")
@@ -223,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
                                   formatter_class=HelpText,
                                   description=COMMANDS["matrix-check"][2] + " Runs playbooks/matrix_check.yml "
                                   "(-e matrix_check_skip_steps=torch for an index this machine cannot reach).")
-    _ansible_options(check, inventory_default="localhost,")
+    _ansible_options(check, inventory_default=CONFIGURED)
     advisories = sub.add_parser("advisories", help="upstream advisories (matrix/advisories.yml)",
                                 description="Upstream advisories: known problems with images, pins and "
                                             "playbooks, dated (matrix/advisories.yml).")
@@ -233,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
                                          formatter_class=HelpText,
                                          description=COMMANDS["advisories-check"][2] + " Runs "
                                          "playbooks/advisories_check.yml.")
-    _ansible_options(upstream, inventory_default="localhost,")
+    _ansible_options(upstream, inventory_default=CONFIGURED)
     lab = sub.add_parser("lab", help="the test bed's lab of emulated Sparks",
                          description="The lab: emulated aarch64 hosts standing in for Sparks, with the test bed's "
                                      "registry, apt repository and package index (testbed/). 'up' starts them and "
@@ -281,7 +288,13 @@ def point_latest(directory: Path) -> None:
 
 def run_command(command: str, args: argparse.Namespace, console: Console) -> int:
     playbook, tags, _ = COMMANDS[command]
-    inventory = args.inventory
+    try:
+        config = ansible_config()
+    except ValueError as exc:
+        error(str(exc))
+        return EXIT_BAD_INPUT
+    inventory = args.inventory or (config.inventory if command in CONTROLLER_CHECKS else None) or "localhost,"
+    args = argparse.Namespace(**{**vars(args), "inventory": inventory})
     if "," not in inventory and not Path(inventory).exists():
         error(f"inventory {inventory} not found; expected a directory such as "
               "inventory/example (copy it to inventory/<yours> and list your Sparks there).")
@@ -293,18 +306,14 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
     as_json = getattr(args, "json", False)
     if as_json:
         console = make_console(stderr=True, no_color=args.no_color)
-    try:
-        config = ansible_config()
-    except ValueError as exc:
-        error(str(exc))
-        return EXIT_BAD_INPUT
     run = Run(playbook=playbook, inventory=inventory, report_dir=directory.resolve(), options=options,
               extra_vars=args.extra_vars, passwords=ask_passwords(options),
               live=False if args.plain or as_json else None, console=console, fast=getattr(args, "fast", False),
               config=config)
     fleet = Fleet()
     try:
-        with inventory_lock(inventory, command.replace("-", " ")):
+        # the controller's checks write nothing into the inventory: they need not wait for a provision
+        with inventory_lock("localhost," if command in CONTROLLER_CHECKS else inventory, command.replace("-", " ")):
             outcome, meta = run.execute(fleet)
             if outcome.exit_code() == EXIT_OK and fleet.targeted_nothing():
                 groups = inventory_groups(inventory, config)

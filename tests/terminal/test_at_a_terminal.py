@@ -269,10 +269,10 @@ def test_the_readmes_doctor_runs_as_written_from_another_directory(home):
 
 
 def test_the_readmes_matrix_check_at_a_terminal_shows_each_step_as_it_is_asked(home, pyindex):
-    """The README's `sparkfleet matrix check` at a terminal, with an inventory of the user's whose index overrides
-    point at the test bed's index (as written it asks PyPI and download.pytorch.org, which this machine's tests
-    never do): the live display counts the matrix's steps as they are asked, then the table and the reports
-    line."""
+    """The README's `sparkfleet matrix check` at a terminal, typed as written (no -i): the inventory is the one
+    the user's ./ansible.cfg names, whose index overrides point at the test bed's index (without them it asks
+    PyPI and download.pytorch.org, which this machine's tests never do): the live display counts the matrix's
+    steps as they are asked, then the table and the reports line."""
     (argv,) = [a for a in readme_commands() if a == ["sparkfleet", "matrix", "check"]]
     inventory = home / "inv"
     (inventory / "group_vars" / "all").mkdir(parents=True)
@@ -280,7 +280,8 @@ def test_the_readmes_matrix_check_at_a_terminal_shows_each_step_as_it_is_asked(h
         "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}}}))
     (inventory / "group_vars" / "all" / "main.yml").write_text(
         json.dumps({"spark_venv_index_overrides": pyindex.overrides}))
-    screen = Screen([*argv[1:], "-i", "inv"], home, columns=100, timeout=600).wait()
+    (home / "ansible.cfg").write_text("[defaults]\ninventory = inv\n")
+    screen = Screen(argv[1:], home, columns=100, timeout=600).wait()
     assert screen.rc == 0, screen.text[-4000:]
     counted = set(re.findall(r"task: Ask the indexes, a step at a time \(\d+ s, (\d) of 4 items done\)", screen.text))
     assert {"1", "2", "3"} <= counted, screen.text[-4000:]
@@ -293,3 +294,5 @@ def test_the_readmes_matrix_check_at_a_terminal_shows_each_step_as_it_is_asked(h
     assert any(line.startswith("reports: ") for line in screen.lines())
     asked = {request.split("/")[1] for request in pyindex.requests}
     assert asked == {"pypi", "cu130"}, ("the user's overrides applied: each index asked of the test bed's", asked)
+    data = json.loads((home / "reports" / "latest" / "report.json").read_text())
+    assert data["inventory"] == str(inventory), data["inventory"]
