@@ -147,7 +147,9 @@ def simple_pages(root: Path) -> None:
     """A PEP 503 page per project, with PEP 658 metadata files as PyPI serves them.
 
     pip then reads a wheel's METADATA without downloading the wheel (as with
-    PyPI), e.g. for `pip install --dry-run --report`.
+    PyPI), e.g. for `pip install --dry-run --report`. Each link carries the
+    wheel's sha256 as PyPI's do (#sha256=...): pip checks it on download and
+    the dry-run report names it (what `sparkfleet matrix lock` records).
     """
     for project in sorted(p for p in root.glob("*/*") if p.is_dir()):
         links = []
@@ -156,7 +158,7 @@ def simple_pages(root: Path) -> None:
                 meta = next(archive.read(n) for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
             (project / f"{wheel.name}.metadata").write_bytes(meta)
             sha = hashlib.sha256(meta).hexdigest()
-            href = wheel.name.replace("+", "%2B")
+            href = f"{wheel.name.replace('+', '%2B')}#sha256={hashlib.sha256(wheel.read_bytes()).hexdigest()}"
             links.append(f'<a href="{href}" data-dist-info-metadata="sha256={sha}" '
                          f'data-core-metadata="sha256={sha}">{wheel.name}</a><br>')
         (project / "index.html").write_text("<!DOCTYPE html>\n<html><body>\n" + "\n".join(links)

@@ -203,8 +203,9 @@ def plan_extras(matrix, requested: list[str]) -> list[dict]:
     return plan
 
 
-def fingerprint(matrix, extras: list[dict]) -> str:
-    """What the venv is built from: the target, the steps verbatim, the environment, the extras.
+def fingerprint(matrix, extras: list[dict], lock: dict | None = None) -> str:
+    """What the venv is built from: the target, the steps verbatim, the environment, the extras, and the hash
+    lock's packages when the steps install from it.
 
     Notes, dates and the component table are left out: they change no byte of the venv.
     """
@@ -215,6 +216,8 @@ def fingerprint(matrix, extras: list[dict]) -> str:
         "environment": matrix.get("environment", {}),
         "extras": [{k: e[k] for k in ("requirement", "args", "env", "index_url")} for e in extras],
     }
+    if lock is not None:
+        content["hashes"] = lock["steps"]
     return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -284,14 +287,29 @@ def index_env(indexes: list[str]) -> dict:
     return env
 
 
-def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str) -> list[dict]:
+def hashes_file(directory: str, step_id: str) -> str:
+    """Where a step's --require-hashes requirements are written in the venv."""
+    return f"{directory}/hashes-{step_id}.txt"
+
+
+def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str, lock: dict | None = None,
+              hashes_dir: str = "") -> list[dict]:
     """The pip install commands, in order: [{id, why, indexes, args, env}] (args after `python -m pip install`;
-    the indexes reach pip through index_env, never its argv)."""
+    the indexes reach pip through index_env, never its argv).
+
+    With a hash lock, each step installs exactly its locked set (`--require-hashes --no-deps -r
+    hashes-<id>.txt`, the file in `hashes_dir`) from the indexes the matrix check resolved it against (its own,
+    then the earlier steps'): the sha256 of every file pip takes is the lock's, whichever index serves it.
+    """
     steps = []
-    for step in matrix["steps"]:
-        steps.append({"id": step["id"], "why": step.get("why", ""),
-                      "indexes": [override(step["index_url"], overrides)],
-                      "args": [*step.get("args", []), *step["packages"]], "env": {}})
+    for position, step in enumerate(matrix["steps"]):
+        indexes = [override(step["index_url"], overrides)]
+        args = [*step.get("args", []), *step["packages"]]
+        if lock is not None:
+            indexes += [url for url in dict.fromkeys(override(e["index_url"], overrides)
+                                                     for e in matrix["steps"][:position]) if url not in indexes]
+            args = ["--require-hashes", "--no-deps", "-r", hashes_file(hashes_dir, step["id"])]
+        steps.append({"id": step["id"], "why": step.get("why", ""), "indexes": indexes, "args": args, "env": {}})
     default_index = override(matrix["steps"][-1]["index_url"], overrides)
     for extra in extras:
         # The matrix's pins are held: an extra that wants another torch fails instead of replacing it.
@@ -324,3 +342,83 @@ def platform_tags(target: dict) -> list[str]:
     arch = target["arch"]
     top = int(target["glibc"].split(".")[1])
     return [f"manylinux_2_{n}_{arch}" for n in range(top, 16, -1)] + [f"manylinux2014_{arch}"]
+
+
+# The hash lock (sparkfleet matrix lock): every package each step resolves to, with its wheel's sha256, so the
+# venv's steps can run with pip's --require-hashes. Written from the matrix check's resolution, never by hand.
+LOCK_VERSION = 1
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_LOCK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_LOCK_VERSION_TEXT = re.compile(r"^[0-9][0-9A-Za-z.+!_-]*$")
+
+
+def lock_from_sequence(matrix, sequence: list[dict]) -> dict:
+    """The lock of a checked matrix from spark_matrix_check's sequence results (every step, each resolved).
+
+    Raises MatrixError naming each step that did not resolve or a package whose index gave no sha256.
+    """
+    checked = check(matrix)
+    by_step = {s["step"]: s for s in sequence}
+    problems = []
+    steps = {}
+    for step in checked["steps"]:
+        result = by_step.get(step["id"])
+        if not result or result.get("status") != "resolves":
+            status = result.get("status", "not asked") if result else "not asked"
+            problems.append(f"step {step['id']}: {status}" + (f" ({result['detail']})" if result and
+                                                              result.get("detail") else ""))
+            continue
+        entries = sorted(result.get("locked") or [], key=lambda e: normalize(e["name"]))
+        unhashed = [f"{e['name']}=={e['version']}" for e in entries if not e.get("sha256")]
+        if unhashed:
+            problems.append(f"step {step['id']}: the index gave no sha256 for {', '.join(unhashed)}")
+        steps[step["id"]] = [{"name": normalize(e["name"]), "version": e["version"], "sha256": e.get("sha256"),
+                              "wheel": e.get("wheel")} for e in entries]
+    if problems:
+        raise MatrixError("cannot lock the matrix: " + "; ".join(problems) + ". Nothing was written")
+    return {"lock_version": LOCK_VERSION, "matrix": checked["name"], "fingerprint": fingerprint(checked, []),
+            "target": checked["target"], "steps": steps}
+
+
+def validate_lock(lock, matrix) -> list[str]:
+    """What is wrong with a hash lock for this matrix (empty: nothing). Every value that reaches pip's
+    requirements file is checked here, where it enters."""
+    if not isinstance(lock, dict):
+        return [f"the lock is a {type(lock).__name__}, expected a mapping written by sparkfleet matrix lock"]
+    errors = []
+    if lock.get("lock_version") != LOCK_VERSION:
+        errors.append(f"lock_version is {lock.get('lock_version')!r}, expected {LOCK_VERSION}")
+    want = fingerprint(check(matrix), [])
+    if lock.get("fingerprint") != want:
+        errors.append(f"the lock was written for another matrix (fingerprint {str(lock.get('fingerprint'))[:12]}, "
+                      f"the matrix's is {want[:12]}): run sparkfleet matrix lock after changing the matrix")
+    steps = lock.get("steps")
+    ids = [s["id"] for s in matrix["steps"]]
+    if not isinstance(steps, dict) or sorted(steps) != sorted(ids):
+        errors.append(f"the lock's steps are {sorted(steps) if isinstance(steps, dict) else steps!r}, the "
+                      f"matrix's {sorted(ids)}")
+        return errors
+    for step_id, entries in steps.items():
+        if not isinstance(entries, list) or not entries:
+            errors.append(f"step {step_id}: expected a list of packages")
+            continue
+        for entry in entries:
+            if not isinstance(entry, dict):
+                errors.append(f"step {step_id}: {entry!r} is not a package entry")
+                continue
+            name, version, sha = (str(entry.get(k, "")) for k in ("name", "version", "sha256"))
+            if not _LOCK_NAME.match(name) or not _LOCK_VERSION_TEXT.match(version) or not _SHA256.match(sha):
+                errors.append(f"step {step_id}: {entry!r} is not name, version and a sha256 of 64 hex digits")
+        pinned = {normalize(parse_pin(spec)[0]): parse_pin(spec)[1]
+                  for spec in next(s for s in matrix["steps"] if s["id"] == step_id)["packages"]}
+        locked = {normalize(str(e.get("name"))): str(e.get("version")) for e in entries if isinstance(e, dict)}
+        moved = [f"{n} {v} (locked {locked.get(n)})" for n, v in pinned.items()
+                 if locked.get(n) != v and str(locked.get(n)).split("+", maxsplit=1)[0] != v]
+        if moved:
+            errors.append(f"step {step_id}: the lock does not hold the matrix's pins: {', '.join(moved)}")
+    return errors
+
+
+def hashed_requirements(entries: list[dict]) -> str:
+    """A requirements file for pip --require-hashes: one `name==version --hash=sha256:...` per package."""
+    return "".join(f"{e['name']}=={e['version']} --hash=sha256:{e['sha256']}\n" for e in entries)

@@ -118,7 +118,9 @@ sequence_lines:
 sequence:
   description:
     - One per step - step, status (resolves, conflict, missing, unreachable, error, skipped), constraints
-      (the earlier pins), installs (C(name==version), when it resolves), notes, detail.
+      (the earlier pins), installs (C(name==version), when it resolves), notes, detail, and locked (each
+      package it resolves to with its wheel's name and the sha256 its index gave, what C(sparkfleet matrix lock)
+      records; the sha256 is null for an index that gives none).
   returned: success
   type: list
   elements: dict
@@ -139,6 +141,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
@@ -243,11 +246,17 @@ def resolve_step(pip: list[str], step: dict, constraints: list[str], indexes: li
     if report is None:
         return {**result, **failure(proc.stdout, proc.stderr)}
     installs = {normalize(i["metadata"]["name"]): i["metadata"]["version"] for i in report["install"]}
+    # What `sparkfleet matrix lock` records: each wheel with the sha256 its index gave (PyPI's links carry it).
+    locked = [{"name": normalize(i["metadata"]["name"]), "version": i["metadata"]["version"],
+               "sha256": ((i.get("download_info") or {}).get("archive_info") or {}).get("hashes", {}).get("sha256"),
+               "wheel": urllib.parse.unquote((i.get("download_info") or {}).get("url", "").rsplit("/", 1)[-1]
+                                             .split("#")[0]) or None}
+              for i in report["install"]]
     notes = [f"installs {name} {version}, which step {later_pins[name][0]} then moves to {later_pins[name][1]}"
              for name, version in sorted(installs.items())
              if name in later_pins and version.split("+")[0] != later_pins[name][1]]
     return {**result, "status": "resolves", "installs": [f"{n}=={v}" for n, v in sorted(installs.items())],
-            "notes": notes}
+            "notes": notes, "locked": sorted(locked, key=lambda e: e["name"])}
 
 
 def resolve_sequence(pip: list[str], matrix: dict, overrides: dict, skip: list[str], timeout: int,

@@ -74,6 +74,15 @@ options:
     description: Extra environment for pip (a proxy, a CA bundle). Never logged.
     type: dict
     default: {}
+  lock:
+    description:
+      - The matrix's hash lock (C(sparkfleet matrix lock) writes it beside the matrix). Each step then installs
+        exactly its locked set with pip's C(--require-hashes --no-deps), so a wheel whose bytes differ from the
+        ones the lock recorded fails the build, and the active venv stays.
+      - Refused, nothing changed, when it was written for another matrix (its fingerprint), does not hold the
+        matrix's pins, or a value is not a name, a version and a sha256; and with O(extra_packages), which it
+        does not cover. The lock's packages are part of the venv's fingerprint.
+    type: dict
   keep:
     description: How many previous venvs to keep besides the active one.
     type: int
@@ -181,12 +190,15 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix imp
     check,
     display,
     fingerprint,
+    hashed_requirements,
+    hashes_file,
     index_env,
     matrix_secrets,
     pins,
     pip_steps,
     plan_extras,
     staleness,
+    validate_lock,
 )
 from ansible_collections.sparkfleet.spark.plugins.module_utils._venv import (
     CONSTRAINTS,
@@ -219,9 +231,19 @@ class Venv:
                 module.fail_json(msg=f"{self.staleness['message']}. strict mode: nothing was built or switched.",
                                  staleness=self.staleness)
             module.warn(self.staleness["message"])
-        self.fp = fingerprint(self.matrix, self.extras)
+        self.lock = p["lock"]
+        if self.lock is not None:
+            errors = validate_lock(self.lock, self.matrix)
+            if errors:
+                module.fail_json(msg="the hash lock cannot be used: " + "; ".join(errors) + ". Nothing was changed.")
+            if self.extras:
+                module.fail_json(msg=f"extra_packages ({', '.join(e['requirement'] for e in self.extras)}) are not "
+                                     "in the hash lock, which holds the matrix's steps only: drop them, or build "
+                                     "without the lock (spark_venv_require_hashes: false). Nothing was changed.")
+        self.fp = fingerprint(self.matrix, self.extras, self.lock)
         self.path = os.path.join(self.root, f"{self.matrix['name']}-{self.fp[:12]}")
-        self.steps = pip_steps(self.matrix, self.extras, p["index_overrides"], os.path.join(self.path, CONSTRAINTS))
+        self.steps = pip_steps(self.matrix, self.extras, p["index_overrides"], os.path.join(self.path, CONSTRAINTS),
+                               self.lock, self.path)
         self.result = {"changed": False, "path": self.path, "fingerprint": self.fp, "staleness": self.staleness,
                        "steps": [{"id": s["id"], "why": s["why"], "command": display(s)} for s in self.steps],
                        "extras": [{"requirement": e["requirement"], "policy": e["policy"], "says": e["says"]}
@@ -294,6 +316,8 @@ class Venv:
                   "steps": []}
         write_marker(self.path, record)
         atomic_write(os.path.join(self.path, CONSTRAINTS), "\n".join(pins(self.matrix).values()) + "\n")
+        for step_id, entries in (self.lock or {}).get("steps", {}).items():
+            atomic_write(hashes_file(self.path, step_id), hashed_requirements(entries))
         vpy = os.path.join(self.path, "bin", "python")
         env = self.pip_environment()
         for step, shown in zip(self.steps, self.result["steps"], strict=True):
@@ -413,6 +437,7 @@ def main() -> None:
             "index_overrides": {"type": "dict", "default": {}},
             "extra_packages": {"type": "list", "elements": "str", "default": []},
             "pip_env": {"type": "dict", "default": {}, "no_log": True},
+            "lock": {"type": "dict"},
             "keep": {"type": "int", "default": 1},
             "max_age_days": {"type": "int", "default": 90},
             "strict_age": {"type": "bool", "default": False},

@@ -69,6 +69,11 @@ COMMANDS = {
                      "wheel for the Spark target and whether each step of the sequence resolves after the earlier "
                      "ones without moving a pinned package (a conflict is named as pip states it); show the "
                      "matrix's age."),
+    "matrix-lock": ("playbooks/matrix_check.yml", None,
+                    "The matrix check, then, when it passes, the hash lock of the whole resolved set written beside "
+                    "the matrix (matrix/spark-stack.lock.yml): every package each step resolves to with its wheel's "
+                    "sha256, what the venv installs with pip's --require-hashes (spark_venv_require_hashes: true). "
+                    "Review its diff like the matrix's; nothing is written when a step does not resolve."),
     "advisories-check": ("playbooks/advisories_check.yml", None,
                          "List the issues of NVIDIA/dgx-spark-playbooks created or updated since "
                          "matrix/advisories.yml was last reviewed (its checked_on), for review. Opt-in network: asks "
@@ -100,6 +105,7 @@ EXAMPLES = {
                 "sparkfleet refresh -i inventory/mylab -e '{\"refresh_batches\": [1, 2, \"50%\"]}'"],
     "doctor": ["sparkfleet doctor", "sparkfleet doctor -i inventory/mylab -l spark-03"],
     "matrix-check": ["sparkfleet matrix check", "sparkfleet matrix check -e matrix_check_skip_steps=torch"],
+    "matrix-lock": ["sparkfleet matrix lock", "sparkfleet matrix lock --check --diff"],
     "advisories-check": ["sparkfleet advisories check",
                          "GITHUB_TOKEN=$(cat ~/.github-token) sparkfleet advisories check"],
 }
@@ -158,7 +164,7 @@ def ask_passwords(options: AnsibleOptions) -> dict[str, str]:
 
 # The controller's own checks: they run on this machine, read the inventory's variables (index mirrors, tokens)
 # and write nothing into it. Without -i they take the inventory the user's ansible.cfg names, else localhost.
-CONTROLLER_CHECKS = ("matrix-check", "advisories-check")
+CONTROLLER_CHECKS = ("matrix-check", "matrix-lock", "advisories-check")
 CONFIGURED = "the inventory your ansible.cfg or ANSIBLE_INVENTORY names, else localhost,"
 
 
@@ -214,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "in use, and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for name, (playbook, tags, text) in COMMANDS.items():
-        if name in ("matrix-check", "advisories-check"):
+        if name in ("matrix-check", "matrix-lock", "advisories-check"):
             continue
         command = sub.add_parser(name, help=SHORT_HELP[name], formatter_class=HelpText,
                                  description=f"{text} Runs {playbook}" + (f" --tags {tags}" if tags else "") + ".",
@@ -231,6 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
                                   description=COMMANDS["matrix-check"][2] + " Runs playbooks/matrix_check.yml "
                                   "(-e matrix_check_skip_steps=torch for an index this machine cannot reach).")
     _ansible_options(check, inventory_default=CONFIGURED)
+    locking = matrix_sub.add_parser("lock", help="check, then write the hash lock of the whole resolved set",
+                                    epilog=epilog("matrix-lock"), formatter_class=HelpText,
+                                    description=COMMANDS["matrix-lock"][2] + " Runs playbooks/matrix_check.yml "
+                                    "-e matrix_lock=true (matrix_lock_file: another path).")
+    _ansible_options(locking, inventory_default=CONFIGURED)
     advisories = sub.add_parser("advisories", help="upstream advisories (matrix/advisories.yml)",
                                 description="Upstream advisories: known problems with images, pins and "
                                             "playbooks, dated (matrix/advisories.yml).")
@@ -345,8 +356,8 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
         print(json.dumps(data, indent=2))
     if command == "doctor":
         paths.update(write_doctor(fleet, directory, console))
-    if command in ("matrix-check", "advisories-check"):
-        for line in controller_lines(directory, "table" if command == "matrix-check" else "issues"):
+    if command in ("matrix-check", "matrix-lock", "advisories-check"):
+        for line in controller_lines(directory, "issues" if command == "advisories-check" else "table"):
             console.print(line, highlight=False, markup=False)
     print_summary(data, paths, console)
     return outcome.exit_code()
@@ -506,7 +517,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "report":
         return show_report(args.path, console)
     if args.command == "matrix":
-        return run_command("matrix-check", args, console)
+        if args.matrix_command == "lock":
+            args.extra_vars = [*args.extra_vars, '{"matrix_lock": true}']
+        return run_command(f"matrix-{args.matrix_command}", args, console)
     if args.command == "advisories":
         return run_command("advisories-check", args, console)
     return run_command(args.command, args, console)

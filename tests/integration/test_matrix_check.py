@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import subprocess
 
 import pytest
@@ -123,3 +125,42 @@ def test_the_real_sequence_against_real_pypi():
                                    "datasets==4.3.0; trl 1.8.0 depends on datasets>=4.7.0"]
     assert steps["unsloth"]["status"] == steps["torchao"]["status"] == "resolves"
     assert steps["torchao"]["constraints"][0] == "torch==2.10.0", "a skipped step's pins still hold"
+
+
+def _lock_run(pyindex, candidate, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "ansible-playbook"), "playbooks/matrix_check.yml", *flags,
+                           "-e", f"matrix_check_file={candidate}", "-e", '{"matrix_lock": true}',
+                           "-e", '{"matrix_check_index_overrides": ' + json.dumps(pyindex.overrides) + "}"],
+                          cwd=REPO, capture_output=True, text=True, env=ansible_env(), check=False)
+
+
+def test_matrix_lock_records_every_resolved_wheel_with_the_sha256_of_its_bytes(pyindex, tmp_path):
+    """`sparkfleet matrix lock` = the playbook with matrix_lock: the lock beside the matrix holds each step's
+    resolved set, each sha256 that of the wheel file the index serves; a second run changes nothing."""
+    candidate = tmp_path / "spark-stack.yml"
+    candidate.write_text(yaml.safe_dump(MATRIX))
+    checked = _lock_run(pyindex, candidate, "--check")
+    assert checked.returncode == 0, checked.stdout[-3000:]
+    assert not (tmp_path / "spark-stack.lock.yml").exists(), "check mode wrote the lock"
+    first = _lock_run(pyindex, candidate)
+    assert first.returncode == 0, first.stdout[-3000:]
+    lock = yaml.safe_load((tmp_path / "spark-stack.lock.yml").read_text())
+    assert sorted(lock["steps"]) == ["stack", "torch", "torchao", "unsloth"]
+    files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in pyindex.root.rglob("*.whl")}
+    for entries in lock["steps"].values():
+        for entry in entries:
+            assert files[entry["wheel"]] == entry["sha256"], entry
+    assert {e["name"] for e in lock["steps"]["stack"]} >= {"transformers", "peft", "trl", "torch"}
+    again = _lock_run(pyindex, candidate)
+    assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-2000:]
+
+
+def test_no_lock_is_written_when_a_step_does_not_resolve_and_the_old_one_stays(pyindex, tmp_path):
+    matrix = copy.deepcopy(MATRIX)
+    matrix["steps"][3]["packages"] = ["torchao==0.99.0"]
+    candidate = tmp_path / "spark-stack.yml"
+    candidate.write_text(yaml.safe_dump(matrix))
+    (tmp_path / "spark-stack.lock.yml").write_text("# the reviewed lock\n")
+    proc = _lock_run(pyindex, candidate)
+    assert proc.returncode == 2
+    assert (tmp_path / "spark-stack.lock.yml").read_text() == "# the reviewed lock\n"

@@ -244,3 +244,48 @@ def test_an_invalid_matrix_is_refused_with_every_problem(place):
         "msg"]
     assert "step 3 (unsloth): args are ['--no-deps', '--user']" in result["msg"]
     assert result["msg"].endswith("Nothing was changed.")
+
+
+def _lock(pyindex) -> dict:
+    """The hash lock as `sparkfleet matrix lock` writes it, from the matrix check against the test bed's index."""
+    from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import lock_from_sequence
+
+    checked = run_module("spark_matrix_check", {"matrix": MATRIX, "index_overrides": pyindex.overrides})
+    assert not checked["failed"], checked.get("msg")
+    return lock_from_sequence(MATRIX, checked["sequence"])
+
+
+def test_require_hashes_installs_the_locked_set_and_refuses_a_wheel_swapped_on_the_index(place, pyindex, tmp_path):
+    """The attack: after the lock was reviewed, the index serves other bytes under the same name and version,
+    with a link hash that matches them (a compromised mirror). Without the lock pip takes them; with it the
+    build fails on the hash and the active venv stays."""
+    from pyindex import build_wheel, simple_pages
+
+    lock = _lock(pyindex)
+    built = run_module("spark_venv", place(lock=lock))
+    assert not built["failed"], built.get("msg")
+    assert all("--require-hashes --no-deps -r" in s["command"] for s in built["steps"]), built["steps"]
+    run_module("spark_venv", place(state="active", path=built["path"]))
+
+    project = pyindex.root / "pypi" / "transformers"
+    [wheel] = project.glob("transformers-5.13.1-*.whl")
+    wheel.unlink()
+    build_wheel(project, "transformers", "5.13.1", {"transformers/__init__.py": b"import os  # swapped\n"})
+    simple_pages(pyindex.root)
+    fresh = {"root": str(tmp_path / "other-venvs"), "link": str(tmp_path / "venv")}  # no pip cache of the old bytes
+    unlocked = run_module("spark_venv", place(**fresh))
+    assert not unlocked["failed"], "pip took the swapped wheel without the lock"
+    # another host's first build from the same lock (the link is its own: nothing active there yet)
+    refused = run_module("spark_venv", place(lock=lock, root=str(tmp_path / "third"), link=str(tmp_path / "v3")))
+    assert refused["failed"] is True and refused["failed_step"] == "stack", refused.get("msg")
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in refused["msg"]
+    assert not Path(refused["path"]).exists(), "the half-built venv stays"
+    assert os.path.realpath(tmp_path / "venv") == built["path"], "the active venv moved"
+
+
+def test_a_lock_for_another_matrix_is_refused_before_anything_is_built(place, pyindex, tmp_path):
+    lock = _lock(pyindex)
+    result = run_module("spark_venv", place(changed_matrix(torchao=["torchao==0.13.0"]), lock=lock))
+    assert result["failed"] is True
+    assert "the lock was written for another matrix" in result["msg"] and "Nothing was changed" in result["msg"]
+    assert not (tmp_path / "venvs").exists()

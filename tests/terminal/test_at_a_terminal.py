@@ -120,7 +120,7 @@ def test_usage_errors_exit_4_with_argparses_message(home, argv):
 
 
 def test_each_commands_help_has_examples_and_the_exit_codes(home):
-    for argv in (["provision"], ["verify"], ["pin"], ["refresh"], ["doctor"], ["matrix", "check"],
+    for argv in (["provision"], ["verify"], ["pin"], ["refresh"], ["doctor"], ["matrix", "check"], ["matrix", "lock"],
                  ["advisories", "check"]):
         proc = piped([*argv, "--help"], home, COLUMNS="80")
         assert proc.returncode == 0

@@ -9,11 +9,15 @@ import pytest
 import yaml
 from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
     MatrixError,
+    check,
     display,
     fingerprint,
+    hashed_requirements,
     index_env,
+    lock_from_sequence,
     matrix_secrets,
     normalize,
+    parse_pin,
     pins,
     pip_steps,
     plan_extras,
@@ -22,6 +26,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix imp
     staleness,
     url_secrets,
     validate,
+    validate_lock,
 )
 
 from conftest import REPO
@@ -162,3 +167,76 @@ def test_the_credentials_of_index_urls_are_what_a_module_masks():
     assert matrix_secrets(matrix, {"https://pypi.org/simple": "http://c:s3@127.0.0.1/pypi"}) == {
         "a:s1", "s1", "b:s2", "s2", "c:s3", "s3"}
     assert matrix_secrets("not a matrix", None) == set(), "bad input is refused by the module, not here"
+
+
+def _sequence(matrix: dict, **changes) -> list[dict]:
+    """A matrix check's sequence for `matrix` that resolves every step to its pins (sha256 of their names)."""
+    import hashlib
+
+    steps = []
+    for step in matrix["steps"]:
+        locked = [{"name": parse_pin(spec)[0], "version": parse_pin(spec)[1],
+                   "sha256": hashlib.sha256(spec.encode()).hexdigest(), "wheel": f"{parse_pin(spec)[0]}.whl"}
+                  for spec in step["packages"]]
+        steps.append({"step": step["id"], "status": "resolves", "locked": locked, **changes.get(step["id"], {})})
+    return steps
+
+
+def test_the_lock_holds_each_steps_resolved_set_with_its_hashes_and_the_matrixs_fingerprint():
+    matrix = copy.deepcopy(MATRIX)
+    lock = lock_from_sequence(matrix, _sequence(matrix))
+    assert lock["matrix"] == matrix["name"] and lock["fingerprint"] == fingerprint(check(matrix), [])
+    assert list(lock["steps"]) == [s["id"] for s in matrix["steps"]]
+    assert lock["steps"]["torch"][0]["name"] == "torch" and len(lock["steps"]["torch"][0]["sha256"]) == 64
+    assert validate_lock(lock, matrix) == []
+    assert hashed_requirements(lock["steps"]["torch"]) == (
+        f"torch==2.10.0 --hash=sha256:{lock['steps']['torch'][0]['sha256']}\n")
+
+
+def test_no_lock_from_a_step_that_did_not_resolve_or_a_wheel_without_a_hash():
+    matrix = copy.deepcopy(MATRIX)
+    with pytest.raises(MatrixError, match=r"step unsloth: conflict \(Cannot install unsloth\)"):
+        lock_from_sequence(matrix, _sequence(matrix, unsloth={"status": "conflict",
+                                                              "detail": "Cannot install unsloth"}))
+    broken = _sequence(matrix)
+    broken[1]["locked"][0]["sha256"] = None
+    with pytest.raises(MatrixError, match=r"step stack: the index gave no sha256 for transformers==5.13.1"):
+        lock_from_sequence(matrix, broken)
+    with pytest.raises(MatrixError, match="step torchao: skipped"):
+        lock_from_sequence(matrix, _sequence(matrix, torchao={"status": "skipped"}))
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    (lambda lock: lock.update(fingerprint="0" * 64), "the lock was written for another matrix"),
+    (lambda lock: lock["steps"].pop("torchao"), "the lock's steps are"),
+    (lambda lock: lock["steps"]["torch"][0].update(version="2.9.1"),
+     "the lock does not hold the matrix's pins: torch 2.10.0 (locked 2.9.1)"),
+    (lambda lock: lock["steps"]["torch"][0].update(sha256="$(touch /tmp/PWNED)"), "is not name, version and a sha256"),
+    (lambda lock: lock["steps"]["torch"][0].update(name="torch\n--index-url http://evil"),
+     "is not name, version and a sha256"),
+    (lambda lock: lock["steps"]["stack"][0].update(version="5.13.1 --hash=sha256:" + "0" * 64),
+     "is not name, version and a sha256"),
+    (lambda lock: lock.update(lock_version=2), "lock_version is 2, expected 1"),
+])
+def test_a_lock_that_does_not_fit_the_matrix_or_carries_a_bad_value_is_refused(change, error):
+    matrix = copy.deepcopy(MATRIX)
+    lock = lock_from_sequence(matrix, _sequence(matrix))
+    change(lock)
+    assert any(error in e for e in validate_lock(lock, matrix)), validate_lock(lock, matrix)
+
+
+def test_a_locked_local_version_holds_a_pin_without_one_and_the_lock_changes_the_fingerprint():
+    matrix = copy.deepcopy(MATRIX)
+    lock = lock_from_sequence(matrix, _sequence(matrix))
+    lock["steps"]["torch"][0]["version"] = "2.10.0+cu130"  # what the cu130 index's wheel says
+    assert validate_lock(lock, matrix) == []
+    assert fingerprint(check(matrix), [], lock) != fingerprint(check(matrix), [])
+
+
+def test_hashed_steps_install_the_locked_set_from_the_indexes_the_check_resolved_against():
+    matrix = copy.deepcopy(MATRIX)
+    lock = lock_from_sequence(matrix, _sequence(matrix))
+    steps = pip_steps(check(matrix), [], {}, "/v/constraints.txt", lock, "/v")
+    assert steps[0]["args"] == ["--require-hashes", "--no-deps", "-r", "/v/hashes-torch.txt"]
+    assert steps[0]["indexes"] == ["https://download.pytorch.org/whl/cu130"]
+    assert steps[1]["indexes"] == ["https://pypi.org/simple", "https://download.pytorch.org/whl/cu130"]
