@@ -345,11 +345,6 @@ def parse_metadata(text: str) -> tuple[str | None, str | None, list[str]]:
     return name, version, requires
 
 
-def parse_metadata_name_version(text: str) -> tuple[str | None, str | None]:
-    name, version, _requires = parse_metadata(text)
-    return name, version
-
-
 def _read_text(path: str) -> str:
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -387,11 +382,6 @@ def installed_distributions(site_packages: str) -> list[DistInfo]:
                if is_shared_object_name(os.path.basename(rel))]
         found.append(DistInfo(name, version or "?", requires, sos))
     return found
-
-
-def owners(site_packages: str) -> dict[str, tuple[str, str]]:
-    """Map each shared object listed in a RECORD (normalised path) to (distribution, version)."""
-    return {path: (d.name, d.version) for d in installed_distributions(site_packages) for path in d.shared_objects}
 
 
 def is_shared_object_name(name: str) -> bool:
