@@ -72,6 +72,26 @@ def test_a_controller_failure_is_on_the_screen_in_red_in_report_md_and_a_junit_f
     assert not (inventory / "group_vars" / "all" / "spark_images_lock.yml").exists()
 
 
+def test_under_umask_000_what_sparkfleet_writes_is_its_users_alone(home):
+    """A careless umask (000, as some CI runners and containers have) made reports, artifacts (the job events
+    carry every variable a play sees), .sparkfleet/ and run.lock writable and readable by every user."""
+    import subprocess
+
+    from pty_screen import SPARKFLEET, user_env
+
+    inventory = unreachable_registry_inventory(home)
+    proc = subprocess.run(["sh", "-c", 'umask 000 && exec "$0" "$@"', SPARKFLEET, "pin", "-i", "inv", "--check",
+                           "--plain"], cwd=home, env=user_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    written = [p for root in (home / "reports", inventory / ".sparkfleet") for p in [root, *root.rglob("*")]
+               if not p.is_symlink()]
+    assert any(p.name == "run.lock" for p in written) and any(p.name == "report.json" for p in written)
+    assert any("job_events" in p.parts for p in written), "the runner's artifacts are among them"
+    open_to_others = [f"{p.relative_to(home)} {oct(p.stat().st_mode & 0o777)}" for p in written
+                      if p.stat().st_mode & 0o077]
+    assert open_to_others == []
+
+
 def test_piped_with_no_color_at_80_columns_nothing_is_coloured_folded_or_padded(home):
     unreachable_registry_inventory(home)
     proc = piped(["pin", "-i", "inv", "--check"], home, NO_COLOR="1", COLUMNS="80")
