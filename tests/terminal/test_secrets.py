@@ -1,6 +1,6 @@
 """Secrets stay put, whatever ends the run: `sparkfleet pin` at a pty against a real htpasswd registry, with a
 registry password in a real ansible-vault file, the vault's password in a file, an NGC API key and a GitHub token
-in the environment and an inline -e value; run to its end, then cancelled with Ctrl-C and with SIGTERM.
+in the environment and an inline -e value; run to its end, then cancelled with Ctrl-C, SIGTERM and SIGHUP (the terminal closed).
 
 Every planted secret (as given, and as Docker and HTTP Basic encode it) is looked for in every file the run
 leaves (the report, runner artifacts, job events, the lock, the inventory's records), in what the screen showed
@@ -101,8 +101,8 @@ def run_pin(root: Path, registry: str, cancel: str | None = None) -> tuple[Scree
                     GITHUB_TOKEN=GITHUB_TOKEN)
     if cancel:
         started(mark)
-        if cancel == "SIGTERM":
-            os.kill(screen.child.pid, signal.SIGTERM)
+        if cancel in ("SIGTERM", "SIGHUP"):
+            os.kill(screen.child.pid, getattr(signal, cancel))
         else:
             screen.child.sendintr()
     screen.wait()
@@ -140,7 +140,7 @@ def test_a_run_to_its_end_leaves_no_secret_anywhere(tmp_path, registry):
     assert "NGC_API_KEY" in command["env"] and isinstance(command["env"], list), "names kept, values dropped"
 
 
-@pytest.mark.parametrize("cancel", ["SIGTERM", "ctrl-c"])
+@pytest.mark.parametrize("cancel", ["SIGTERM", "SIGHUP", "ctrl-c"])
 def test_a_cancelled_run_leaves_no_secret_anywhere(tmp_path, cancel):
     silent = SilentRegistry()
     try:
