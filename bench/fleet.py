@@ -1,12 +1,18 @@
-"""Fleet benchmarks on the lab (emulated aarch64 hosts), one run, figures as ratios within that run.
+"""Fleet benchmarks on the lab, one run, figures as ratios within that run.
 
-    .venv/bin/python bench/fleet.py [--hosts 4] [--only noop|refresh] [--out bench/results/fleet.json]
+    .venv/bin/python bench/fleet.py [--hosts 4] [--only noop|refresh] [--kinds emulated,native]
+                                    [--out bench/results/fleet.json]
 
-1. A no-op re-run of site.yml on a converged host vs a playbook that only
-   gathers facts on the same host, with Ansible's own strategy and under
-   Mitogen (`sparkfleet --fast`); and the default strategy's no-op with 1, 2
-   and 4 images in the catalog: its ratio and the task results per host
-   (PLAY RECAP), which must not grow with the images.
+1. A converged re-run of site.yml (the default strategy, what users run, and
+   under Mitogen, `sparkfleet --fast`) against a playbook that only gathers
+   facts on the same host, on two kinds of host: the emulated aarch64 lab
+   (sparkfleet/host-spark, a simulated Spark under qemu-user) and a native
+   x86_64 host of the same recipe (sparkfleet/host-spark-amd64, provisioned
+   through the override path, spark_preflight_require_spark=false), so that
+   emulation cost and round trips are told apart. Then the default
+   strategy's converged run with 1, 2 and 4 images in the catalog: its ratio
+   and the task results per host (PLAY RECAP), which must not grow with the
+   images and launchers.
 2. Wall time of a refresh (a moved tag) for 1, 2, 4 hosts, all in one batch
    after the canary, with both strategies; and the part after the canary
    (wall(N) - wall(1)) against wall(1).
@@ -15,9 +21,10 @@
    registry (127.0.0.1:5000, "upstream"): what upstream served vs what the
    mirror served.
 
-Needs the test bed (make testbed). Uses its own lab (prefix sparkfleet-bench)
-and inventory, and puts the lab registry's tags back at the end. Not a test:
-the machines are noisy; read the ratios, not the seconds.
+Needs the test bed (make testbed). Uses its own labs (prefixes
+sparkfleet-bench and sparkfleet-bench-native) and inventories, and puts the
+lab registry's tags back at the end. Not a test: the machines are noisy;
+read the ratios, not the seconds.
 """
 
 from __future__ import annotations
@@ -38,6 +45,12 @@ from sparkfleet.runner import mitogen_env
 REPO = Path(__file__).resolve().parents[1]
 BIN = REPO / ".venv" / "bin"
 PREFIX = "sparkfleet-bench"
+# The two kinds of host: LAB_ARCH for testbed/lab.sh, the lab prefix, and what the host needs beyond the lab.
+KINDS = {
+    "emulated": {"arch": "arm64", "prefix": PREFIX, "extra": []},
+    "native": {"arch": "amd64", "prefix": f"{PREFIX}-native",
+               "extra": ["-e", json.dumps({"spark_preflight_require_spark": False})]},
+}
 RECAP = re.compile(r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=\d+\s+"
                    r"failed=(?P<failed>\d+)\s+skipped=(?P<skipped>\d+)", re.MULTILINE)
 # Catalogs of 1, 2 and 4 images from the lab registry's stand-ins (the fourth runs the first's digest under a
@@ -126,75 +139,104 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hosts", type=int, default=4)
     parser.add_argument("--only", choices=("noop", "refresh"), help="one part of the benchmark")
+    parser.add_argument("--kinds", default="emulated,native",
+                        help="host kinds of the converged part, comma-separated (default: emulated,native)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "fleet.json",
                         help="where the figures go as JSON")
     args = parser.parse_args()
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        parser.error(f"--kinds names {', '.join(unknown)}; expected some of {', '.join(KINDS)}")
     fast = mitogen_env()
     work = Path(tempfile.mkdtemp(prefix="sparkfleet-bench-"))
-    inventory = work / "inventory"
-    (inventory / "group_vars" / "all").mkdir(parents=True)
-    shutil.copy(REPO / "inventory" / "lab" / "group_vars" / "all" / "main.yml", inventory / "group_vars" / "all")
-    with (inventory / "group_vars" / "all" / "main.yml").open("a") as handle:
-        handle.write("\nspark_images_mirrors:\n  127.0.0.1:5000: 127.0.0.1:5001\n")
     (work / "facts.yml").write_text("---\n- name: Facts only\n  hosts: sparks\n  gather_facts: true\n  tasks: []\n")
-    env = {"LAB_PREFIX": PREFIX, "LAB_INVENTORY": str(inventory), "LAB_VENV_HOST": "0"}
-    hosts = [f"{PREFIX}-{n}" for n in range(1, args.hosts + 1)]
-    inv = ["-i", str(inventory)]
     results: dict = {"run": commit()}
     if args.only and args.out.is_file():  # one part again: the other part's figures stay
         results = {**json.loads(args.out.read_text()), "run": commit()}
+    labs: list[dict] = []
     try:
         for script in (["testbed/aptrepo.sh", "start"], ["testbed/registry.sh", "start"],
                        ["testbed/registry.sh", "start", "5001", "http://127.0.0.1:5000"], ["testbed/standins.sh"]):
             sh(*script)
         upstream_log, mirror_log = registry_log(5000), registry_log(5001)
-        sh("testbed/lab.sh", "up", str(args.hosts), env=env)
-        sh(str(BIN / "ansible-playbook"), "playbooks/pin.yml", *inv)
-        print(f"converging {args.hosts} hosts (not timed, under Mitogen) ...", flush=True)
-        sh(str(BIN / "ansible-playbook"), "site.yml", *inv, env=fast)
-
         if args.only != "refresh":
-            noop_part(results, inv, hosts, work, fast)
+            results["noop"] = {}
+            for kind in kinds:
+                lab = lab_up(work, kind, 1, labs)
+                noop_part(results["noop"], kind, lab, work, fast)
+                lab_down(lab)
         if args.only != "noop":
-            refresh_part(results, inv, hosts, fast, upstream_log, mirror_log)
+            lab = lab_up(work, "emulated", args.hosts, labs)
+            refresh_part(results, lab["inv"], lab["hosts"], fast, upstream_log, mirror_log)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2) + "\n")
         print(json.dumps(results, indent=2))
         print(f"written to {args.out}")
     finally:
-        subprocess.run(["testbed/lab.sh", "down"], cwd=REPO, env={**os.environ, **env}, capture_output=True,
-                       check=False)
+        for lab in labs:
+            lab_down(lab)
         subprocess.run(["testbed/registry.sh", "stop", "5001"], cwd=REPO, capture_output=True, check=False)
         subprocess.run(["testbed/standins.sh"], cwd=REPO, capture_output=True, check=False)
         shutil.rmtree(work, ignore_errors=True)
 
 
-def noop_part(results: dict, inv: list[str], hosts: list[str], work: Path, fast: dict) -> None:
-    results["noop"] = {}
-    facts = timed(str(BIN / "ansible-playbook"), str(work / "facts.yml"), *inv, "--limit", hosts[0])
-    for label, env in (("plain", None), ("fast", fast)):
-        noop = timed(str(BIN / "ansible-playbook"), "site.yml", *inv, "--limit", hosts[0], env=env)
-        results["noop"][label] = {"site_yml_s": round(noop, 1), "facts_only_s": round(facts, 1),
-                                  "ratio": round(noop / facts, 2)}
-        print(f"no-op site.yml on a converged host ({label}): {noop:.1f} s; facts only (plain): {facts:.1f} s; "
-              f"ratio {noop / facts:.2f}", flush=True)
+def lab_up(work: Path, kind: str, count: int, labs: list[dict]) -> dict:
+    """A lab of `count` hosts of `kind`, its own inventory (the lab's group_vars, pulling through the mirror), pinned
+    and converged (not timed, under Mitogen)."""
+    spec = KINDS[kind]
+    inventory = work / f"inventory-{kind}"
+    (inventory / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "inventory" / "lab" / "group_vars" / "all" / "main.yml", inventory / "group_vars" / "all")
+    with (inventory / "group_vars" / "all" / "main.yml").open("a") as handle:
+        handle.write("\nspark_images_mirrors:\n  127.0.0.1:5000: 127.0.0.1:5001\n")
+    env = {"LAB_PREFIX": spec["prefix"], "LAB_INVENTORY": str(inventory), "LAB_VENV_HOST": "0",
+           "LAB_ARCH": spec["arch"]}
+    lab = {"kind": kind, "env": env, "inv": ["-i", str(inventory), *spec["extra"]],
+           "hosts": [f"{spec['prefix']}-{n}" for n in range(1, count + 1)]}
+    labs.append(lab)
+    sh("testbed/lab.sh", "up", str(count), env=env)
+    sh(str(BIN / "ansible-playbook"), "playbooks/pin.yml", *lab["inv"])
+    print(f"converging {count} {kind} host(s) (not timed, under Mitogen) ...", flush=True)
+    sh(str(BIN / "ansible-playbook"), "site.yml", *lab["inv"], env=mitogen_env())
+    return lab
 
-    by_images = results["noop"]["by_images"] = []
+
+def lab_down(lab: dict) -> None:
+    subprocess.run(["testbed/lab.sh", "down"], cwd=REPO, env={**os.environ, **lab["env"]}, capture_output=True,
+                   check=False)
+
+
+def noop_part(results: dict, kind: str, lab: dict, work: Path, fast: dict) -> None:
+    inv, host = lab["inv"], lab["hosts"][0]
+    row = results[kind] = {"host": {"emulated": "aarch64 under qemu-user", "native": "x86_64, native"}[kind]}
+    facts = timed(str(BIN / "ansible-playbook"), str(work / "facts.yml"), *inv, "--limit", host)
+    row["facts_only_s"] = round(facts, 1)
+    for label, env in (("plain", None), ("fast", fast)):
+        noop, out = timed_run(str(BIN / "ansible-playbook"), "site.yml", *inv, "--limit", host, env=env)
+        counts = recap(out, host)
+        if counts["changed"]:
+            sys.exit(f"the converged re-run of site.yml on {host} ({kind}, {label}) changed {counts['changed']} "
+                     f"task(s); a converged run must change nothing:\n{out[-4000:]}")
+        row[label] = {"site_yml_s": round(noop, 1), "ratio": round(noop / facts, 2),
+                      "task_results": sum(counts.values()), **counts}
+        print(f"converged site.yml on a {kind} host ({label}): {noop:.1f} s; facts only: {facts:.1f} s; "
+              f"ratio {noop / facts:.2f}; {counts}", flush=True)
+
+    by_images = row["by_images"] = []
     for count in (1, 2, 4):
         catalog = work / f"catalog-{count}.yml"
         catalog.write_text(json.dumps({"spark_images_catalog": IMAGES[:count]}))
         sh(str(BIN / "ansible-playbook"), "playbooks/pin.yml", *inv, "-e", f"@{catalog}")
-        sh(str(BIN / "ansible-playbook"), "site.yml", *inv, "--limit", hosts[0], "-e", f"@{catalog}", env=fast)
-        noop, out = timed_run(str(BIN / "ansible-playbook"), "site.yml", *inv, "--limit", hosts[0],
-                              "-e", f"@{catalog}")
-        counts = recap(out, hosts[0])
+        sh(str(BIN / "ansible-playbook"), "site.yml", *inv, "--limit", host, "-e", f"@{catalog}", env=fast)
+        noop, out = timed_run(str(BIN / "ansible-playbook"), "site.yml", *inv, "--limit", host, "-e", f"@{catalog}")
+        counts = recap(out, host)
         by_images.append({"images": count, "site_yml_s": round(noop, 1), "ratio": round(noop / facts, 2),
                           "task_results": sum(counts.values()), **counts})
-        print(f"no-op site.yml with {count} image(s) (plain): {noop:.1f} s, ratio {noop / facts:.2f}, "
+        print(f"converged site.yml with {count} image(s) ({kind}, plain): {noop:.1f} s, ratio {noop / facts:.2f}, "
               f"{counts}", flush=True)
     # Back to the lab's own catalog for what follows.
     sh(str(BIN / "ansible-playbook"), "playbooks/pin.yml", *inv)
-    sh(str(BIN / "ansible-playbook"), "site.yml", *inv, "--limit", hosts[0], env=fast)
 
 
 def refresh_part(results: dict, inv: list[str], hosts: list[str], fast: dict, upstream_log: Path,

@@ -3,22 +3,28 @@
 #   sparkfleet/host-plain  a minimal aarch64 Debian (a non-Spark host)
 #   sparkfleet/host-spark  systemd + docker.io, standing in for DGX OS
 #   sparkfleet/host-amd64  a minimal x86_64 Debian (other hardware, native)
-# Each image's folder under images/ names its architecture in `arch`.
+# Each image's folder under images/ names its architecture in `arch`;
+# NAME:ARCH builds a folder's recipe for another architecture as
+# sparkfleet/host-NAME-ARCH (spark:amd64, a native host with systemd and
+# Docker for bench/fleet.py; not built by default).
 # An image is rebuilt only when its recipe (this script, its package list,
-# overlay and Dockerfile tail) changes: the recipe hash is an image label.
-# Usage: images.sh [plain|spark|amd64 ...]   (default: all, built in parallel)
+# overlay and Dockerfile tail, the architecture) changes: the recipe hash is
+# an image label.
+# Usage: images.sh [plain|spark|amd64|spark:amd64 ...]   (default: plain spark amd64, built in parallel)
 source "$(dirname "$0")/lib.sh"
 
 SUITE=bookworm
 MIRROR="${SPARKFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
 recipe_hash() {
-    local name="$1" dir="$TESTBED_DIR/images/$1"
+    local name="$1" arch="$2" dir="$TESTBED_DIR/images/$1"
     {
         # Contents only: the same recipe in another checkout hashes the same.
         sha256sum < "$TESTBED_DIR/images.sh"
         (cd "$dir" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
         echo "$SUITE"
+        # The folder's own architecture hashes as before (no rebuild of the default images).
+        [ "$arch" = "$(cat "$dir/arch")" ] || echo "$arch"
     } | sha256sum | cut -c1-16
 }
 
@@ -27,18 +33,23 @@ image_label() {
 }
 
 build_one() {
-    local name="$1" dir="$TESTBED_DIR/images/$1" image="sparkfleet/host-$1:latest"
-    local hash work include cache arch
-    hash="$(recipe_hash "$name")"
-    arch="$(cat "$dir/arch")"
+    local name="${1%%:*}" arch="${1#*:}" dir image hash work include cache
+    dir="$TESTBED_DIR/images/$name"
+    if [ "$arch" = "$1" ]; then
+        arch="$(cat "$dir/arch")"
+        image="sparkfleet/host-$name:latest"
+    else
+        image="sparkfleet/host-$name-$arch:latest"
+    fi
+    hash="$(recipe_hash "$name" "$arch")"
     if [ "$(image_label "$image")" = "$hash" ]; then
         say "$image is current (recipe $hash)"
         return 0
     fi
-    work="$STATE_DIR/image-$name"
+    work="$STATE_DIR/image-$name-$arch"
     # One package cache per image: two debootstraps filling one cache at
     # once corrupt each other's downloads.
-    cache="$STATE_DIR/debootstrap-cache-$name"
+    cache="$STATE_DIR/debootstrap-cache-$name-$arch"
     rm -rf "$work"
     mkdir -p "$work/rootfs" "$cache"
     include="$(grep -v '^#' "$dir/packages" | grep -v '^$' | paste -sd, -)"
@@ -83,7 +94,8 @@ main() {
     local names=("$@") pids=() n rc=0
     [ "${#names[@]}" -gt 0 ] || names=(plain spark amd64)
     for n in "${names[@]}"; do
-        [ -d "$TESTBED_DIR/images/$n" ] || die "unknown image '$n'; expected one of: $(ls "$TESTBED_DIR/images" | paste -sd' ')"
+        [ -d "$TESTBED_DIR/images/${n%%:*}" ] || die "unknown image '$n'; expected one of: $(ls "$TESTBED_DIR/images" | paste -sd' '), or NAME:ARCH"
+        case "$n" in *:*) [[ "${n#*:}" =~ ^(arm64|amd64)$ ]] || die "unknown architecture in '$n'; expected arm64 or amd64 (e.g. spark:amd64)" ;; esac
     done
     "$TESTBED_DIR/docker.sh"
     "$TESTBED_DIR/binfmt.sh"

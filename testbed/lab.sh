@@ -7,12 +7,20 @@
 # A second lab beside the user's (the fleet tests): LAB_PREFIX names its hosts
 # (default sparkfleet-lab), LAB_INVENTORY its inventory directory (default
 # inventory/lab), LAB_VENV_HOST the host number that builds the venv (default
-# 1; 0 for none).
+# 1; 0 for none). LAB_ARCH=amd64 makes native x86_64 hosts of the same
+# recipe (sparkfleet/host-spark-amd64: no emulation; they classify as
+# not-spark, so they need spark_preflight_require_spark=false, the override
+# path); bench/fleet.py uses them to tell emulation from round trips.
 source "$(dirname "$0")/lib.sh"
 
 PREFIX="${LAB_PREFIX:-sparkfleet-lab}"
 [[ "$PREFIX" =~ ^[a-z][a-z0-9-]*$ ]] || die "LAB_PREFIX is '$PREFIX'; expected lower-case letters, digits and '-'."
-IMAGE=sparkfleet/host-spark:latest
+ARCH="${LAB_ARCH:-arm64}"
+case "$ARCH" in
+    arm64) IMAGE=sparkfleet/host-spark:latest; RECIPE=spark ;;
+    amd64) IMAGE=sparkfleet/host-spark-amd64:latest; RECIPE=spark:amd64 ;;
+    *) die "LAB_ARCH is '$ARCH'; expected arm64 (emulated Sparks, the default) or amd64 (native hosts)." ;;
+esac
 INVENTORY_DIR="${LAB_INVENTORY:-$REPO_DIR/inventory/lab}"
 HOSTS_FILE="$INVENTORY_DIR/hosts.yml"
 VENV_HOST="${LAB_VENV_HOST:-1}"
@@ -33,11 +41,11 @@ start_host() {
         *) say "$name is $state: starting it"; docker start "$name" >/dev/null; return 0 ;;
     esac
     for c in "${CAPS[@]}"; do cap_args+=(--cap-add "$c"); done
-    say "starting $name ($IMAGE, systemd as PID 1)"
+    say "starting $name ($IMAGE, linux/$ARCH, systemd as PID 1)"
     # Host network: the inner dockerd cannot program iptables under emulation
     # and must reach the test registry on 127.0.0.1.
     docker run -d --name "$name" --label io.sparkfleet.lab=1 \
-        --platform linux/arm64 --network host "${cap_args[@]}" \
+        --platform "linux/$ARCH" --network host "${cap_args[@]}" \
         --cgroupns host -v /sys/fs/cgroup:/sys/fs/cgroup:rw \
         --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
         -v "$name-docker:/var/lib/docker" \
@@ -77,7 +85,7 @@ write_inventory() {
 up() {
     local count="${1:-${LAB_HOSTS:-2}}" i extra
     [[ "$count" =~ ^[1-9][0-9]*$ ]] || die "LAB_HOSTS is '$count'; expected a whole number of hosts, 1 or more (e.g. LAB_HOSTS=3)."
-    "$TESTBED_DIR/images.sh" spark
+    "$TESTBED_DIR/images.sh" "$RECIPE"
     for i in $(seq 1 "$count"); do start_host "$PREFIX-$i"; done
     for extra in $(lab_names); do
         i="${extra##*-}"
