@@ -6,9 +6,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _fleet_table as table
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _state as state_file
 
 
 def _results(registered: Any) -> list[dict]:
@@ -151,8 +153,25 @@ def spark_verification_history(state: dict, record: dict | None = None) -> str:
     return "converged" if status == "unchanged" else "updated"
 
 
+def spark_state_unchanged(text: str | None, content: dict, path: str) -> dict | None:
+    """spark_state's result for a state file whose text (read by the preflight facts, or a lookup on the
+    controller) already holds `content`: nothing to write, so no module call; None when it would change.
+
+    The same judgement as spark_state's (module_utils/_state.py: merge, then render), on the content as the
+    module would receive it (through JSON).
+    """
+    previous = state_file.parse(text)
+    if previous is None:
+        return None
+    merged, status = state_file.merge(previous, json.loads(json.dumps(content)), now="")
+    if status != "unchanged" or text != state_file.render(merged):
+        return None
+    return {"changed": False, "path": path, "status": status, "previous": previous, "state": merged}
+
+
 class FilterModule:
     def filters(self):
         return {"spark_verification": spark_verification, "spark_fleet_table": spark_fleet_table,
                 "spark_verification_history": spark_verification_history,
+                "spark_state_unchanged": spark_state_unchanged,
                 "spark_verification_limits": spark_verification_limits}

@@ -12,6 +12,8 @@ import json
 from typing import Any
 
 RUNTIME_NAME = "nvidia"
+# The runtime binary nvidia-ctk registers (spark_docker_runtime's runtime_path default).
+RUNTIME_PATH = "nvidia-container-runtime"
 
 
 class DaemonJsonError(ValueError):

@@ -107,6 +107,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils._docker_daemon import (
     RUNTIME_NAME,
+    RUNTIME_PATH,
     DaemonJsonError,
     lost_user_settings,
     parse_daemon_json,
@@ -231,7 +232,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "path": {"type": "path", "default": "/etc/docker/daemon.json"},
-            "runtime_path": {"type": "str", "default": "nvidia-container-runtime"},
+            "runtime_path": {"type": "str", "default": RUNTIME_PATH},
             "set_as_default": {"type": "bool", "default": False},
             "enable_cdi": {"type": "bool", "default": False},
             "nvidia_ctk": {"type": "str", "default": "nvidia-ctk"},

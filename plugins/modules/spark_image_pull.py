@@ -130,6 +130,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _docker_api as docker_api
 from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
 from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import is_digest
 
@@ -142,27 +143,40 @@ def short_name(repository: str) -> str:
     return repository
 
 
-def repo_digests(module: AnsibleModule, docker: str, ref: str) -> list[str] | None:
-    rc, out, _unused = module.run_command([docker, "image", "inspect", "--format", "{{json .RepoDigests}}", ref],
+def inspect(module: AnsibleModule, docker: str, ref: str) -> dict | None:
+    """`docker image inspect REF` (the engine's API, else the CLI): the image's Id, Architecture and RepoDigests;
+    None when the engine has no such image."""
+    try:
+        found = docker_api.image(ref)
+    except docker_api.Unanswered:
+        pass
+    else:
+        return None if found is None else {k: found.get(k) for k in ("Id", "Architecture", "RepoDigests")}
+    rc, out, _unused = module.run_command([docker, "image", "inspect", "--format",
+                                           '{"Id": {{json .Id}}, "Architecture": {{json .Architecture}}, '
+                                           '"RepoDigests": {{json .RepoDigests}}}', ref],
                                           environ_update={"LC_ALL": "C"})
     if rc != 0:
         return None
     try:
-        return json.loads(out) or []
+        return json.loads(out)
     except ValueError:
-        return []
+        return {"Id": None, "Architecture": None, "RepoDigests": []}
+
+
+def repo_digests(module: AnsibleModule, docker: str, ref: str) -> list[str] | None:
+    found = inspect(module, docker, ref)
+    return None if found is None else found.get("RepoDigests") or []
 
 
 def blessed_local(module: AnsibleModule, docker: str, refs: list[str], platform: str) -> dict | None:
     """The first of refs (REPO:TAG, newest first) this host has for the platform: ref to run it by, id, tag."""
     arch = platform.rpartition("/")[2]
     for tagged in refs:
-        rc, out, _unused = module.run_command([docker, "image", "inspect", "--format",
-                                              "{{json .Id}} {{json .Architecture}} {{json .RepoDigests}}", tagged],
-                                              environ_update={"LC_ALL": "C"})
-        if rc != 0:
+        found = inspect(module, docker, tagged)
+        if found is None:
             continue
-        image_id, architecture, digests = (json.loads(part) for part in out.strip().split(" ", 2))
+        image_id, architecture, digests = found["Id"], found["Architecture"], found["RepoDigests"]
         if architecture != arch:
             continue
         repository = tagged.rpartition(":")[0]
@@ -213,9 +227,12 @@ class Puller:
     def data_root(self) -> str:
         """Docker's data root, asked once per call."""
         if self._root is None:
-            rc, out, _unused = self.module.run_command([self.docker, "info", "--format", "{{.DockerRootDir}}"],
-                                                       environ_update={"LC_ALL": "C"})
-            self._root = out.strip() if rc == 0 else ""
+            try:
+                self._root = str(docker_api.info().get("DockerRootDir") or "")
+            except docker_api.Unanswered:
+                rc, out, _unused = self.module.run_command([self.docker, "info", "--format", "{{.DockerRootDir}}"],
+                                                           environ_update={"LC_ALL": "C"})
+                self._root = out.strip() if rc == 0 else ""
         return self._root
 
     def check_space(self, ref: str, size: int) -> None:

@@ -52,36 +52,10 @@ holders:
   elements: dict
 """
 
-import fcntl
-import os
-import struct
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-
-# struct flock on Linux (64-bit): short l_type, short l_whence, off_t l_start, off_t l_len, pid_t l_pid.
-FLOCK = "hhqqi"
-
-
-def holder(path: str) -> dict | None:
-    """Who holds a write-conflicting lock on path: {path, pid, command}; None when free or missing."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        query = struct.pack(FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
-        kind, _unused, _unused, _unused, pid = struct.unpack(FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, query))
-    finally:
-        os.close(fd)
-    if kind == fcntl.F_UNLCK:
-        return None
-    try:
-        with open(f"/proc/{pid}/comm", encoding="utf-8") as handle:
-            command = handle.read().strip()
-    except OSError:
-        command = "unknown"
-    return {"path": path, "pid": pid, "command": command}
+from ansible_collections.sparkfleet.spark.plugins.module_utils._dpkg import LOCKS, lock_holder
 
 
 def describe(held: list[dict]) -> str:
@@ -92,9 +66,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "timeout": {"type": "int", "default": 600},
-            "paths": {"type": "list", "elements": "path",
-                      "default": ["/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/apt/lists/lock",
-                                  "/var/cache/apt/archives/lock"]},
+            "paths": {"type": "list", "elements": "path", "default": list(LOCKS)},
             "poll": {"type": "float", "default": 2.0},
         },
         supports_check_mode=True,
@@ -103,7 +75,7 @@ def main() -> None:
     started = time.monotonic()
     seen: list[dict] = []
     while True:
-        held = [h for h in (holder(path) for path in p["paths"]) if h]
+        held = [h for h in (lock_holder(path) for path in p["paths"]) if h]
         for h in held:
             if h not in seen:
                 seen.append(h)

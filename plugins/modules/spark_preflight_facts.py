@@ -49,6 +49,18 @@ options:
         stand-in). Carried into the facts so every report can say so.
     type: bool
     default: false
+  packages:
+    description:
+      - Packages whose state in dpkg's database to report (C(packages)). Default the ones sparkfleet installs
+        or checks, so spark_container_runtime asks dpkg nothing more on a converged host.
+    type: list
+    elements: str
+  state_file:
+    description:
+      - The host's sparkfleet state file to read back (C(state_file)), so spark_verify writes it only when its
+        content changes.
+    type: path
+    default: /var/lib/sparkfleet/state.json
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -157,6 +169,29 @@ ansible_facts:
               root, so a converged run asks Docker once.
           type: dict
           sample: {nvidia: {path: nvidia-container-runtime}, runc: {path: runc}}
+        docker_daemon_json:
+          description:
+            - What C(/etc/docker/daemon.json) says of the runtimes (C(path), and of the file the keys
+              C(runtimes), C(default-runtime) and C(features) as C(registration), or C(error) when it is not
+              JSON). spark_container_runtime registers the runtime only when these fall short.
+          type: dict
+          sample: {path: /etc/docker/daemon.json, registration: {runtimes: {nvidia: {path: nvidia-container-runtime}}},
+                   error: null}
+        package_lock_holders:
+          description:
+            - Who holds apt's or dpkg's locks (C(path), C(pid), C(command)), read without taking them; empty when
+              the package manager is free. spark_preflight waits only when one is held.
+          type: list
+          elements: dict
+        packages:
+          description:
+            - dpkg's state of O(packages) (C(asked)), read from its database as
+              C(dpkg-query --show --showformat='${Package} ${Version} ${db:Status-Abbrev}\\n') prints it
+              (C(lines), e.g. C(nvidia-container-toolkit 1.18.0-1 hi)); lines null where there is no dpkg.
+          type: dict
+        state_file:
+          description: The state file (C(path)) and its text (C(text), null when there is none).
+          type: dict
         memory_total_bytes:
           description: MemTotal from C(/proc/meminfo).
           type: int
@@ -171,6 +206,9 @@ import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _docker_api as docker_api
+from ansible_collections.sparkfleet.spark.plugins.module_utils._docker_daemon import DaemonJsonError, parse_daemon_json
+from ansible_collections.sparkfleet.spark.plugins.module_utils._dpkg import PACKAGES, lock_holders, read_status
 from ansible_collections.sparkfleet.spark.plugins.module_utils._spark_platform import (
     QUERY_ARGS,
     classify,
@@ -182,6 +220,9 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._spark_platform i
 )
 
 _C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
+DAEMON_JSON = "/etc/docker/daemon.json"
+# The keys of daemon.json the runtime registration reads (module_utils/_docker_daemon.registration_gaps).
+REGISTRATION_KEYS = ("runtimes", "default-runtime", "features")
 
 
 def _read(path: str) -> str | None:
@@ -233,7 +274,12 @@ class PreflightFacts:
         return gpus, cuda, report
 
     def docker_info(self) -> dict:
-        """What the running Docker engine says of itself (one `docker info`); empty when it does not answer."""
+        """What the running Docker engine says of itself (its API's /info, else one `docker info`); empty when it
+        does not answer."""
+        try:
+            return docker_api.info(self.timeout)
+        except docker_api.Unanswered:
+            pass
         docker = self.module.get_bin_path("docker")
         if not docker:
             return {}
@@ -252,17 +298,23 @@ class PreflightFacts:
         return {state: _run([systemctl, f"is-{state}", "--quiet", "docker.service"], self.timeout)[0] == 0
                 for state in ("active", "enabled")}
 
-    def docker_data_root(self, info: dict) -> str:
+    @staticmethod
+    def daemon_json(path: str = DAEMON_JSON) -> tuple[dict, dict]:
+        """(the whole of daemon.json, or {}; what the facts say of it: the runtime registration's keys)."""
+        try:
+            config = parse_daemon_json(_read(path), path)
+        except DaemonJsonError as exc:
+            return {}, {"path": path, "registration": None, "error": str(exc)}
+        return config, {"path": path, "registration": {k: config[k] for k in REGISTRATION_KEYS if k in config},
+                        "error": None}
+
+    def docker_data_root(self, info: dict, config: dict) -> str:
         if self.module.params["docker_data_root"]:
             return self.module.params["docker_data_root"]
         root = info.get("DockerRootDir")
         if isinstance(root, str) and root.startswith("/"):
             return root
-        try:
-            config = json.loads(_read("/etc/docker/daemon.json") or "{}")
-        except ValueError:
-            config = {}
-        root = config.get("data-root") if isinstance(config, dict) else None
+        root = config.get("data-root")
         return root if isinstance(root, str) and root.startswith("/") else "/var/lib/docker"
 
     @staticmethod
@@ -282,7 +334,9 @@ class PreflightFacts:
         platform, reasons = classify(arch, gpus, cuda)
         dgx_text = _read("/etc/dgx-release")
         info = self.docker_info()
-        data_root = self.docker_data_root(info)
+        config, daemon_json = self.daemon_json()
+        data_root = self.docker_data_root(info, config)
+        packages = self.module.params["packages"]
         runtimes = info.get("Runtimes")
         mem = parse_meminfo(_read("/proc/meminfo") or "")
         return {
@@ -300,6 +354,10 @@ class PreflightFacts:
             "dockerd": next((p for p in ("/usr/bin/dockerd", "/usr/sbin/dockerd") if os.path.exists(p)), None),
             "docker_service": self.docker_service(),
             "docker_runtimes": runtimes if isinstance(runtimes, dict) else None,
+            "docker_daemon_json": daemon_json,
+            "package_lock_holders": lock_holders(),
+            "packages": read_status(PACKAGES if packages is None else packages),
+            "state_file": {"path": self.module.params["state_file"], "text": _read(self.module.params["state_file"])},
             "memory_total_bytes": mem.get("MemTotal"),
             "memory_available_bytes": mem.get("MemAvailable"),
         }
@@ -312,6 +370,8 @@ def main() -> None:
             "command_timeout": {"type": "int", "default": 30},
             "docker_data_root": {"type": "path"},
             "simulated": {"type": "bool", "default": False},
+            "packages": {"type": "list", "elements": "str"},
+            "state_file": {"type": "path", "default": "/var/lib/sparkfleet/state.json"},
         },
         supports_check_mode=True,
     )

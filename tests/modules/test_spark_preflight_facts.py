@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import platform
 
+import pytest
+
 from conftest import NVSMI, run_module
 
 
@@ -102,7 +104,9 @@ def test_docker_and_its_service_state_are_read_once_for_the_run(fake_bin, tmp_pa
                        'echo \'{"DockerRootDir": "/srv/docker", "Runtimes": {"nvidia": {"path": '
                        '"nvidia-container-runtime"}, "runc": {"path": "runc"}}}\'\n')
     fake_bin("systemctl", f'echo "systemctl $*" >> {calls}\n[ "$1" = is-active ]\n')
-    facts = _facts(run_module("spark_preflight_facts", {"command_timeout": 30}, PATH=f"{tmp_path}:/usr/bin:/bin"))
+    # An engine the API helper does not reach (DOCKER_HOST on tcp://, as for a remote engine): the CLI answers.
+    facts = _facts(run_module("spark_preflight_facts", {"command_timeout": 30}, PATH=f"{tmp_path}:/usr/bin:/bin",
+                              DOCKER_HOST="tcp://127.0.0.1:9"))
     assert facts["docker_runtimes"] == {"nvidia": {"path": "nvidia-container-runtime"}, "runc": {"path": "runc"}}
     assert facts["docker_data_root"] == "/srv/docker"
     assert facts["docker_service"] == {"active": True, "enabled": False}, "running now, not started at boot"
@@ -115,6 +119,24 @@ def test_a_docker_that_does_not_answer_gives_no_runtimes_and_the_configured_data
     fake_bin("docker", "echo 'Cannot connect to the Docker daemon at unix:///var/run/docker.sock.' >&2\nexit 1\n")
     fake_bin("systemctl", "exit 3\n")
     facts = _facts(run_module("spark_preflight_facts", {"docker_data_root": "/var/lib/docker"},
-                              PATH=f"{tmp_path}:/usr/bin:/bin"))
+                              PATH=f"{tmp_path}:/usr/bin:/bin", DOCKER_HOST="unix:///nonexistent/docker.sock"))
     assert facts["docker_runtimes"] is None
     assert facts["docker_service"] == {"active": False, "enabled": False}
+
+
+@pytest.mark.testbed
+def test_the_engine_is_asked_on_its_socket_and_says_what_docker_info_says(fake_bin, tmp_path):
+    """This machine's real Docker engine: the facts come from its API (GET /info on /var/run/docker.sock), no
+    docker process is started (a docker on PATH that records its calls is never called), and they say what the
+    real `docker info` says."""
+    import json
+    import subprocess
+
+    real = json.loads(subprocess.run(["docker", "info", "--format", "{{json .}}"], capture_output=True, text=True,
+                                     check=True).stdout)
+    calls = tmp_path / "calls"
+    fake_bin("docker", f'echo "docker $*" >> {calls}\nexit 1\n')
+    facts = _facts(run_module("spark_preflight_facts", {"command_timeout": 30}, PATH=f"{tmp_path}:/usr/bin:/bin"))
+    assert not calls.exists(), calls.read_text() if calls.exists() else ""
+    assert facts["docker_runtimes"] == real["Runtimes"]
+    assert facts["docker_data_root"] == real["DockerRootDir"]

@@ -96,32 +96,36 @@ def test_a_roles_vars_are_static_data(role):
     assert templated == [], f"roles/{role}/vars/main.yml computes something: {templated}"
 
 
-def _path_values(node, key=None):
-    """Every (key, string) under a task's module arguments whose key names a file system path."""
+def _strings(node):
     if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _path_values(v, k)
+        for v in node.values():
+            yield from _strings(v)
     elif isinstance(node, list):
         for v in node:
-            yield from _path_values(v, key)
-    elif isinstance(node, str) and key in ("path", "dest", "src", "file", "chdir", "record_dir"):
-        yield key, node
+            yield from _strings(v)
+    elif isinstance(node, str):
+        yield node
 
 
 def test_an_inventory_host_name_reaches_a_path_only_through_the_host_name_check():
     """An inventory host named ../../tmp/x once made the controller's record land outside its directory: every
-    path built from inventory_hostname goes through spark_checked('host_name', ...), which refuses it."""
+    path built from inventory_hostname (a '/' before it or after it) goes through spark_checked('host_name', ...),
+    which refuses it."""
+    import re
+
     from ansible.errors import AnsibleFilterError
     from ansible_collections.sparkfleet.spark.plugins.filter.sparkfleet_inputs import spark_checked
 
+    in_a_path = re.compile(r"/\s*\{\{\s*inventory_hostname|/\s*'\s*~\s*inventory_hostname"
+                           r"|inventory_hostname[^}]*\}\}\s*(/|\.json)")
     unchecked, checked = [], 0
     for path in _yaml_files():
-        for key, value in _path_values(yaml.safe_load(path.read_text())):
-            if "inventory_hostname" in value:
+        for value in _strings(yaml.safe_load(path.read_text())):
+            if in_a_path.search(" ".join(value.split())):
                 if "spark_checked('host_name'" in value.replace('"', "'"):
                     checked += 1
                 else:
-                    unchecked.append(f"{path.relative_to(REPO)}: {key}: {value.strip()}")
+                    unchecked.append(f"{path.relative_to(REPO)}: {value.strip()}")
     assert unchecked == [] and checked >= 1
     for hostile in ("../../tmp/x", "a/b", "..", "spark\n01", "$(id)"):
         with pytest.raises(AnsibleFilterError, match=r"the inventory host name is .*; expected"):

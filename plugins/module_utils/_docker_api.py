@@ -1,0 +1,100 @@
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Docker Engine API reads over the engine's own unix socket, for the questions a converged run asks.
+
+`docker info` and `docker image inspect` start the Docker CLI, a process per question; on a Spark that is
+cheap, on an emulated lab host it is most of a module's time. The engine answers the same questions on its API
+(GET /info, GET /images/{name}/json: the objects the CLI's `--format '{{json .}}'` prints), so a module asks
+there first and runs the CLI only where the socket cannot be used: DOCKER_HOST names something other than a
+unix socket (tcp://, ssh://, a context), the socket is missing, or this user may not open it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import stat
+import urllib.parse
+
+DEFAULT_SOCKET = "/var/run/docker.sock"
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.unix_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def socket_path(environ=None) -> str | None:
+    """The engine's unix socket this process may use, as the CLI would find it; None when the CLI must answer."""
+    environ = os.environ if environ is None else environ
+    if environ.get("DOCKER_CONTEXT"):
+        return None
+    host = environ.get("DOCKER_HOST", "")
+    if host and not host.startswith("unix://"):
+        return None
+    path = host[len("unix://"):] if host else DEFAULT_SOCKET
+    try:
+        if not stat.S_ISSOCK(os.stat(path).st_mode) or not os.access(path, os.R_OK | os.W_OK):
+            return None
+    except OSError:
+        return None
+    return path
+
+
+class Unanswered(Exception):
+    """The API could not be asked (no socket, the engine did not answer): ask the CLI instead."""
+
+
+def get(path: str, api_path: str, timeout: float = 30) -> tuple[int, object]:
+    """(HTTP status, the JSON body) of GET api_path on the engine at the unix socket path."""
+    conn = _UnixConnection(path, timeout)
+    try:
+        conn.request("GET", api_path, headers={"Accept": "application/json"})
+        response = conn.getresponse()
+        body = response.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise Unanswered(str(exc)) from exc
+    finally:
+        conn.close()
+    try:
+        return response.status, json.loads(body or b"null")
+    except ValueError as exc:
+        raise Unanswered(f"GET {api_path}: the engine's answer is not JSON") from exc
+
+
+def info(timeout: float = 30, environ=None) -> dict:
+    """GET /info (what `docker info --format '{{json .}}'` prints of the engine). Raises Unanswered."""
+    path = socket_path(environ)
+    if path is None:
+        raise Unanswered("no usable Docker socket")
+    status, body = get(path, "/info", timeout)
+    if status != 200 or not isinstance(body, dict):
+        raise Unanswered(f"GET /info: HTTP {status}")
+    return body
+
+
+def image(ref: str, timeout: float = 30, environ=None) -> dict | None:
+    """GET /images/{ref}/json (`docker image inspect REF`); None when the engine has no such image. Raises
+    Unanswered."""
+    path = socket_path(environ)
+    if path is None:
+        raise Unanswered("no usable Docker socket")
+    status, body = get(path, f"/images/{urllib.parse.quote(ref, safe='/:@')}/json", timeout)
+    if status == 404:
+        return None
+    if status != 200 or not isinstance(body, dict):
+        raise Unanswered(f"GET /images/{ref}/json: HTTP {status}")
+    return body
