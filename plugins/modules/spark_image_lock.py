@@ -117,8 +117,9 @@ import datetime
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils._derived import recipe_hash, tag_for
 from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import ARGUMENT_SPEC, LockRefused, removed
 from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import diff as lock_diff
-from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import removed
+from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import plan as plan_pulls
 from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import LOCK_FIELDS, validate_lock
 from ansible_collections.sparkfleet.spark.plugins.module_utils._yaml import require_yaml, yaml
 
@@ -137,30 +138,11 @@ def render(lock: dict) -> str:
 
 
 def plan(module: AnsibleModule) -> dict:
-    path = module.params["path"]
-    lock = module.params["lock"]
-    problems = validate_lock(lock, path)
-    if problems:
-        module.fail_json(msg="; ".join(problems) + ". Fix the entry or run playbooks/pin.yml again.",
-                         problems=problems)
-    lock = lock or {}
-    planned, unlocked = [], []
-    for image in module.params["images"]:
-        entry = lock.get(image["name"])
-        if entry is None:
-            moving = [t for t in image["tags"] if t in module.params["moving_tags"]]
-            if moving:
-                module.fail_json(msg=f"{image['registry']}/{image['repository']}:{moving[0]} is a moving tag and "
-                                     f"{path} has no entry '{image['name']}' for it; nothing was pulled. Run "
-                                     f"'ansible-playbook playbooks/pin.yml -i <inventory>' to resolve and pin it.")
-            unlocked.append(image)
-            continue
-        if (entry["registry"], entry["repository"]) != (image["registry"], image["repository"]):
-            module.fail_json(msg=f"{path}: entry '{image['name']}' pins {entry['registry']}/{entry['repository']} "
-                                 f"but the image is configured as {image['registry']}/{image['repository']}; run "
-                                 f"playbooks/pin.yml again.")
-        planned.append({"name": image["name"], **{k: entry.get(k) for k in LOCK_FIELDS if k != "requested"}})
-    return {"changed": False, "plan": planned, "unlocked": unlocked}
+    try:
+        return plan_pulls(module.params["lock"], module.params["images"], module.params["moving_tags"],
+                          module.params["path"])
+    except LockRefused as exc:
+        module.fail_json(msg=exc.msg, problems=exc.problems)
 
 
 def write(module: AnsibleModule) -> dict:
@@ -223,18 +205,7 @@ def write(module: AnsibleModule) -> dict:
 
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "state": {"type": "str", "choices": ["plan", "write"], "default": "plan"},
-            "path": {"type": "path", "required": True},
-            "images": {"type": "list", "elements": "dict", "required": True},
-            "lock": {"type": "raw"},
-            "moving_tags": {"type": "list", "elements": "str", "default": ["latest"]},
-            "resolved": {"type": "list", "elements": "dict", "default": []},
-            "derived": {"type": "list", "elements": "dict", "default": []},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     require_yaml(module)
     module.exit_json(**(plan(module) if module.params["state"] == "plan" else write(module)))
 

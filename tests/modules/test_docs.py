@@ -36,6 +36,11 @@ def _argument_spec_keys(module: str) -> set[str]:
     tree = ast.parse((REPO / "plugins" / "modules" / f"{module}.py").read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.keyword) and node.arg == "argument_spec":
+            if isinstance(node.value, ast.Name):  # a spec shared with the module's action plugin: the module's own
+                import importlib
+
+                spec = importlib.import_module(f"ansible_collections.sparkfleet.spark.plugins.modules.{module}")
+                return set(getattr(spec, node.value.id))
             return {k.value for k in node.value.keys}
     pytest.fail(f"{module}: no argument_spec= found")
 
