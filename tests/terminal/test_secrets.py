@@ -1,6 +1,7 @@
 """Secrets stay put, whatever ends the run: `sparkfleet pin` at a pty against a real htpasswd registry, with a
 registry password in a real ansible-vault file, the vault's password in a file, an NGC API key and a GitHub token
-in the environment and an inline -e value; run to its end, then cancelled with Ctrl-C, SIGTERM and SIGHUP (the terminal closed).
+in the environment and an inline -e value; run to its end, then cancelled with Ctrl-C, SIGTERM and SIGHUP (the
+terminal closed).
 
 Every planted secret (as given, and as Docker and HTTP Basic encode it) is looked for in every file the run
 leaves (the report, runner artifacts, job events, the lock, the inventory's records), in what the screen showed
