@@ -60,11 +60,20 @@ def fleet(tmp_path_factory):
         sh("testbed/standins.sh", check=False)  # the lab registry's tags back where they were
 
 
-def cli(fleet, name: str, *args: str) -> tuple[subprocess.CompletedProcess, dict, Path]:
+def cli(fleet, name: str, *args: str, pty: bool = False) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    """A sparkfleet command on the fleet, piped with --plain; or (pty) typed at an 80-column terminal from a
+    directory of the user's own, its screen as the result's stdout."""
     report_dir = fleet["root"] / "reports" / name
-    proc = subprocess.run([str(BIN / "sparkfleet"), *args, "-i", str(fleet["inventory"]), "--plain",
-                           "--report-dir", str(report_dir)], cwd=REPO, capture_output=True, text=True, check=False,
-                          env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
+    argv = [*args, "-i", str(fleet["inventory"]), "--report-dir", str(report_dir)]
+    if pty:
+        home = fleet["root"] / "home"
+        home.mkdir(exist_ok=True)
+        screen = Screen(argv, home, columns=80, timeout=900).wait()
+        proc = subprocess.CompletedProcess(argv, screen.rc, screen.text, "")
+        proc.raw = screen.raw
+    else:
+        proc = subprocess.run([str(BIN / "sparkfleet"), *argv, "--plain"], cwd=REPO, capture_output=True, text=True,
+                              check=False, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
     data = json.loads((report_dir / "report.json").read_text())
     jsonschema.validate(data, SCHEMA)
     return proc, data, report_dir
@@ -130,8 +139,14 @@ def assert_no_secret(proc: subprocess.CompletedProcess, report_dir: Path) -> Non
 def test_2_refresh_canary_first_then_the_rest(fleet):
     old = lock(fleet)["unsloth"]["index_digest"]
     new = push_unsloth("fleet-refresh-a")
-    proc, data, _ = cli(fleet, "refresh-check", "refresh", "--check")
-    assert proc.returncode == 0, proc.stdout[-3000:]
+    # At an 80-column terminal, as an owner checks before a rollout: the live display, then the summary.
+    proc, data, report_dir = cli(fleet, "refresh-check", "refresh", "--check", pty=True)
+    assert proc.returncode == 0 and "Traceback" not in proc.stdout, proc.stdout[-3000:]
+    assert "play: " in proc.stdout, "the live display was drawn"
+    assert "sparkfleet refresh: successful (exit 0" in proc.stdout
+    flat = proc.stdout.replace("\n", "")
+    assert "lock diff: " in proc.stdout and old in flat and new in flat, "the moved digest is on the screen"
+    assert str(report_dir / "report.md") in proc.stdout
     assert {d["name"]: (d["old"], d["new"], d["changed"]) for d in data["refresh"]["diff"]}["unsloth"] == (
         old, new, True)
     assert lock(fleet)["unsloth"]["index_digest"] == old, "--check wrote nothing"
@@ -221,10 +236,19 @@ def test_5c_the_fleets_verify_shown_again_at_an_80_column_terminal(fleet, tmp_pa
 
 
 def test_5b_fast_provision_of_the_converged_fleet_changes_nothing_and_reports_the_same(fleet):
-    """--fast (Mitogen) on the whole fleet: the same outcome as the plain strategy's verify above."""
+    """--fast (Mitogen) on the whole fleet, typed at an 80-column terminal: the same outcome as the plain
+    strategy's verify above, and the screen a person reads - the live display, each host's row within 80
+    columns, the reports line."""
     plain = fleet["verified"]
-    proc, fast, _ = cli(fleet, "provision-fast", "provision", "--fast")
-    assert proc.returncode == 0, proc.stdout[-5000:]
+    proc, fast, report_dir = cli(fleet, "provision-fast", "provision", "--fast", pty=True)
+    assert proc.returncode == 0 and "Traceback" not in proc.stdout, proc.stdout[-5000:]
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("play: ") or " play: " in line for line in lines), "the live display was drawn"
+    title = max(i for i, line in enumerate(lines) if line.startswith("sparkfleet provision: successful (exit 0"))
+    end = next(i for i in range(title, len(lines)) if lines[i].startswith("reports: "))
+    assert all(len(line) <= 80 for line in lines[title:end]), "\n".join(lines[title:end])
+    assert all(any(line.startswith(h) and "not verified" in line for line in lines[title:end]) for h in HOSTS)
+    assert str(report_dir / "report.md") in lines[end]
     for host in HOSTS:
         entry = fast["hosts"][host]
         assert entry["counts"]["changed"] == 0, (host, entry["counts"])
