@@ -131,3 +131,10 @@ def test_an_inventory_host_name_reaches_a_path_only_through_the_host_name_check(
         with pytest.raises(AnsibleFilterError, match=r"the inventory host name is .*; expected"):
             spark_checked(hostile, "host_name", "the inventory host name")
     assert spark_checked("spark-01.lan", "host_name", "the inventory host name") == "spark-01.lan"
+
+
+def test_nvidias_apt_key_is_pinned_by_default():
+    """The toolkit repository's key is trusted only by NVIDIA's published fingerprint unless the user says
+    otherwise (an empty default once trusted whatever key the URL served, and replaced it when it changed)."""
+    defaults = yaml.safe_load((REPO / "roles" / "spark_container_runtime" / "defaults" / "main.yml").read_text())
+    assert defaults["spark_container_runtime_gpg_key_fingerprint"] == "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
