@@ -220,7 +220,7 @@ def noop_part(results: dict, kind: str, lab: dict, work: Path, fast: dict) -> No
                      f"task(s); a converged run must change nothing:\n{out[-4000:]}")
         row[label] = {"site_yml_s": round(noop, 1), "ratio": round(noop / facts, 2),
                       "task_results": sum(counts.values()), **counts}
-        print(f"converged site.yml on a {kind} host ({label}): {noop:.1f} s; facts only: {facts:.1f} s; "
+        print(f"converged site.yml on the {kind} host ({label}): {noop:.1f} s; facts only: {facts:.1f} s; "
               f"ratio {noop / facts:.2f}; {counts}", flush=True)
 
     by_images = row["by_images"] = []

@@ -61,6 +61,9 @@ options:
     type: list
     elements: dict
     default: []
+notes:
+  - C(state=plan) reads no file and runs in the controller's own process through the collection's action
+    plugin of the same name (no module process on every run); C(state=write) runs this module.
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
