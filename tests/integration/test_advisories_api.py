@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -14,6 +15,7 @@ import urllib.parse
 
 import pytest
 from ansible_collections.sparkfleet.spark.plugins.module_utils._advisories import AdvisoryError, github_issues
+from pty_screen import Screen
 
 from conftest import BIN, REPO, run_module
 
@@ -129,3 +131,22 @@ def test_sparkfleet_advisories_check_lists_the_issues_and_keeps_the_token_out_of
     leaked = [str(p) for p in report.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()]
     assert any(report.glob("artifacts/run/job_events/*.json")), "the runner's artifacts were searched too"
     assert leaked == [] and TOKEN not in proc.stdout + proc.stderr
+
+
+def test_the_readmes_advisories_check_at_an_80_column_terminal_from_a_directory_of_the_users(api, tmp_path):
+    """`sparkfleet advisories check` as the README shows it, typed at a pty of 80 columns in a directory of the
+    user's own (no -i: the controller check needs no inventory), the API pointed at the test's stand-in: the
+    issues on the screen, whole, and the reports line."""
+    _handler, url = api
+    home = tmp_path / "home"
+    home.mkdir()
+    screen = Screen(["advisories", "check", "-e", f"advisories_api_url={url}"], home, columns=80,
+                    GITHUB_TOKEN=TOKEN).wait()
+    assert screen.rc == 0 and "Traceback" not in screen.text, screen.text[-3000:]
+    flat = " ".join(screen.text.split())
+    assert "3 issue(s) of NVIDIA/dgx-spark-playbooks created or updated since 2026-12-01" in flat
+    assert "#112 2026-12-02 open: issue 112" in flat
+    reports = next(line for line in screen.lines() if line.startswith("reports: "))
+    written = re.search(r"(\S*report\.md)", reports).group(1)
+    assert (home / written).is_file(), reports
+    assert TOKEN not in screen.raw
