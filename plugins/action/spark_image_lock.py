@@ -17,8 +17,9 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         if self._task.args.get("state", "plan") != "plan":
-            return {**result, **self._execute_module(module_name="sparkfleet.spark.spark_image_lock",
-                                                      module_args=self._task.args, task_vars=task_vars)}
+            written = self._execute_module(module_name="sparkfleet.spark.spark_image_lock",
+                                           module_args=self._task.args, task_vars=task_vars)
+            return {**result, **written}
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         try:
             return {**result, **plan(args["lock"], args["images"], args["moving_tags"], args["path"])}
