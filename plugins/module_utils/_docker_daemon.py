@@ -14,6 +14,10 @@ from typing import Any
 RUNTIME_NAME = "nvidia"
 # The runtime binary nvidia-ctk registers (spark_docker_runtime's runtime_path default).
 RUNTIME_PATH = "nvidia-container-runtime"
+# Docker's configuration file where the runtime is registered.
+DAEMON_JSON = "/etc/docker/daemon.json"
+# The keys of daemon.json the registration reads and nvidia-ctk may add or change.
+REGISTRATION_KEYS = ("runtimes", "default-runtime", "features")
 
 
 class DaemonJsonError(ValueError):
@@ -59,7 +63,7 @@ def registration_gaps(config: dict[str, Any], runtime_path: str, set_as_default:
 
 
 # Keys nvidia-ctk may add or change; every other key must come back as it was.
-_CTK_KEYS = frozenset({"runtimes", "default-runtime", "features"})
+_CTK_KEYS = frozenset(REGISTRATION_KEYS)
 
 
 def lost_user_settings(before: dict[str, Any], after: dict[str, Any]) -> list[str]:

@@ -8,6 +8,8 @@ import json
 from typing import Any
 
 SCHEMA = 1
+# Where a host keeps it (spark_state's, spark_doctor's and the preflight facts' default).
+STATE_FILE = "/var/lib/sparkfleet/state.json"
 # Timestamps that must not make an unchanged state look changed.
 _TIMES = ("written_at",)
 

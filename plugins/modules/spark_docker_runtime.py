@@ -106,6 +106,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils._docker_daemon import (
+    DAEMON_JSON,
     RUNTIME_NAME,
     RUNTIME_PATH,
     DaemonJsonError,
@@ -231,7 +232,7 @@ class RuntimeRegistration:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "path": {"type": "path", "default": "/etc/docker/daemon.json"},
+            "path": {"type": "path", "default": DAEMON_JSON},
             "runtime_path": {"type": "str", "default": RUNTIME_PATH},
             "set_as_default": {"type": "bool", "default": False},
             "enable_cdi": {"type": "bool", "default": False},

@@ -115,7 +115,9 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils._docker_daemon import DAEMON_JSON
 from ansible_collections.sparkfleet.spark.plugins.module_utils._doctor import diagnose, markdown, memory_signs, redact
+from ansible_collections.sparkfleet.spark.plugins.module_utils._state import STATE_FILE
 
 
 class Doctor:
@@ -149,7 +151,7 @@ class Doctor:
             info = json.loads(out) if out else {}
         except ValueError:
             info = {}
-        daemon = self.read_json("/etc/docker/daemon.json", "Docker's configuration") or {}
+        daemon = self.read_json(DAEMON_JSON, "Docker's configuration") or {}
         features = daemon.get("features") if isinstance(daemon.get("features"), dict) else {}
         cdi = features.get("cdi")
         return {"server_version": info.get("ServerVersion"), "runtimes": sorted(info.get("Runtimes") or {}),
@@ -260,7 +262,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "platform": {"type": "dict", "required": True},
-            "state_file": {"type": "path", "default": "/var/lib/sparkfleet/state.json"},
+            "state_file": {"type": "path", "default": STATE_FILE},
             "venv_link": {"type": "path", "default": "/opt/sparkfleet/venv"},
             "toolkit_packages": {"type": "list", "elements": "str", "default": []},
             "docker": {"type": "str", "default": "docker"},

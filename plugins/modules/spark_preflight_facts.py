@@ -207,7 +207,12 @@ import subprocess
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _docker_api as docker_api
-from ansible_collections.sparkfleet.spark.plugins.module_utils._docker_daemon import DaemonJsonError, parse_daemon_json
+from ansible_collections.sparkfleet.spark.plugins.module_utils._docker_daemon import (
+    DAEMON_JSON,
+    REGISTRATION_KEYS,
+    DaemonJsonError,
+    parse_daemon_json,
+)
 from ansible_collections.sparkfleet.spark.plugins.module_utils._dpkg import PACKAGES, lock_holders, read_status
 from ansible_collections.sparkfleet.spark.plugins.module_utils._spark_platform import (
     QUERY_ARGS,
@@ -218,11 +223,9 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._spark_platform i
     parse_meminfo,
     parse_os_release,
 )
+from ansible_collections.sparkfleet.spark.plugins.module_utils._state import STATE_FILE
 
 _C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
-DAEMON_JSON = "/etc/docker/daemon.json"
-# The keys of daemon.json the runtime registration reads (module_utils/_docker_daemon.registration_gaps).
-REGISTRATION_KEYS = ("runtimes", "default-runtime", "features")
 
 
 def _read(path: str) -> str | None:
@@ -371,7 +374,7 @@ def main() -> None:
             "docker_data_root": {"type": "path"},
             "simulated": {"type": "bool", "default": False},
             "packages": {"type": "list", "elements": "str"},
-            "state_file": {"type": "path", "default": "/var/lib/sparkfleet/state.json"},
+            "state_file": {"type": "path", "default": STATE_FILE},
         },
         supports_check_mode=True,
     )

@@ -78,13 +78,13 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
-from ansible_collections.sparkfleet.spark.plugins.module_utils._state import merge, parse, render
+from ansible_collections.sparkfleet.spark.plugins.module_utils._state import STATE_FILE, merge, parse, render
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "path": {"type": "path", "default": "/var/lib/sparkfleet/state.json"},
+            "path": {"type": "path", "default": STATE_FILE},
             "content": {"type": "dict", "required": True},
         },
         supports_check_mode=True,
