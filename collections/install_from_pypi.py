@@ -21,8 +21,9 @@ from pathlib import Path
 import yaml
 from packaging.specifiers import SpecifierSet
 
-# The community package release whose collections we take; Ansible 12 goes
-# with ansible-core 2.19, the core pyproject.toml pins.
+# The community package release whose collections we take (Ansible 12, the
+# newest this machine's index has; its collections declare no upper bound
+# on ansible-core, and run on the test venv's 2.21).
 ANSIBLE_DIST = "ansible==12.3.0"
 HERE = Path(__file__).resolve().parent
 TARGET = HERE / "ansible_collections"

@@ -8,9 +8,13 @@ STAMP="$VENV/.sparkfleet-installed"
 # What pip installs is in pyproject.toml and setup.py (the runtime requirements).
 want="$(cat "$REPO_DIR/pyproject.toml" "$REPO_DIR/setup.py" | sha256sum | cut -c1-16)"
 
+# Python 3.12 first: DGX OS's own, and the oldest that runs the newest ansible-core (2.21), which the test venv
+# carries so that the lab's fleet tests run the Ansible users install today (the older cores the collection
+# admits are ansible-test's, in venvs of their own). pyenv's builds before PATH, where a pyenv shim of a
+# version not selected fails.
 pick_python() {
     local py
-    for py in "${PYTHON:-}" python3.13 python3.12 python3.11 python3; do
+    for py in "${PYTHON:-}" "$HOME"/.pyenv/versions/3.12.*/bin/python3.12 python3.12 python3.13 python3.11 python3; do
         [ -n "$py" ] || continue
         command -v "$py" >/dev/null || continue
         if "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then

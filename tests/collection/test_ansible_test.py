@@ -13,9 +13,10 @@ arguments get-pip takes. HOME points into .cache/, so nothing is written to
 the user's home.
 
 Each ansible-core the collection admits (meta/runtime.yml: 2.19 to 2.21) runs
-both: 2.19 is the test venv's own (Python 3.11); 2.20 and 2.21 need Python
-3.12, so they run from venvs of their own under .cache/, made with the first
-python3.12 on PATH or under pyenv. Each core has its ignore file
+both, each on the oldest Python it supports: the test venv's own core (2.21 on
+Python 3.12, what `pip install ansible` brings today) from the test venv, the
+others from venvs of their own under .cache/, made with the first python3.NN
+under pyenv or on PATH. Each core has its ignore file
 (tests/sanity/ignore-2.NN.txt).
 """
 
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import ansible_test
 import pytest
+from ansible.release import __version__ as ansible_version
 
 from conftest import BIN, REPO, ansible_env
 
@@ -57,7 +59,16 @@ runpy.run_module("pip", run_name="__main__", alter_sys=True)
 
 
 # Each core the collection admits, and the Python it runs on here (2.20 and later need 3.12).
-CORES = {"2.19": None, "2.20": "3.12", "2.21": "3.12"}
+CORES = {"2.19": "3.11", "2.20": "3.12", "2.21": "3.12"}
+TEST_VENV_CORE = ".".join(ansible_version.split(".")[:2])
+TEST_VENV_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def test_the_range_the_collection_admits_is_the_range_tested():
+    runtime = (REPO / "meta" / "runtime.yml").read_text()
+    low, high = map(int, re.search(r'requires_ansible: ">=2\.(\d+)\.0,<2\.(\d+)\.0"', runtime).groups())
+    assert sorted(CORES) == [f"2.{minor}" for minor in range(low, high)], "CORES is meta/runtime.yml's range"
+    assert TEST_VENV_CORE in CORES, f"the test venv's ansible-core {ansible_version} is not one the collection admits"
 
 
 def _python(version: str) -> str | None:
@@ -72,9 +83,9 @@ def _python(version: str) -> str | None:
 
 
 def _core_bin(core: str) -> Path:
-    """The bin/ of a venv with ansible-core `core` (the test venv's own for 2.19), made once under .cache/."""
+    """The bin/ of a venv with ansible-core `core` (the test venv's own for its core), made once under .cache/."""
     python = CORES[core]
-    if python is None:
+    if core == TEST_VENV_CORE and python == TEST_VENV_PYTHON:
         return BIN
     venv = REPO / ".cache" / f"ansible-core-{core}-py{python}"
     stamp = venv / ".ansible-core"
@@ -114,7 +125,7 @@ def tree(request, tmp_path_factory):
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d",
                         str(cache), f"pip=={pip}"], check=True)
     (cache / f"get_pip_{pip.replace('.', '_')}.py").write_text(_get_pip(pip))
-    return root, home, bin_dir, CORES[core] or f"{sys.version_info.major}.{sys.version_info.minor}"
+    return root, home, bin_dir, CORES[core]
 
 
 def _ansible_test(root, home, bin_dir, python, *args: str) -> subprocess.CompletedProcess:
