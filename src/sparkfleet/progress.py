@@ -12,12 +12,18 @@ from rich.text import Text
 from sparkfleet.events import Fleet
 
 
+def _seconds(elapsed: float) -> int:
+    """Whole seconds of a difference of two monotonic readings: (t + 12) - t can come out 11.999..., and a task
+    12 s old must not read 11."""
+    return int(round(elapsed, 6))
+
+
 def status_lines(fleet: Fleet, now: float | None = None) -> list[str]:
     """What the progress shows, as text: the play, the task and how long it runs, each host's tally."""
     now = time.monotonic() if now is None else now
     lines = [f"play: {fleet.play or '-'}"]
     if fleet.task:
-        elapsed = int(now - fleet.task_started) if fleet.task_started else 0
+        elapsed = _seconds(now - fleet.task_started) if fleet.task_started else 0
         lines.append(f"task: {fleet.task} ({elapsed} s{fleet.task_progress()})")
     done = [h for h in fleet.hosts.values() if not h.failures and not h.unreachable]
     failed = sorted(h.name for h in fleet.hosts.values() if h.failures)
@@ -70,7 +76,7 @@ class Progress:
         if self.live or not self.fleet.task or not self.fleet.task_started:
             return
         now = time.monotonic() if now is None else now
-        elapsed = int(now - self.fleet.task_started)
+        elapsed = _seconds(now - self.fleet.task_started)
         if elapsed >= self.STILL_EVERY and elapsed // self.STILL_EVERY != self._still:
             self._still = elapsed // self.STILL_EVERY
             self.console.print(f"[{time.strftime('%H:%M:%S')}] still: {self.fleet.task} "
