@@ -59,11 +59,12 @@ def refresh_entry(pinned: list, plan: list, batch: int | None, failure: str | No
 
 
 def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None = None,
-               failures: list | None = None, refresh: dict | None = None) -> dict:
+               failures: list | None = None, refresh: dict | None = None, changes: list | None = None) -> dict:
     """A host's entry in report.json (report-schema.json's hosts.*) from its facts.
 
     counts (Ansible's per-host task counts) and failures (failed tasks) come from a run's events; the play
-    has neither (None: not known). refresh: refresh_entry(), for a refresh run.
+    has neither (None: not known), nor changes (the tasks that changed the host, each with its diff under
+    --diff). refresh: refresh_entry(), for a refresh run.
     """
     preflight = facts.get("spark_preflight") or {}
     # A refresh judges only the new images (spark_verify's images.yml), with the same judge.
@@ -97,6 +98,8 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
         "refresh": refresh,
         "counts": dict(counts) if counts is not None else None,
         "failures": list(failures) if failures is not None else None,
+        "changes": [{"task": c.get("task"), "diff": c.get("diff") or ""} for c in changes] if changes is not None
+        else None,
     }
 
 

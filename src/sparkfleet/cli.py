@@ -359,7 +359,7 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
     if command in ("matrix-check", "matrix-lock", "advisories-check"):
         for line in controller_lines(directory, "issues" if command == "advisories-check" else "table"):
             console.print(line, highlight=False, markup=False)
-    print_summary(data, paths, console)
+    print_summary(data, paths, console, diffs=options.diff)
     return outcome.exit_code()
 
 

@@ -9,6 +9,8 @@ results: spark_preflight's facts, `spark_images_pinned`, `spark_venv_active`,
 
 from __future__ import annotations
 
+import difflib
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +33,9 @@ class Host:
     rescued_failure: str | None = None
     # play -> the batch (1, 2, ...) of a serial play in which this host first had a result
     batches: dict[str, int] = field(default_factory=dict)
+    # Each task that changed (or, in check mode, would change) the host: {"task", "diff"}, the diff as text when
+    # Ansible gave one (--diff), "" when not.
+    changes: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -51,7 +56,8 @@ class Fleet:
     play_starts: dict[str, int] = field(default_factory=dict)
     stats: dict[str, dict[str, int]] | None = None
     # The controller (localhost): the plays that run there (pin, the matrix check) and a Spark driven locally.
-    # It is a host of the report once it failed, was unreachable or reported a Spark's facts.
+    # It is a host of the report once it failed, was unreachable, changed something (pin's lock) or reported a
+    # Spark's facts.
     controller: Host = field(default_factory=lambda: Host("localhost"))
     unmatched: list[str] = field(default_factory=list)  # the patterns of plays that matched no host
     events: int = 0
@@ -126,6 +132,8 @@ class Fleet:
             self.task_done.add(name)
         if outcome == "ok":
             self._facts(host.facts, res)
+            if isinstance(res, dict) and res.get("changed"):
+                host.changes.append({"task": data.get("task"), "diff": render_diff(res)})
             if "spark_images_refresh" in host.facts and host is not self.controller:
                 # the fleet's plan (run_once), not this host's own
                 self.controller_facts["spark_images_refresh"] = host.facts.pop("spark_images_refresh")
@@ -139,7 +147,8 @@ class Fleet:
             host.failures.append({"task": data.get("task"), "msg": str(msg or "failed")[:2000]})
         elif outcome == "unreachable":
             host.unreachable = str(res.get("msg") if isinstance(res, dict) else res)[:500]
-        if host is self.controller and (host.failures or host.unreachable or "spark_preflight" in host.facts):
+        if host is self.controller and (host.failures or host.unreachable or host.changes
+                                        or "spark_preflight" in host.facts):
             self.hosts["localhost"] = host
 
     @staticmethod
@@ -165,3 +174,44 @@ class Fleet:
     def targeted_nothing(self) -> bool:
         """A play matched no host and no host but the controller did anything: the run did nothing."""
         return bool(self.unmatched) and not self.hosts and not self.controller.finished_tasks
+
+
+MAX_DIFF = 20000  # characters of one task's diff kept; the rest is named, not shown
+
+
+def render_diff(res: dict) -> str:
+    """A task result's diff (--diff) as unified-diff text, the way ansible-playbook shows it: Ansible's diff is a
+    dict or a list of dicts, each with before/after (text, or data shown as JSON) and their headers, or a
+    `prepared` text; a loop's items carry their own. A result Ansible hid (no_log) has none."""
+    diffs = res.get("diff")
+    if diffs is None and isinstance(res.get("results"), list):
+        diffs = [d for r in res["results"] if isinstance(r, dict) and r.get("changed")
+                 for d in (r.get("diff") if isinstance(r.get("diff"), list) else [r.get("diff")]) if d]
+    out: list[str] = []
+    for diff in diffs if isinstance(diffs, list) else [diffs]:
+        if not isinstance(diff, dict):
+            continue
+        if diff.get("prepared"):
+            out.append(str(diff["prepared"]).rstrip("\n"))
+            continue
+        if "before" not in diff and "after" not in diff:
+            continue
+        before, after = (_text(diff.get(side)) for side in ("before", "after"))
+        lines = list(difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="",
+                                          fromfile=_header("before", diff.get("before_header")),
+                                          tofile=_header("after", diff.get("after_header"))))
+        out.extend(lines)
+    text = "\n".join(out)
+    return text if len(text) <= MAX_DIFF else text[:MAX_DIFF] + f"\n... ({len(text) - MAX_DIFF} more characters)"
+
+
+def _header(side: str, header: Any) -> str:
+    return f"{side}: {header}" if header else side
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, indent=4, sort_keys=True)

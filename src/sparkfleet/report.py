@@ -29,7 +29,7 @@ def host_report(host: Host, refresh: dict | None = None, rollout: str | None = N
         host.facts.get("spark_images_pinned") or [], refresh.get("diff") or [], host.batches.get(rollout or ""),
         host.facts.get("spark_images_refresh_failure"))
     return table.host_entry(host.facts, unreachable=host.unreachable, counts=host.counts, failures=host.failures,
-                            refresh=entry)
+                            refresh=entry, changes=host.changes)
 
 
 def build(fleet: Fleet, meta: dict[str, Any]) -> dict:
@@ -84,8 +84,17 @@ def markdown(report: dict) -> str:
         details += [f"FAILED {f['task']}: {f['msg']}" for f in h["failures"]]
         if h["unreachable"]:
             details.append(f"UNREACHABLE: {h['unreachable']}")
+        changes = h.get("changes") or []
+        details += [f"{'would change' if report.get('check') else 'changed'}: {c['task']}" for c in changes]
         if details:
             out += ["", f"### {name}", ""] + [f"- {d}" for d in details]
+        diffs = [c for c in changes if c["diff"]]
+        if diffs:
+            fence = "~~~~" if any("```" in c["diff"] for c in diffs) else "```"
+            out += ["", fence + "diff"]
+            for c in diffs:
+                out += [f"# {c['task']}", c["diff"]]
+            out.append(fence)
     return "\n".join(out) + "\n"
 
 

@@ -78,8 +78,28 @@ def fitted_table(title: str, headers: list[str], rows: list[list[str]], width: i
     return _table(title, headers, rows, {h: least[h] for h in keep}), [h for h in headers if h not in keep]
 
 
-def print_summary(data: dict, paths: dict[str, Path] | None, console: Console) -> None:
-    """The end of every run: warnings, the lock diff, the fleet table, each failure (red) and the reports line."""
+DIFF_STYLES = {"+": "green", "-": "red", "@": "cyan"}
+
+
+def print_diffs(data: dict, console: Console) -> None:
+    """--diff: each change of each host with its diff, as ansible-playbook shows them (removed lines red, added
+    green)."""
+    for name, host in data["hosts"].items():
+        for change in host.get("changes") or []:
+            if not change["diff"]:
+                continue
+            console.print(f"{name}: {'would change' if data.get('check') else 'changed'} {change['task']}",
+                          style="bold", markup=False, soft_wrap=True)
+            for line in change["diff"].splitlines():
+                style = None if line.startswith(("---", "+++")) else DIFF_STYLES.get(line[:1])
+                console.print(line, style=style, markup=False, highlight=False, soft_wrap=True)
+
+
+def print_summary(data: dict, paths: dict[str, Path] | None, console: Console, diffs: bool = False) -> None:
+    """The end of every run: the diffs (--diff), warnings, the lock diff, the fleet table, each failure (red) and
+    the reports line."""
+    if diffs:
+        print_diffs(data, console)
     for warning in data.get("warnings") or []:
         console.print(f"warning: {warning}", style="yellow", markup=False)
     if data.get("refresh"):

@@ -240,3 +240,16 @@ def test_a_loop_that_says_its_length_shows_n_of_m_items():
     fleet.handle({"event": "playbook_on_task_start", "event_data": {"task": "Next"}})
     fleet.handle({"event": "runner_item_on_ok", "event_data": {"host": "localhost", "res": {"item": 1}}})
     assert fleet.task_progress() == ", 1 item done", "a loop that does not say its length: the count alone"
+
+
+def test_a_diff_is_rendered_as_ansible_gives_it_prepared_text_and_long_diffs_cut_with_a_count():
+    from sparkfleet.events import MAX_DIFF, render_diff
+
+    # apt and git give their diff as text already made ("prepared"); Ansible shows it as it is.
+    assert render_diff({"changed": True, "diff": {"prepared": "The following NEW packages will be installed:\n"
+                                                              "  nvidia-container-toolkit\n"}}) == (
+        "The following NEW packages will be installed:\n  nvidia-container-toolkit")
+    assert render_diff({"changed": True}) == ""
+    assert render_diff({"changed": True, "diff": {"before": "a\n", "after": "a\n"}}) == ""
+    long = render_diff({"changed": True, "diff": {"before": "", "after": "x" * (MAX_DIFF + 500)}})
+    assert len(long) < MAX_DIFF + 100 and long.endswith("more characters)")

@@ -171,3 +171,65 @@ def test_a_second_run_on_the_same_inventory_is_refused_and_changes_nothing(pyind
     assert proc.returncode == 0, proc.stderr + proc.stdout[-2000:]
     with open(lock, "a+") as again:
         fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if the run had kept it
+
+
+DIFF_DRIVER = """
+import json, sys
+from pathlib import Path
+from rich.console import Console
+from sparkfleet import report
+from sparkfleet.events import Fleet
+from sparkfleet.runner import AnsibleOptions, Run
+from sparkfleet.terminal import print_summary
+options = AnsibleOptions(check=sys.argv[3] == "check", diff=True)
+run = Run(playbook=sys.argv[1], inventory="localhost,", report_dir=Path(sys.argv[2]), live=False, options=options,
+          extra_vars=[f"target={sys.argv[4]}", "secret=" + sys.argv[5]])
+fleet = Fleet()
+outcome, meta = run.execute(fleet)
+data = report.build(fleet, {"command": "provision", **meta})
+paths = report.write(data, Path(sys.argv[2]))
+print_summary(data, None, Console(force_terminal=False, width=100), diffs=True)
+sys.exit(outcome.exit_code())
+"""
+
+
+def test_diff_shows_each_change_as_ansible_gives_it_and_never_a_hidden_result(tmp_path):
+    """--check --diff and --diff through the driver, on real modules (copy, lineinfile in a loop, file, and a
+    no_log copy): each change is named per host with its unified diff, on the screen and in report.md and
+    report.json; check mode writes nothing; the no_log task's content (a secret) is nowhere."""
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "content.txt").write_text("line one\nline two\n")
+    secret = "diffed-secret-0b7e44"
+    playbook = REPO / "tests" / "fixtures" / "playbooks" / "changes.yml"
+
+    def drive(mode: str) -> tuple[str, dict, str]:
+        out = tmp_path / f"report-{mode}"
+        proc = subprocess.run([sys.executable, "-c", DIFF_DRIVER, str(playbook), str(out), mode, str(target),
+                               secret], cwd=tmp_path, capture_output=True, text=True, check=False,
+                              env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        files = "".join(p.read_text(errors="replace") for p in out.rglob("*") if p.is_file())
+        assert secret not in proc.stdout + files
+        return proc.stdout, json.loads((out / "report.json").read_text()), (out / "report.md").read_text()
+
+    screen, data, markdown = drive("check")
+    assert (target / "content.txt").read_text() == "line one\nline two\n" and not (target / "made").exists()
+    changes = {c["task"]: c["diff"] for c in data["hosts"]["localhost"]["changes"]}
+    # The no_log task's result reaches the driver censored, without even its `changed`: it is counted (Ansible's
+    # stats) and nothing more.
+    assert list(changes) == ["Write a file's content", "Set lines in a loop", "Make a directory"]
+    assert data["hosts"]["localhost"]["counts"]["changed"] == 4
+    assert f"--- before: {target}/content.txt" in changes["Write a file's content"]
+    assert "-line two\n+line two changed" in changes["Write a file's content"]
+    assert "+first" in changes["Set lines in a loop"] and "+second" in changes["Set lines in a loop"]
+    assert '-    "state": "absent"' in changes["Make a directory"]
+    lines = screen.splitlines()
+    assert "localhost: would change Write a file's content" in lines
+    assert "+line two changed" in lines and "localhost: would change Write a secret" not in lines
+    assert "- would change: Make a directory" in markdown and "```diff" in markdown and "+line two changed" in markdown
+
+    screen, data, markdown = drive("apply")
+    assert (target / "content.txt").read_text() == "line one\nline two changed\n"
+    assert "localhost: changed Write a file's content" in screen.splitlines()
+    assert "- changed: Make a directory" in markdown

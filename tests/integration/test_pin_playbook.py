@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -173,3 +174,38 @@ def test_prune_removes_only_images_this_project_pulled_and_no_longer_pins(anon, 
     finally:
         for ref in json.loads(record.read_text()) if record.exists() else []:
             subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True, check=False)
+
+
+def test_the_readmes_pin_check_diff_at_a_terminal_shows_the_lock_file_diff_and_writes_nothing(anon, tmp_path):
+    """The README's `sparkfleet pin -i inventory/mylab --check --diff` ("what the lock would say"), typed at an
+    80-column terminal in a directory of the user's own after the tag moved: the lock file's diff on the screen
+    (the old digest removed in red, the new one added in green) and in report.md, and the lock left as it was."""
+    from pty_screen import Screen
+    from test_at_a_terminal import readme_commands
+
+    (argv,) = [a for a in readme_commands() if a[1:2] == ["pin"] and "--diff" in a][:1]
+    push(anon.url, "pintest/pytorch:25.09-py3", ["amd64", "arm64"])
+    old = push(anon.url, "pintest/unsloth:dgxspark-latest", ["amd64", "arm64"], list_type="docker", seed="before")
+    home = tmp_path / "work"
+    (home / "inventory").mkdir(parents=True)
+    inventory(tmp_path, anon.host).rename(home / "inventory" / "mylab")
+    lock_file = home / "inventory" / "mylab" / "group_vars" / "all" / "spark_images_lock.yml"
+    first = Screen(argv[1:argv.index("--check")], home, columns=80).wait()
+    assert first.rc == 0, first.text[-3000:]
+    written = lock_file.read_text()
+    new = push(anon.url, "pintest/unsloth:dgxspark-latest", ["amd64", "arm64"], list_type="docker", seed="after")
+    screen = Screen(argv[1:], home, columns=80).wait()
+    assert screen.rc == 0 and "Traceback" not in screen.text, screen.text[-3000:]
+    assert lock_file.read_text() == written, "--check wrote the lock"
+    lines = screen.lines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("localhost: would change "))
+    diff = lines[header:]
+    removed = next(line for line in diff if line.startswith("-") and old["digest"] in line)
+    added = next(line for line in diff if line.startswith("+") and new["digest"] in line)
+    assert any(line.startswith("--- before: ") and line.endswith("spark_images_lock.yml") for line in diff)
+    assert re.search(r"\x1b\[31m" + re.escape(removed[:20]), screen.raw), "removed lines are red"
+    assert re.search(r"\x1b\[32m" + re.escape(added[:20]), screen.raw), "added lines are green"
+    report_md = (home / "reports" / "latest" / "report.md").read_text()
+    assert "```diff" in report_md and removed in report_md and added in report_md
+    data = json.loads((home / "reports" / "latest" / "report.json").read_text())
+    assert any(new["digest"] in c["diff"] for c in data["hosts"]["localhost"]["changes"])
