@@ -98,7 +98,8 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
         "refresh": refresh,
         "counts": dict(counts) if counts is not None else None,
         "failures": list(failures) if failures is not None else None,
-        "changes": [{"task": c.get("task"), "diff": c.get("diff") or ""} for c in changes] if changes is not None
+        "changes": [{"task": c.get("task"), "diff": c.get("diff") or "", "path": c.get("path")} for c in changes]
+        if changes is not None
         else None,
     }
 

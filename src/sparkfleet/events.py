@@ -33,8 +33,8 @@ class Host:
     rescued_failure: str | None = None
     # play -> the batch (1, 2, ...) of a serial play in which this host first had a result
     batches: dict[str, int] = field(default_factory=dict)
-    # Each task that changed (or, in check mode, would change) the host: {"task", "diff"}, the diff as text when
-    # Ansible gave one (--diff), "" when not.
+    # Each task that changed (or, in check mode, would change) the host: {"task", "diff", "path"}, the diff as text
+    # when Ansible gave one (--diff), "" when not; the file it wrote where its result names one.
     changes: list[dict] = field(default_factory=list)
 
 
@@ -133,7 +133,9 @@ class Fleet:
         if outcome == "ok":
             self._facts(host.facts, res)
             if isinstance(res, dict) and res.get("changed"):
-                host.changes.append({"task": data.get("task"), "diff": render_diff(res)})
+                path = res.get("dest") or res.get("path")
+                host.changes.append({"task": data.get("task"), "diff": render_diff(res),
+                                     "path": path if isinstance(path, str) else None})
             if "spark_images_refresh" in host.facts and host is not self.controller:
                 # the fleet's plan (run_once), not this host's own
                 self.controller_facts["spark_images_refresh"] = host.facts.pop("spark_images_refresh")

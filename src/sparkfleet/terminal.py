@@ -100,6 +100,11 @@ def print_summary(data: dict, paths: dict[str, Path] | None, console: Console, d
     the reports line."""
     if diffs:
         print_diffs(data, console)
+    else:  # what the controller wrote (pin's lock, the matrix's hash lock): where to find it
+        for change in (data["hosts"].get("localhost") or {}).get("changes") or []:
+            if change.get("path"):
+                console.print(f"{'would write' if data.get('check') else 'wrote'}: {change['path']} "
+                              f"({change['task']})", markup=False, soft_wrap=True)
     for warning in data.get("warnings") or []:
         console.print(f"warning: {warning}", style="yellow", markup=False)
     if data.get("refresh"):

@@ -103,8 +103,10 @@ def test_1_provision_a_fresh_fleet_without_leaking_the_registry_password(fleet):
     assert any(w.startswith("advisory unsloth-10491 affects image unsloth/unsloth:dgxspark-latest")
                for w in pinned_report["warnings"])
     assert "warning: advisory unsloth-10491" in proc.stdout
-    proc, data, report_dir = cli(fleet, "provision", "provision", "-e", f"@{fleet['secrets']}")
+    # --diff: every file the run writes is shown, the place a password would leak first.
+    proc, data, report_dir = cli(fleet, "provision", "provision", "-e", f"@{fleet['secrets']}", "--diff")
     assert proc.returncode == 0, proc.stdout[-5000:]
+    assert any(line.startswith(f"{HOSTS[0]}: changed ") for line in proc.stdout.splitlines()), "the diffs shown"
     pinned = lock(fleet)
     assert sorted(data["hosts"]) == HOSTS
     for host in HOSTS:
@@ -256,6 +258,39 @@ def test_5b_fast_provision_of_the_converged_fleet_changes_nothing_and_reports_th
         assert entry["images"] == plain["hosts"][host]["images"]
         assert entry["runtime"]["registered"] is True
         assert entry["verification"]["lines"] == plain["hosts"][host]["verification"]["lines"]
+
+
+def test_5d_the_readmes_provision_check_diff_limit_at_a_terminal_shows_the_change_and_makes_none(fleet):
+    """The README's `sparkfleet provision -i inventory/mylab --check --diff --limit spark-01`, typed at an
+    80-column terminal, after a launcher on that host was edited by hand: the screen names the change on that host
+    alone with its diff (the edit removed), the table holds that host alone, and the edit is still there."""
+    from test_at_a_terminal import readme_commands
+
+    (argv,) = [a for a in readme_commands() if a[1:2] == ["provision"] and "--check" in a and "--limit" in a]
+    at = argv.index("-i")
+    args = [HOSTS[0] if word == "spark-01" else word for word in argv[1:at] + argv[at + 2:]]
+    launcher = "/usr/local/bin/spark-unsloth"
+    original = subprocess.run(["docker", "exec", HOSTS[0], "cat", launcher], capture_output=True, text=True,
+                              check=True).stdout
+    subprocess.run(["docker", "exec", HOSTS[0], "sh", "-c", f"echo '# edited by hand' >> {launcher}"], check=True)
+    try:
+        proc, data, report_dir = cli(fleet, "provision-check-diff", *args, pty=True)
+        edited = subprocess.run(["docker", "exec", HOSTS[0], "cat", launcher], capture_output=True, text=True,
+                                check=True).stdout
+    finally:
+        subprocess.run(["docker", "exec", "-i", HOSTS[0], "sh", "-c", f"cat > {launcher}"], input=original,
+                       text=True, check=True)
+    assert proc.returncode == 0 and "Traceback" not in proc.stdout, proc.stdout[-5000:]
+    assert edited == original + "# edited by hand\n", "--check changed the host"
+    lines = proc.stdout.splitlines()
+    change = next(i for i, line in enumerate(lines) if line.startswith(f"{HOSTS[0]}: would change "))
+    assert "-# edited by hand" in lines[change:], "\n".join(lines[change:change + 30])
+    assert not any(line.startswith((f"{HOSTS[1]}: would change", f"{HOSTS[2]}: would change")) for line in lines)
+    assert sorted(data["hosts"]) == [HOSTS[0]] and data["check"] is True
+    assert any("-# edited by hand" in c["diff"] for c in data["hosts"][HOSTS[0]]["changes"])
+    title = max(i for i, line in enumerate(lines) if line.startswith("sparkfleet provision: successful (exit 0"))
+    end = next(i for i in range(title, len(lines)) if lines[i].startswith("reports: "))
+    assert all(len(line) <= 80 for line in lines[title:end]) and str(report_dir / "report.md") in lines[end]
 
 
 def test_6_doctor_on_a_lab_host_holds_no_secret_and_no_hostname(fleet):

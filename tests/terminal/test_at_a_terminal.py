@@ -288,6 +288,35 @@ def test_the_readmes_doctor_runs_as_written_from_another_directory(home):
     assert shown.rc == 0 and "sparkfleet doctor: successful" in shown.text, shown.text[-2000:]
 
 
+def test_the_readmes_matrix_lock_at_a_terminal_says_which_file_it_wrote(home, pyindex):
+    """The README's `sparkfleet matrix lock` at an 80-column terminal, on a copy of the matrix of the user's own
+    (-e matrix_check_file=, so the checkout's lock stays): the table, then the lock file it wrote named on the
+    screen and in report.md, the file beside the matrix with a sha256 for each package."""
+    import shutil
+
+    import yaml
+
+    (argv,) = [a for a in readme_commands() if a == ["sparkfleet", "matrix", "lock"]]
+    matrix = home / "candidate.yml"
+    shutil.copy(Path(__file__).resolve().parents[2] / "matrix" / "spark-stack.yml", matrix)
+    inventory = home / "inv"
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}}}))
+    (inventory / "group_vars" / "all" / "main.yml").write_text(
+        json.dumps({"spark_venv_index_overrides": pyindex.overrides}))
+    screen = Screen([*argv[1:], "-i", "inv", "-e", f"matrix_check_file={matrix}"], home, columns=80,
+                    timeout=600).wait()
+    assert screen.rc == 0 and "Traceback" not in screen.text, screen.text[-4000:]
+    lock = home / "candidate.lock.yml"
+    wrote = next(line for line in screen.lines() if line.startswith("wrote: "))
+    assert wrote.startswith(f"wrote: {lock} ("), wrote
+    locked = yaml.safe_load(lock.read_text())
+    assert locked["steps"] and all(re.fullmatch(r"[0-9a-f]{64}", package["sha256"])
+                                   for packages in locked["steps"].values() for package in packages), locked
+    assert f"`{lock}`" in (home / "reports" / "latest" / "report.md").read_text()
+
+
 def test_the_readmes_matrix_check_at_a_terminal_shows_each_step_as_it_is_asked(home, pyindex):
     """The README's `sparkfleet matrix check` at a terminal, typed as written (no -i): the inventory is the one
     the user's ./ansible.cfg names, whose index overrides point at the test bed's index (without them it asks
