@@ -255,7 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     lab = sub.add_parser("lab", help="the test bed's lab of emulated Sparks",
                          description="The lab: emulated aarch64 hosts standing in for Sparks, with the test bed's "
                                      "registry, apt repository and package index (testbed/). 'up' starts them and "
-                                     "provisions them with pin + provision; 'down' removes them.")
+                                     "provisions them with pin + provision; 'down' removes them. LAB_PREFIX (the "
+                                     "hosts' names) and LAB_INVENTORY (its directory) run a lab beside another.")
     lab_sub = lab.add_subparsers(dest="lab_command", required=True, metavar="SUBCOMMAND")
     up = lab_sub.add_parser("up", help="start N lab hosts, pin, provision, report",
                             description="Start the test bed's services and N lab hosts, pin the lab registry's "
@@ -476,7 +477,9 @@ def lab(args: argparse.Namespace, console: Console) -> int:
         if subprocess.run([str(testbed / script[0]), *script[1:]], check=False).returncode != 0:
             error(f"testbed/{' '.join(script)} failed (output above)")
             return EXIT_FAILED_HOSTS
-    base = argparse.Namespace(inventory=str(PROJECT_DIR / "inventory" / "lab"), limit=None, check=False, diff=False,
+    # The inventory testbed/lab.sh wrote: LAB_INVENTORY names another, for a lab beside the user's.
+    inventory = os.environ.get("LAB_INVENTORY") or str(PROJECT_DIR / "inventory" / "lab")
+    base = argparse.Namespace(inventory=inventory, limit=None, check=False, diff=False,
                               tags=None, extra_vars=[], plain=args.plain, report_dir=None, no_color=args.no_color)
     pinned = run_command("pin", argparse.Namespace(**{**vars(base), "report_dir": None}), console)
     if pinned != EXIT_OK:

@@ -96,6 +96,33 @@ def push_unsloth(seed: str) -> str:
     return json.loads(out)["digest"]
 
 
+def test_0_the_readmes_make_lab_at_a_terminal_brings_up_and_provisions_a_lab(fleet):
+    """The README's first command, `make lab`, typed at an 80-column terminal (one host, LAB_HOSTS=1, under a
+    prefix and an inventory of the test's own, beside any lab of the developer's): the test bed is current, the
+    host starts, pin's and provision's live display and summaries are drawn, the host is provisioned (simulated,
+    never verified) and the reports line names files that are there."""
+    env = {"LAB_PREFIX": "sparkfleet-makelab", "LAB_INVENTORY": str(fleet["root"] / "makelab")}
+    (Path(env["LAB_INVENTORY"]) / "group_vars" / "all").mkdir(parents=True)
+    shutil.copy(REPO / "inventory" / "lab" / "group_vars" / "all" / "main.yml",
+                Path(env["LAB_INVENTORY"]) / "group_vars" / "all")
+    try:
+        screen = Screen(["lab", "LAB_HOSTS=1"], REPO, columns=80, timeout=1500, program="make", **env).wait()
+    finally:
+        sh("testbed/lab.sh", "down", env=env, check=False)
+    assert screen.rc == 0 and "Traceback" not in screen.text, screen.text[-5000:]
+    lines = screen.lines()
+    assert any(line.startswith("sparkfleet pin: successful (exit 0") for line in lines), screen.text[-5000:]
+    assert any("play: Provision DGX Spark hosts" in line for line in lines), "the live display was drawn"
+    title = max(i for i, line in enumerate(lines) if line.startswith("sparkfleet provision: successful (exit 0"))
+    end = next(i for i in range(title, len(lines)) if lines[i].startswith("reports: "))
+    row = next(line for line in lines[title:end] if line.startswith("sparkfleet-makelab-1"))
+    assert "fresh" in row and "not verified" in row, "\n".join(lines[title:end])
+    assert all(len(line) <= 80 for line in lines[title:end]), "\n".join(lines[title:end])
+    data = json.loads((REPO / lines[end].split()[1].rstrip(",")).read_text())
+    jsonschema.validate(data, SCHEMA)
+    assert data["inventory"] == env["LAB_INVENTORY"] and list(data["hosts"]) == ["sparkfleet-makelab-1"]
+
+
 def test_1_provision_a_fresh_fleet_without_leaking_the_registry_password(fleet):
     proc, pinned_report, _ = cli(fleet, "pin", "pin")
     assert proc.returncode == 0, proc.stdout[-3000:]

@@ -31,8 +31,9 @@ class Screen:
     """A command at a pty of `columns` columns, read until it ends (its whole process group ended after a
     deadline)."""
 
-    def __init__(self, args: list[str], cwd: Path, columns: int = 100, timeout: float = 240, **env: str):
-        self.child = pexpect.spawn(SPARKFLEET, args, cwd=str(cwd), env=user_env(**env), encoding="utf-8",
+    def __init__(self, args: list[str], cwd: Path, columns: int = 100, timeout: float = 240,
+                 program: str = SPARKFLEET, **env: str):
+        self.child = pexpect.spawn(program, args, cwd=str(cwd), env=user_env(**env), encoding="utf-8",
                                    codec_errors="replace", dimensions=(50, columns), timeout=timeout)
 
     def wait(self) -> Screen:
