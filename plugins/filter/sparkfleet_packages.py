@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from ansible_collections.sparkfleet.spark.plugins.module_utils._dpkg import parse_lines
+
 
 def spark_dpkg_missing(lines: list[str], packages: list[str], version: str | None = None,
                        states: tuple[str, ...] | list[str] = ("ii", "hi")) -> list[str]:
@@ -13,14 +15,8 @@ def spark_dpkg_missing(lines: list[str], packages: list[str], version: str | Non
 
     A package dpkg knows but left half-installed or with an error flag ('iU', 'iF', 'iiR') still needs apt.
     """
-    installed = set()
-    for line in lines or []:
-        parts = line.split(" ", 2)
-        if len(parts) < 3:
-            continue
-        name, have, status = parts
-        if status.rstrip() in states and (version is None or have == version):
-            installed.add(name)
+    installed = {name for name, (have, status) in parse_lines(lines).items()
+                 if status in states and (version is None or have == version)}
     return [p for p in packages if p not in installed]
 
 

@@ -7,6 +7,9 @@ cheap, on an emulated lab host it is most of a module's time. The engine answers
 (GET /info, GET /images/{name}/json: the objects the CLI's `--format '{{json .}}'` prints), so a module asks
 there first and runs the CLI only where the socket cannot be used: DOCKER_HOST names something other than a
 unix socket (tcp://, ssh://, a context), the socket is missing, or this user may not open it.
+
+`engine_info` and `inspect_image` are the one way every module asks (the API, else the CLI through the
+module's own runner): spark_preflight_facts, spark_image_pull and spark_doctor.
 """
 
 from __future__ import annotations
@@ -98,3 +101,47 @@ def image(ref: str, timeout: float = 30, environ=None) -> dict | None:
     if status != 200 or not isinstance(body, dict):
         raise Unanswered(f"GET /images/{ref}/json: HTTP {status}")
     return body
+
+
+# What a module's runner is: argv -> (rc, stdout, stderr); rc None when it timed out.
+INSPECT_FORMAT = '{"Id": {{json .Id}}, "Architecture": {{json .Architecture}}, "RepoDigests": {{json .RepoDigests}}}'
+
+
+def engine_info(run, docker: str | None, timeout: float = 30) -> tuple[dict, str | None]:
+    """(the engine's /info, why it is empty): the API, else one `docker info --format '{{json .}}'` through
+    run(argv) -> (rc, out, err). The reason names the CLI's own words (the daemon not running, ...)."""
+    try:
+        return info(timeout), None
+    except Unanswered:
+        pass
+    if not docker:
+        return {}, "docker not found"
+    rc, out, err = run([docker, "info", "--format", "{{json .}}"])
+    if rc != 0:
+        return {}, f"{docker} info --format: rc {rc}: {(err or out or '').strip()[-300:]}"
+    try:
+        found = json.loads(out)
+    except ValueError:
+        return {}, f"{docker} info gave no JSON"
+    return (found, None) if isinstance(found, dict) else ({}, f"{docker} info gave no JSON object")
+
+
+def inspect_image(run, docker: str | None, ref: str, timeout: float = 30) -> dict | None:
+    """{Id, Architecture, RepoDigests} of the image ref (the API, else `docker image inspect` through run);
+    None when the engine has no such image (or cannot be asked)."""
+    try:
+        found = image(ref, timeout)
+    except Unanswered:
+        pass
+    else:
+        return None if found is None else {k: found.get(k) for k in ("Id", "Architecture", "RepoDigests")}
+    if not docker:
+        return None
+    rc, out, _unused = run([docker, "image", "inspect", "--format", INSPECT_FORMAT, ref])
+    if rc != 0:
+        return None
+    try:
+        found = json.loads(out)
+    except ValueError:
+        return {"Id": None, "Architecture": None, "RepoDigests": []}
+    return found if isinstance(found, dict) else {"Id": None, "Architecture": None, "RepoDigests": []}

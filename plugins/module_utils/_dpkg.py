@@ -74,6 +74,18 @@ def status_lines(text: str, packages) -> list[str]:
     return lines
 
 
+def parse_lines(lines) -> dict[str, tuple[str, str]]:
+    """{name: (version, abbrev)} of status lines ("name version abbrev", as status_lines and dpkg-query give
+    them); abbrev's first letter is the wanted action (i install, h hold), its second the state (i installed),
+    its third the error flag (blank, or R: reinstall required)."""
+    found = {}
+    for line in lines or []:
+        parts = line.split(" ", 2)
+        if len(parts) == 3:
+            found[parts[0]] = (parts[1], parts[2].rstrip())
+    return found
+
+
 def read_status(packages, path: str = STATUS_FILE) -> dict:
     """{"asked": [...], "lines": [...]} for the packages; lines None when the database cannot be read (no dpkg:
     not a Debian-family host)."""

@@ -115,6 +115,8 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _docker_api as docker_api
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _dpkg as dpkg
 from ansible_collections.sparkfleet.spark.plugins.module_utils._docker_daemon import DAEMON_JSON
 from ansible_collections.sparkfleet.spark.plugins.module_utils._doctor import diagnose, markdown, memory_signs, redact
 from ansible_collections.sparkfleet.spark.plugins.module_utils._state import STATE_FILE
@@ -124,6 +126,9 @@ class Doctor:
     def __init__(self, module: AnsibleModule) -> None:
         self.module = module
         self.unreadable: list[str] = []
+
+    def run_command(self, argv: list[str]) -> tuple[int, str, str]:
+        return self.module.run_command(argv, environ_update={"LC_ALL": "C"})
 
     def run(self, argv: list[str]) -> str | None:
         rc, out, err = self.module.run_command(argv, environ_update={"LC_ALL": "C"})
@@ -146,11 +151,9 @@ class Doctor:
         docker = self.module.get_bin_path(self.module.params["docker"])
         if not docker:
             return {"error": "docker not found"}
-        out = self.run([docker, "info", "--format", "{{json .}}"])
-        try:
-            info = json.loads(out) if out else {}
-        except ValueError:
-            info = {}
+        info, why = docker_api.engine_info(self.run_command, docker)
+        if why:
+            self.unreadable.append(why)
         daemon = self.read_json(DAEMON_JSON, "Docker's configuration") or {}
         features = daemon.get("features") if isinstance(daemon.get("features"), dict) else {}
         cdi = features.get("cdi")
@@ -162,33 +165,19 @@ class Doctor:
 
     def toolkit(self) -> list[dict]:
         names = self.module.params["toolkit_packages"]
-        dpkg = self.module.get_bin_path("dpkg-query")
-        if not names or not dpkg:
+        lines = dpkg.read_status(names)["lines"]
+        if not names or lines is None:  # no dpkg database: not a Debian-family host
             return []
-        # dpkg-query exits 1 when a package is unknown and still lists the others.
-        _rc, out, _unused = self.module.run_command([dpkg, "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n",
-                                                    *names], environ_update={"LC_ALL": "C"})
-        versions = {}
-        for line in out.splitlines():
-            name, _unused, rest = line.partition("\t")
-            version, _unused, status = rest.partition("\t")
-            # Status-Abbrev: the wanted action (i install, h hold, ...), then the state (i installed).
-            versions[name] = version if status[1:2] == "i" else None
-        held = set()
-        mark = self.module.get_bin_path("apt-mark")
-        if mark:
-            held = set((self.run([mark, "showhold"]) or "").split())
-        return [{"name": n, "version": versions.get(n), "held": n in held} for n in names]
+        known = dpkg.parse_lines(lines)
+        return [{"name": n, "version": known[n][0] if known.get(n, ("", ""))[1][1:2] == "i" else None,
+                 "held": known.get(n, ("", ""))[1][:1] == "h"} for n in names]
 
     def images(self, state: dict) -> list[dict]:
         docker = self.module.get_bin_path(self.module.params["docker"])
         found = []
         for image in (state.get("verification") or {}).get("images") or []:
-            present = False
-            if docker and image.get("ref"):
-                rc, _unused, _unused = self.module.run_command([docker, "image", "inspect", "--format", "{{.Id}}",
-                                                                image["ref"]])
-                present = rc == 0
+            present = bool(image.get("ref")) and docker_api.inspect_image(self.run_command, docker,
+                                                                          image["ref"]) is not None
             found.append({"name": image.get("name"), "ref": image.get("ref"), "present": present})
         return found
 

@@ -146,22 +146,8 @@ def short_name(repository: str) -> str:
 def inspect(module: AnsibleModule, docker: str, ref: str) -> dict | None:
     """`docker image inspect REF` (the engine's API, else the CLI): the image's Id, Architecture and RepoDigests;
     None when the engine has no such image."""
-    try:
-        found = docker_api.image(ref)
-    except docker_api.Unanswered:
-        pass
-    else:
-        return None if found is None else {k: found.get(k) for k in ("Id", "Architecture", "RepoDigests")}
-    rc, out, _unused = module.run_command([docker, "image", "inspect", "--format",
-                                           '{"Id": {{json .Id}}, "Architecture": {{json .Architecture}}, '
-                                           '"RepoDigests": {{json .RepoDigests}}}', ref],
-                                          environ_update={"LC_ALL": "C"})
-    if rc != 0:
-        return None
-    try:
-        return json.loads(out)
-    except ValueError:
-        return {"Id": None, "Architecture": None, "RepoDigests": []}
+    return docker_api.inspect_image(lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C"}), docker,
+                                    ref)
 
 
 def repo_digests(module: AnsibleModule, docker: str, ref: str) -> list[str] | None:

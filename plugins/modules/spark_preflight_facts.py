@@ -200,7 +200,6 @@ ansible_facts:
           type: int
 """
 
-import json
 import os
 import subprocess
 
@@ -279,19 +278,9 @@ class PreflightFacts:
     def docker_info(self) -> dict:
         """What the running Docker engine says of itself (its API's /info, else one `docker info`); empty when it
         does not answer."""
-        try:
-            return docker_api.info(self.timeout)
-        except docker_api.Unanswered:
-            pass
-        docker = self.module.get_bin_path("docker")
-        if not docker:
-            return {}
-        rc, out, _unused = _run([docker, "info", "--format", "{{json .}}"], self.timeout)
-        try:
-            info = json.loads(out) if rc == 0 else {}
-        except ValueError:
-            return {}
-        return info if isinstance(info, dict) else {}
+        info, _why = docker_api.engine_info(lambda argv: _run(argv, self.timeout), self.module.get_bin_path("docker"),
+                                            self.timeout)
+        return info
 
     def docker_service(self) -> dict:
         """Whether systemd runs Docker now and starts it at boot (null for each where there is no systemctl)."""

@@ -55,3 +55,11 @@ def test_a_lock_held_as_apt_holds_it_is_seen_with_its_holder_and_left_held(tmp_p
         holder.kill()
         holder.wait()
     assert _dpkg.lock_holders([str(lock)]) == []
+
+
+def test_status_lines_read_back_give_each_packages_version_and_state():
+    text = ("Package: nvidia-container-toolkit\nStatus: hold ok installed\nVersion: 1.18.0-1\n\n"
+            "Package: gpg\nStatus: install ok unpacked\nVersion: 2.2.40-1.1\n")
+    lines = _dpkg.status_lines(text, ["nvidia-container-toolkit", "gpg"])
+    assert _dpkg.parse_lines(lines) == {"nvidia-container-toolkit": ("1.18.0-1", "hi"), "gpg": ("2.2.40-1.1", "iU")}
+    assert _dpkg.parse_lines(["garbage", "half line"]) == {}

@@ -1,0 +1,96 @@
+"""The Docker helper every module asks (module_utils/_docker_api.py): the engine's API on a real unix socket
+served by the test (the Engine API's shapes: GET /info, GET /images/{ref}/json with 404 for an unknown image),
+and the CLI through the module's runner where the socket cannot be used."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socketserver
+import threading
+from typing import ClassVar
+
+import pytest
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _docker_api as docker_api
+
+INFO = {"ServerVersion": "28.5.1", "DockerRootDir": "/var/lib/docker", "Runtimes": {"runc": {}, "nvidia": {}}}
+IMAGE = {"Id": "sha256:" + "a" * 64, "Architecture": "arm64", "RepoDigests": ["r/x@sha256:" + "b" * 64],
+         "Size": 12}
+
+
+class _Engine(http.server.BaseHTTPRequestHandler):
+    asked: ClassVar[list[str]] = []
+
+    def do_GET(self):
+        self.asked.append(self.path)
+        if self.path == "/info":
+            body, status = INFO, 200
+        elif self.path == "/images/r/x:1/json":
+            body, status = IMAGE, 200
+        else:
+            body, status = {"message": f"No such image: {self.path}"}, 404
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def get_request(self):
+        request, _unused = super().get_request()
+        return request, ("local", 0)
+
+
+@pytest.fixture
+def engine(tmp_path, monkeypatch):
+    path = tmp_path / "docker.sock"
+    server = _UnixServer(str(path), _Engine)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+    _Engine.asked = []
+    yield _Engine.asked
+    server.shutdown()
+    server.server_close()
+
+
+def no_cli(argv):
+    raise AssertionError(f"the CLI was run where the API answers: {argv}")
+
+
+def test_the_api_answers_and_no_cli_is_run(engine):
+    assert docker_api.engine_info(no_cli, "/usr/bin/docker") == (INFO, None)
+    assert docker_api.inspect_image(no_cli, "/usr/bin/docker", "r/x:1") == {
+        k: IMAGE[k] for k in ("Id", "Architecture", "RepoDigests")}
+    assert docker_api.inspect_image(no_cli, "/usr/bin/docker", "r/x:missing") is None
+    assert engine == ["/info", "/images/r/x:1/json", "/images/r/x:missing/json"]
+
+
+def test_a_remote_engine_is_asked_through_the_cli_and_its_words_are_kept(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.5:2376")  # never connected to: the CLI's business
+    ran = []
+
+    def cli(argv):
+        ran.append(argv)
+        if argv[1] == "info":
+            return 1, "", "Cannot connect to the Docker daemon at tcp://10.0.0.5:2376. Is the docker daemon running?"
+        return 0, json.dumps({k: IMAGE[k] for k in ("Id", "Architecture", "RepoDigests")}), ""
+
+    info, why = docker_api.engine_info(cli, "/usr/bin/docker")
+    assert info == {} and why.startswith("/usr/bin/docker info --format: rc 1: Cannot connect to the Docker daemon")
+    assert docker_api.inspect_image(cli, "/usr/bin/docker", "r/x:1")["Architecture"] == "arm64"
+    assert ran[1] == ["/usr/bin/docker", "image", "inspect", "--format", docker_api.INSPECT_FORMAT, "r/x:1"]
+    assert docker_api.engine_info(cli, None) == ({}, "docker not found")
+
+
+@pytest.mark.parametrize("environ", [{"DOCKER_HOST": "ssh://me@spark"}, {"DOCKER_CONTEXT": "spark"},
+                                     {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}])
+def test_no_socket_this_process_can_use_means_the_cli(environ):
+    assert docker_api.socket_path(environ) is None
