@@ -358,7 +358,7 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
     if command == "doctor":
         paths.update(write_doctor(fleet, directory, console))
     if command in ("matrix-check", "matrix-lock", "advisories-check"):
-        for line in controller_lines(directory, "issues" if command == "advisories-check" else "table"):
+        for line in fleet.check_lines("issues" if command == "advisories-check" else "table"):
             console.print(line, highlight=False, markup=False)
     print_summary(data, paths, console, diffs=options.diff)
     return outcome.exit_code()
@@ -427,36 +427,6 @@ def write_doctor(fleet: Fleet, directory: Path, console: Console) -> dict[str, P
                                                     for r in reports], indent=2) + "\n")
     console.print(text, highlight=False, markup=False, soft_wrap=True)  # Markdown to paste: never re-wrapped
     return paths
-
-
-def controller_lines(directory: Path, key: str) -> list[str]:
-    """What the controller-side check showed, from the run's job events: the matrix check's table (key
-    "table": its heading and each step's lines, in the order the steps ran) or the advisories check's lines (key
-    "issues": the task that asked upstream)."""
-    events = directory / "artifacts" / "run" / "job_events"
-    found = []
-    for path in events.glob("*.json") if events.is_dir() else []:
-        try:
-            event = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        res = (event.get("event_data") or {}).get("res") or {}
-        if event.get("event") not in ("runner_on_ok", "runner_item_on_ok") or not isinstance(res, dict):
-            continue
-        if key == "table" and "rows" in res and "table" in res:
-            found.append((event.get("counter", 0), res))
-        elif key == "issues" and res.get("upstream") and "lines" in res:
-            return list(res["lines"])
-    found.sort(key=lambda counted: counted[0])
-    parts = [res for _, res in found]
-    if not parts:
-        return []
-    whole = [res for res in parts if res["table"][:1] == [res.get("heading")]]  # the module run on all steps
-    if whole or not all("pin_lines" in res for res in parts):
-        return list((whole or parts)[-1]["table"])
-    # Checked step by step (playbooks/matrix_check.yml): put together as the module's whole table is.
-    return [parts[0]["heading"], *(line for res in parts for line in res["pin_lines"]), parts[0]["sequence_heading"],
-            *(line for res in parts for line in res["sequence_lines"])]
 
 
 def lab(args: argparse.Namespace, console: Console) -> int:

@@ -62,6 +62,9 @@ class Fleet:
     unmatched: list[str] = field(default_factory=list)  # the patterns of plays that matched no host
     events: int = 0
     warnings: list[str] = field(default_factory=list)  # Ansible's warnings, once each (advisories, staleness)
+    # The results a controller-side check shows as its table, in the order they came: the matrix check's (rows
+    # and table, a step at a time) and the advisories check's (upstream and lines).
+    check_results: list[dict] = field(default_factory=list)
 
     @property
     def controller_facts(self) -> dict[str, Any]:
@@ -105,6 +108,8 @@ class Fleet:
             self.task_hosts, self.task_done = set(), set()
         elif kind in ("runner_item_on_ok", "runner_item_on_failed", "runner_item_on_skipped"):
             self.task_items += 1
+            if kind == "runner_item_on_ok":
+                self._check_result(data.get("res"))
             loop = (data.get("res") or {}).get("ansible_loop") if isinstance(data.get("res"), dict) else None
             if isinstance(loop, dict) and isinstance(loop.get("length"), int):
                 self.task_loop_length = max(self.task_loop_length, loop["length"])
@@ -132,6 +137,7 @@ class Fleet:
             self.task_done.add(name)
         if outcome == "ok":
             self._facts(host.facts, res)
+            self._check_result(res)
             if isinstance(res, dict) and res.get("changed"):
                 path = res.get("dest") or res.get("path")
                 host.changes.append({"task": data.get("task"), "diff": render_diff(res),
@@ -160,6 +166,25 @@ class Fleet:
             for key in WATCHED_FACTS:
                 if key in facts:
                     target[key] = facts[key]
+
+    def _check_result(self, res: Any) -> None:
+        if isinstance(res, dict) and (("rows" in res and "table" in res) or (res.get("upstream") and "lines" in res)):
+            self.check_results.append(res)
+
+    def check_lines(self, kind: str) -> list[str]:
+        """What a controller-side check showed: the matrix check's table (kind "table": its heading and each
+        step's lines, in the order the steps ran) or the advisories check's lines (kind "issues")."""
+        if kind == "issues":
+            return next((list(r["lines"]) for r in self.check_results if r.get("upstream") and "lines" in r), [])
+        parts = [r for r in self.check_results if "rows" in r and "table" in r]
+        if not parts:
+            return []
+        whole = [r for r in parts if r["table"][:1] == [r.get("heading")]]  # the module run on all steps
+        if whole or not all("pin_lines" in r for r in parts):
+            return list((whole or parts)[-1]["table"])
+        # Checked step by step (playbooks/matrix_check.yml): put together as the module's whole table is.
+        return [parts[0]["heading"], *(line for r in parts for line in r["pin_lines"]), parts[0]["sequence_heading"],
+                *(line for r in parts for line in r["sequence_lines"])]
 
     def _stats(self, data: dict) -> None:
         self.stats = {k: data.get(k) or {} for k in ("ok", "changed", "failures", "dark", "skipped", "rescued",

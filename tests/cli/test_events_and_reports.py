@@ -8,10 +8,12 @@ tests/fixtures/events/*.jsonl were captured from `sparkfleet provision` and a
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 
 import jsonschema
 import pytest
+import yaml
 from ansible_collections.sparkfleet.spark.plugins.filter import sparkfleet_verify as verify
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _fleet_table as table
 
@@ -253,3 +255,43 @@ def test_a_diff_is_rendered_as_ansible_gives_it_prepared_text_and_long_diffs_cut
     assert render_diff({"changed": True, "diff": {"before": "a\n", "after": "a\n"}}) == ""
     long = render_diff({"changed": True, "diff": {"before": "", "after": "x" * (MAX_DIFF + 500)}})
     assert len(long) < MAX_DIFF + 100 and long.endswith("more characters)")
+
+
+def _names_in_the_tree() -> list[re.Pattern]:
+    """Each play's and task's name in site.yml, playbooks/ and roles/ (a templated part matches anything), and the
+    argument-spec checks Ansible names after each role's short_description."""
+    names: set[str] = set()
+
+    def walk(node) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item)
+        elif isinstance(node, dict):
+            if isinstance(node.get("name"), str):
+                names.add(node["name"])
+            for value in node.values():
+                walk(value)
+
+    for path in [REPO / "site.yml", *(REPO / "playbooks").rglob("*.yml"), *(REPO / "roles").rglob("tasks/*.yml")]:
+        walk(yaml.safe_load(path.read_text()))
+    for path in (REPO / "roles").glob("*/meta/argument_specs.yml"):
+        for entry, spec in (yaml.safe_load(path.read_text())["argument_specs"]).items():
+            names.add(f"Validating arguments against arg spec '{entry}' - {spec['short_description']}")
+    return [re.compile(re.sub(r"\\\{\\\{.*?\\\}\\\}", ".*", re.escape(name)) + "$") for name in names
+            if re.sub(r"\{\{.*?\}\}", "", name).strip()]
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in FIXTURES.glob("*.jsonl")))
+def test_an_event_fixture_names_only_plays_and_tasks_that_exist(fixture):
+    """A recorded stream must be one the playbooks still emit: a play or task renamed or gone since it was
+    recorded makes the CLI's tests read a run that can no longer happen (record it again: trim.py)."""
+    patterns = _names_in_the_tree()
+    gone = set()
+    for line in (FIXTURES / fixture).read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] in ("playbook_on_play_start", "playbook_on_task_start"):
+            data = event["event_data"]
+            name = data.get("task") if event["event"] == "playbook_on_task_start" else data.get("play")
+            if name and not any(p.match(name) for p in patterns):
+                gone.add(name)
+    assert sorted(gone) == [], f"{fixture} names plays or tasks that no longer exist"

@@ -79,6 +79,19 @@ def cli(fleet, name: str, *args: str, pty: bool = False) -> tuple[subprocess.Com
     return proc, data, report_dir
 
 
+def record(report_dir: Path, fixture: str) -> None:
+    """SPARKFLEET_RECORD_EVENTS=1: the run's events become tests/fixtures/events/<fixture>, trimmed (trim.py)."""
+    if os.environ.get("SPARKFLEET_RECORD_EVENTS") != "1":
+        return
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trim", REPO / "tests" / "fixtures" / "events" / "trim.py")
+    trim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trim)
+    (events,) = report_dir.glob("artifacts/*/job_events")
+    (REPO / "tests" / "fixtures" / "events" / fixture).write_text(trim.trimmed(events))
+
+
 def lock(fleet) -> dict:
     path = fleet["inventory"] / "group_vars" / "all" / "spark_images_lock.yml"
     return yaml.safe_load(path.read_text())["spark_images_lock"]
