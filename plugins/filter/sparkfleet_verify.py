@@ -166,7 +166,7 @@ def spark_state_unchanged(text: str | None, content: dict, path: str) -> dict | 
     merged, status = state_file.merge(previous, json.loads(json.dumps(content)), now="")
     if status != "unchanged" or text != state_file.render(merged):
         return None
-    return {"changed": False, "path": path, "status": status, "previous": previous, "state": merged}
+    return {"changed": False, "path": path, "status": status, "previous": previous, "recorded": merged}
 
 
 class FilterModule:

@@ -67,8 +67,8 @@ previous:
   description: The state before this run; null when there was none.
   returned: success
   type: dict
-state:
-  description: The state now recorded.
+recorded:
+  description: The state now recorded (not C(state), which Ansible fills with the file facts of C(path)).
   returned: success
   type: dict
 """
@@ -110,7 +110,8 @@ def main() -> None:
         before_text = None
     state, status = merge(previous, module.params["content"], now)
     changed = status != "unchanged" or before_text != render(state)
-    result = {"changed": changed, "path": path, "status": status, "previous": previous, "state": state}
+    # Not "state": Ansible adds a result's path's file facts, its state ("file") among them, over the module's.
+    result = {"changed": changed, "path": path, "status": status, "previous": previous, "recorded": state}
     if changed:
         result["diff"] = {"before": before_text or "", "after": render(state), "before_header": path,
                           "after_header": path}

@@ -21,9 +21,9 @@ def test_a_state_file_the_module_wrote_is_unchanged_for_the_same_content_and_cha
     again = run_module("spark_state", {"path": str(path), "content": CONTENT})
     kept = spark_state_unchanged(path.read_text(), CONTENT, str(path))
     assert kept is not None and again["changed"] is False
-    assert {k: kept[k] for k in ("changed", "status", "previous")} == {
-        k: again[k] for k in ("changed", "status", "previous")}, "the same result the module gives"
-    assert kept["state"] == again["previous"], "the state kept is the file's"
+    assert {k: kept[k] for k in ("changed", "status", "previous", "recorded")} == {
+        k: again[k] for k in ("changed", "status", "previous", "recorded")}, "the same result the module gives"
+    assert kept["recorded"] == again["previous"], "the state kept is the file's"
     other = {"verification": {**CONTENT["verification"], "verdict": "failed"}}
     assert spark_state_unchanged(path.read_text(), other, str(path)) is None
     assert run_module("spark_state", {"path": str(path), "content": other})["changed"] is True

@@ -122,3 +122,7 @@ def test_no_module_returns_its_own_data_under_a_key_ansible_reserves(module):
                 and getattr(node.func, "attr", None) == "exit_json" for k in node.keywords if k.arg}
     assert not (documented | returned) & RESERVED_RESULT_KEYS, f"{module} returns Ansible's reserved keys"
     assert "changed" not in documented, f"{module}: 'changed' is Ansible's, not a documented return value"
+    # A result with a `path` gets that file's facts from Ansible (add_path_info), over the module's own keys.
+    file_facts = {"state", "mode", "owner", "group", "uid", "gid", "size", "secontext"}
+    if "path" in documented:
+        assert not documented & file_facts, f"{module} returns path, so Ansible overwrites its {documented & file_facts}"

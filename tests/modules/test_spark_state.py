@@ -14,6 +14,7 @@ def test_created_then_unchanged_then_updated(tmp_path):
     written = json.loads(path.read_text())
     assert written["verdict"] == "ok"
     assert written["written_at"] == written["first_written_at"]
+    assert first["recorded"] == written, "the result says what was recorded (Ansible's file facts beside it)"
     mtime = path.stat().st_mtime_ns
     second = run_module("spark_state", {"path": str(path), "content": {"verdict": "ok"}})
     assert (second["changed"], second["status"]) == (False, "unchanged")
