@@ -125,4 +125,5 @@ def test_no_module_returns_its_own_data_under_a_key_ansible_reserves(module):
     # A result with a `path` gets that file's facts from Ansible (add_path_info), over the module's own keys.
     file_facts = {"state", "mode", "owner", "group", "uid", "gid", "size", "secontext"}
     if "path" in documented:
-        assert not documented & file_facts, f"{module} returns path, so Ansible overwrites its {documented & file_facts}"
+        clash = documented & file_facts
+        assert not clash, f"{module} returns path, so Ansible overwrites its {clash}"

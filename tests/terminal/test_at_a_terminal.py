@@ -288,6 +288,18 @@ def test_the_readmes_doctor_runs_as_written_from_another_directory(home):
     assert shown.rc == 0 and "sparkfleet doctor: successful" in shown.text, shown.text[-2000:]
 
 
+def index_inventory(home: Path, pyindex) -> Path:
+    """home/inv: the controller alone, its index overrides pointing at the test bed's index (without them the
+    matrix check asks PyPI and download.pytorch.org, which this machine's tests never do)."""
+    inventory = home / "inv"
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}}}))
+    (inventory / "group_vars" / "all" / "main.yml").write_text(
+        json.dumps({"spark_venv_index_overrides": pyindex.overrides}))
+    return inventory
+
+
 def test_the_readmes_matrix_lock_at_a_terminal_says_which_file_it_wrote(home, pyindex):
     """The README's `sparkfleet matrix lock` at an 80-column terminal, on a copy of the matrix of the user's own
     (-e matrix_check_file=, so the checkout's lock stays): the table, then the lock file it wrote named on the
@@ -299,12 +311,7 @@ def test_the_readmes_matrix_lock_at_a_terminal_says_which_file_it_wrote(home, py
     (argv,) = [a for a in readme_commands() if a == ["sparkfleet", "matrix", "lock"]]
     matrix = home / "candidate.yml"
     shutil.copy(Path(__file__).resolve().parents[2] / "matrix" / "spark-stack.yml", matrix)
-    inventory = home / "inv"
-    (inventory / "group_vars" / "all").mkdir(parents=True)
-    (inventory / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}}}))
-    (inventory / "group_vars" / "all" / "main.yml").write_text(
-        json.dumps({"spark_venv_index_overrides": pyindex.overrides}))
+    index_inventory(home, pyindex)
     screen = Screen([*argv[1:], "-i", "inv", "-e", f"matrix_check_file={matrix}"], home, columns=80,
                     timeout=600).wait()
     assert screen.rc == 0 and "Traceback" not in screen.text, screen.text[-4000:]
@@ -323,12 +330,7 @@ def test_the_readmes_matrix_check_at_a_terminal_shows_each_step_as_it_is_asked(h
     PyPI and download.pytorch.org, which this machine's tests never do): the live display counts the matrix's
     steps as they are asked, then the table and the reports line."""
     (argv,) = [a for a in readme_commands() if a == ["sparkfleet", "matrix", "check"]]
-    inventory = home / "inv"
-    (inventory / "group_vars" / "all").mkdir(parents=True)
-    (inventory / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}}}))
-    (inventory / "group_vars" / "all" / "main.yml").write_text(
-        json.dumps({"spark_venv_index_overrides": pyindex.overrides}))
+    inventory = index_inventory(home, pyindex)
     (home / "ansible.cfg").write_text("[defaults]\ninventory = inv\n")
     screen = Screen(argv[1:], home, columns=100, timeout=600).wait()
     assert screen.rc == 0, screen.text[-4000:]
