@@ -1,8 +1,9 @@
 """The driver's reading of runner events and its reports, fed with event streams recorded from real lab runs.
 
-tests/fixtures/events/*.jsonl were captured from `sparkfleet provision` and a
-`sparkfleet refresh` in which one host failed and was rolled back, on the lab
-(trimmed by tests/fixtures/events/trim.py to the fields the driver reads).
+tests/fixtures/events/*.jsonl are recorded by the fleet's suite (SPARKFLEET_RECORD_EVENTS=1 pytest tests/fleet):
+`make lab`'s provision of one host with the venv, the provision of a fresh fleet of three, and a refresh in which
+the second host failed its check and was rolled back, trimmed by tests/fixtures/events/trim.py to the fields the
+driver reads. A fixture naming a play or task the playbooks no longer have fails here.
 """
 
 from __future__ import annotations
@@ -38,66 +39,76 @@ def replay(name: str, upto: int | None = None) -> Fleet:
     return fleet
 
 
+LAB, FLEET = "sparkfleet-makelab-1", ["sparkfleet-fleet-1", "sparkfleet-fleet-2", "sparkfleet-fleet-3"]
+
+
 def test_provision_stream_gives_each_hosts_facts():
-    fleet = replay("provision-lab")
-    assert sorted(fleet.hosts) == ["sparkfleet-lab-1", "sparkfleet-lab-2"]
+    fleet = replay("provision-lab")  # make lab: one host, with the venv
+    assert sorted(fleet.hosts) == [LAB]
     data = report.build(fleet, META)
     jsonschema.validate(data, SCHEMA)
-    one, two = data["hosts"]["sparkfleet-lab-1"], data["hosts"]["sparkfleet-lab-2"]
-    assert (one["platform"], one["simulated"], one["reachable"]) == ("spark", True, True)
+    one = data["hosts"][LAB]
+    assert (one["platform"], one["simulated"], one["reachable"], one["history"]) == ("spark", True, True, "fresh")
     assert one["runtime"]["registered"] is True and "nvidia" in one["runtime"]["runtimes"]
     assert [i["name"] for i in one["images"]] == ["ngc", "unsloth"]
     assert all("@sha256:" in i["ref"] for i in one["images"])
     assert one["venv"]["matrix"] == "unsloth-2026.7.2" and one["venv"]["status"] == "verified"
     assert one["venv"]["stale"] is True and "stand-in torch" in one["venv"]["verified_by"]
-    assert two["venv"] is None, "the venv is enabled on the first lab host only"
     assert one["verification"]["verdict"] == "not verified"  # simulated hosts never pass
-    assert one["counts"]["failed"] == 0 and one["counts"]["ok"] > 10
-    assert one["history"] in ("fresh", "updated", "converged", "restored")
+    assert one["counts"]["failed"] == 0 and one["counts"]["ok"] > 10 and one["counts"]["changed"] > 0
+    fleet = replay("provision-fleet")  # three fresh hosts, no venv
+    data = report.build(fleet, META)
+    jsonschema.validate(data, SCHEMA)
+    assert sorted(data["hosts"]) == FLEET
+    assert all(data["hosts"][h]["venv"] is None and data["hosts"][h]["history"] == "fresh" for h in FLEET)
 
 
 def test_summary_markdown_and_junit_from_the_provision_stream():
     data = report.build(replay("provision-lab"), META)
     rows = {row[0]: row for row in report.summary_rows(data)}
-    assert rows["sparkfleet-lab-1"][1:4] == ["spark (simulated)", data["hosts"]["sparkfleet-lab-1"]["history"],
-                                             "registered"]
-    assert rows["sparkfleet-lab-1"][5] == "unsloth-2026.7.2 verified STALE"
-    assert rows["sparkfleet-lab-2"][7] == "GPU not verifiable (simulated)"
+    assert rows[LAB][1:4] == ["spark (simulated)", "fresh", "registered"]
+    assert rows[LAB][5] == "unsloth-2026.7.2 verified STALE"
+    assert rows[LAB][7] == "GPU not verifiable (simulated)"
     markdown = report.markdown(data)
     assert markdown.startswith("# sparkfleet provision — successful")
-    assert "| sparkfleet-lab-2 | spark (simulated) |" in markdown
+    assert f"| {LAB} | spark (simulated) |" in markdown
+    assert "- changed: " in markdown, "what the run changed on the host"
     suite = ET.fromstring(report.junit(data))
     cases = {(c.get("classname"), c.get("name")): c for c in suite.iter("testcase")}
-    assert ("sparkfleet.sparkfleet-lab-1", "venv") in cases and ("sparkfleet.sparkfleet-lab-2", "venv") not in cases
-    assert cases[("sparkfleet.sparkfleet-lab-2", "verification")].find("skipped") is not None
+    assert (f"sparkfleet.{LAB}", "venv") in cases
+    assert cases[(f"sparkfleet.{LAB}", "verification")].find("skipped") is not None
     assert suite.get("failures") == "0" and int(suite.get("tests")) == len(cases)
+    fleet = report.build(replay("provision-fleet"), META)
+    suite = ET.fromstring(report.junit(fleet))
+    assert not [c for c in suite.iter("testcase") if c.get("name") == "venv"], "no venv on the fleet: no venv case"
 
 
 def test_the_play_and_the_cli_show_the_same_fleet_table():
     """One table: the play's (filter spark_fleet_table, from hostvars) has the CLI's rows without the counts."""
-    fleet = replay("provision-lab")
-    hostvars = {name: {**{k: v for k, v in host.facts.items() if k != "spark_preflight"},
-                       "ansible_facts": {"spark_preflight": host.facts.get("spark_preflight")}}
-                for name, host in fleet.hosts.items()}
-    names = sorted(fleet.hosts)
-    lines = verify.spark_fleet_table(names, hostvars, names)
-    rows = report.summary_rows(report.build(fleet, META))
-    assert len(lines) == len(rows) + 1 and lines[0].split()[:2] == report.HEADERS[:2]
-    for line, row in zip(lines[1:], rows, strict=True):
-        cells = row[:-2]
-        assert line.split() == " ".join(cells).split(), "same cells, in the same order"
+    for stream in ("provision-lab", "provision-fleet"):
+        fleet = replay(stream)
+        hostvars = {name: {**{k: v for k, v in host.facts.items() if k != "spark_preflight"},
+                           "ansible_facts": {"spark_preflight": host.facts.get("spark_preflight")}}
+                    for name, host in fleet.hosts.items()}
+        names = sorted(fleet.hosts)
+        lines = verify.spark_fleet_table(names, hostvars, names)
+        rows = report.summary_rows(report.build(fleet, META))
+        assert len(lines) == len(rows) + 1 and lines[0].split()[:2] == report.HEADERS[:2]
+        for line, row in zip(lines[1:], rows, strict=True):
+            cells = row[:-2]
+            assert line.split() == " ".join(cells).split(), "same cells, in the same order"
     assert set(table.FACTS) <= set(WATCHED_FACTS), "the CLI watches every fact the table is built from"
 
 
 def test_refresh_stream_tells_the_rolled_back_host_and_the_lock_diff():
-    fleet = replay("refresh-rollback-lab")
+    fleet = replay("refresh-rollback-fleet")
     data = report.build(fleet, {**META, "command": "refresh", "playbook": "playbooks/refresh.yml",
                                 "status": "failed", "exit_code": 2})
     jsonschema.validate(data, SCHEMA)
     diff = {d["name"]: d for d in data["refresh"]["diff"]}
     assert diff["ngc"]["changed"] is False and diff["unsloth"]["changed"] is True
     new, old = diff["unsloth"]["new"], diff["unsloth"]["old"]
-    canary, failed = data["hosts"]["sparkfleet-lab-1"], data["hosts"]["sparkfleet-lab-2"]
+    canary, failed, after = (data["hosts"][h] for h in FLEET)
     assert any(i["ref"].endswith(new) for i in canary["images"]) and canary["failures"] == []
     assert any(i["ref"].endswith(old) for i in failed["images"]), "rolled back to the previous digest"
     assert "does not list the nvidia runtime" in failed["refresh_failure"]
@@ -105,23 +116,52 @@ def test_refresh_stream_tells_the_rolled_back_host_and_the_lock_diff():
     assert outcome_from_stats("failed", 2, fleet.stats).exit_code() == EXIT_FAILED_HOSTS
     suite = ET.fromstring(report.junit(data))
     failures = [(c.get("classname"), c.get("name")) for c in suite.iter("testcase") if c.find("failure") is not None]
-    assert failures == [("sparkfleet.sparkfleet-lab-2", "run"), ("sparkfleet.sparkfleet-lab-2", "refresh")]
+    assert failures == [(f"sparkfleet.{FLEET[1]}", "run"), (f"sparkfleet.{FLEET[1]}", "refresh")]
     assert "## Lock diff" in report.markdown(data)
     # Which host was the canary, in which batch each moved, and what each runs now.
     assert (canary["refresh"]["batch"], canary["refresh"]["canary"], canary["refresh"]["outcome"]) == (1, True, "moved")
     assert (failed["refresh"]["batch"], failed["refresh"]["outcome"]) == (2, "rolled back")
     assert failed["refresh"]["images"] == [{"name": "unsloth", "old": old, "new": new, "now": old}]
+    assert (after["refresh"]["batch"], after["refresh"]["outcome"]) == (None, "not reached"), "the rollout stopped"
     rows = {row[0]: row for row in report.summary_rows(data)}
-    assert rows["sparkfleet-lab-1"][2] == "canary moved" and rows["sparkfleet-lab-2"][2] == "batch 2 rolled back"
+    assert [rows[h][2] for h in FLEET] == ["canary moved", "batch 2 rolled back", "not reached"]
     assert f"image unsloth: `{old}` -> `{new}`, runs `{old}`" in report.markdown(data)
 
 
+def _running_on_several_hosts(stream: str) -> int:
+    """How many events of the stream to replay to stop inside a task that started on every host and finished on
+    some, not all (the point a person watching the live display would be at)."""
+    fleet = Fleet()
+    for n, line in enumerate((FIXTURES / f"{stream}.jsonl").read_text().splitlines(), 1):
+        fleet.handle(json.loads(line))
+        if len(fleet.task_hosts) == 3 and 0 < len(fleet.task_done & fleet.task_hosts) < 3:
+            return n
+    raise AssertionError(f"{stream} has no task seen running on 3 hosts with some done")
+
+
 def test_progress_follows_the_stream():
-    fleet = replay("provision-lab", upto=60)
+    fleet = replay("provision-fleet", upto=_running_on_several_hosts("provision-fleet"))
+    done = len(fleet.task_done & fleet.task_hosts)
     lines = status_lines(fleet, now=fleet.task_started + 12)
     assert lines[0] == "play: Provision DGX Spark hosts"
-    assert lines[1].startswith(f"task: {fleet.task} (12 s")
-    assert lines[2].startswith("hosts: 2 ok, 0 failed")
+    assert lines[1].startswith(f"task: {fleet.task} (12 s, {done} of 3 hosts done")
+    assert lines[2].startswith("hosts: 3 ok, 0 failed")
+
+
+def test_a_long_task_says_it_is_still_running_without_the_live_display():
+    from rich.console import Console
+
+    from sparkfleet.progress import Progress
+
+    fleet = replay("provision-fleet", upto=_running_on_several_hosts("provision-fleet"))
+    done = len(fleet.task_done & fleet.task_hosts)
+    console = Console(record=True, width=200, file=open("/dev/null", "w"))  # noqa: SIM115
+    progress = Progress(fleet, live=False, console=console)
+    for seconds in (3, 14, 16, 20, 31, 44, 46):
+        progress.tick(now=fleet.task_started + seconds)
+    said = [line for line in console.export_text().splitlines() if "still:" in line]
+    assert [line.split("(")[-1] for line in said] == [f"{n} s, {done} of 3 hosts done)" for n in (16, 31, 46)], said
+    assert all(f"still: {fleet.task}" in line for line in said)
 
 
 def test_inline_extra_vars_go_to_a_private_file_never_argv(tmp_path):
@@ -196,22 +236,6 @@ def test_a_failed_loop_says_which_items_failed_and_why():
                                             "msg": "unsloth: locked for linux/arm64; this host is linux/amd64"}]
 
 
-def test_a_long_task_says_it_is_still_running_without_the_live_display():
-    from rich.console import Console
-
-    from sparkfleet.progress import Progress
-
-    fleet = replay("provision-lab", upto=60)
-    console = Console(record=True, width=200, file=open("/dev/null", "w"))  # noqa: SIM115
-    progress = Progress(fleet, live=False, console=console)
-    for seconds in (3, 14, 16, 20, 31, 44, 46):
-        progress.tick(now=fleet.task_started + seconds)
-    said = [line for line in console.export_text().splitlines() if "still:" in line]
-    # The recorded run: one of the two lab hosts had answered, the other was still installing.
-    assert [line.split("(")[-1] for line in said] == [f"{n} s, 1 of 2 hosts done)" for n in (16, 31, 46)], said
-    assert all(f"still: {fleet.task}" in line for line in said)
-
-
 def test_a_running_task_says_how_many_of_its_hosts_and_items_are_done():
     fleet = Fleet()
     fleet.handle({"event": "playbook_on_task_start", "event_data": {"task": "Pull"}})
@@ -272,7 +296,8 @@ def _names_in_the_tree() -> list[re.Pattern]:
             for value in node.values():
                 walk(value)
 
-    for path in [REPO / "site.yml", *(REPO / "playbooks").rglob("*.yml"), *(REPO / "roles").rglob("tasks/*.yml")]:
+    for path in [REPO / "site.yml", *(REPO / "playbooks").rglob("*.yml"), *(REPO / "roles").rglob("tasks/*.yml"),
+                 *(REPO / "roles").rglob("handlers/*.yml")]:
         walk(yaml.safe_load(path.read_text()))
     for path in (REPO / "roles").glob("*/meta/argument_specs.yml"):
         for entry, spec in (yaml.safe_load(path.read_text())["argument_specs"]).items():

@@ -76,7 +76,14 @@ def cli(fleet, name: str, *args: str, pty: bool = False) -> tuple[subprocess.Com
                               check=False, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
     data = json.loads((report_dir / "report.json").read_text())
     jsonschema.validate(data, SCHEMA)
+    if name in RECORDED:
+        record(report_dir, RECORDED[name])
     return proc, data, report_dir
+
+
+# The runs whose events tests/cli reads (SPARKFLEET_RECORD_EVENTS=1 records them again): the fresh fleet's
+# provision and the refresh in which the second host fails and is rolled back; make lab's provision is test_0's.
+RECORDED = {"provision": "provision-fleet.jsonl", "refresh-fail": "refresh-rollback-fleet.jsonl"}
 
 
 def record(report_dir: Path, fixture: str) -> None:
@@ -133,6 +140,7 @@ def test_0_the_readmes_make_lab_at_a_terminal_brings_up_and_provisions_a_lab(fle
     assert all(len(line) <= 80 for line in lines[title:end]), "\n".join(lines[title:end])
     data = json.loads((REPO / lines[end].split()[1].rstrip(",")).read_text())
     jsonschema.validate(data, SCHEMA)
+    record((REPO / lines[end].split()[1].rstrip(",")).parent, "provision-lab.jsonl")
     assert data["inventory"] == env["LAB_INVENTORY"] and list(data["hosts"]) == ["sparkfleet-makelab-1"]
 
 
