@@ -103,10 +103,11 @@ def image(ref: str, timeout: float = 30, environ=None) -> dict | None:
     return body
 
 
-# What a module's runner is: argv -> (rc, stdout, stderr); rc None when it timed out.
+# `docker image inspect --format` for the fields inspect_image returns, as the API's JSON has them.
 INSPECT_FORMAT = '{"Id": {{json .Id}}, "Architecture": {{json .Architecture}}, "RepoDigests": {{json .RepoDigests}}}'
 
 
+# `run` below is the module's runner: argv -> (rc, stdout, stderr), rc None when it timed out.
 def engine_info(run, docker: str | None, timeout: float = 30) -> tuple[dict, str | None]:
     """(the engine's /info, why it is empty): the API, else one `docker info --format '{{json .}}'` through
     run(argv) -> (rc, out, err). The reason names the CLI's own words (the daemon not running, ...)."""

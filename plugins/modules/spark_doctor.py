@@ -131,7 +131,7 @@ class Doctor:
         return self.module.run_command(argv, environ_update={"LC_ALL": "C"})
 
     def run(self, argv: list[str]) -> str | None:
-        rc, out, err = self.module.run_command(argv, environ_update={"LC_ALL": "C"})
+        rc, out, err = self.run_command(argv)
         if rc != 0:
             self.unreadable.append(f"{' '.join(argv[:3])}: rc {rc}: {(err or out).strip()[-300:]}")
             return None
@@ -165,12 +165,16 @@ class Doctor:
 
     def toolkit(self) -> list[dict]:
         names = self.module.params["toolkit_packages"]
-        lines = dpkg.read_status(names)["lines"]
-        if not names or lines is None:  # no dpkg database: not a Debian-family host
+        lines = dpkg.read_status(names)["lines"] if names else None
+        if lines is None:  # nothing asked, or no dpkg database: not a Debian-family host
             return []
         known = dpkg.parse_lines(lines)
-        return [{"name": n, "version": known[n][0] if known.get(n, ("", ""))[1][1:2] == "i" else None,
-                 "held": known.get(n, ("", ""))[1][:1] == "h"} for n in names]
+        found = []
+        for name in names:
+            version, abbrev = known.get(name, (None, ""))
+            found.append({"name": name, "version": version if abbrev[1:2] == "i" else None,
+                          "held": abbrev[:1] == "h"})
+        return found
 
     def images(self, state: dict) -> list[dict]:
         docker = self.module.get_bin_path(self.module.params["docker"])
