@@ -53,6 +53,12 @@ def _this_machines_docker_in_turn(request):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+# What a secrets attack runs with on top of -vvv: each result's `invocation` (the module's arguments), which
+# ansible-core 2.21 adds only when asked (inject_invocation, a user's ansible.cfg may set it) and earlier cores
+# always added. Without it an attack at -vvv would never see the arguments it means to search.
+SHOW_INVOCATION = {"ANSIBLE_INJECT_INVOCATION": "1"}
+
+
 def ansible_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update({

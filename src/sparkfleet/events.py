@@ -65,6 +65,9 @@ class Fleet:
     # The results a controller-side check shows as its table, in the order they came: the matrix check's (rows
     # and table, a step at a time) and the advisories check's (upstream and lines).
     check_results: list[dict] = field(default_factory=list)
+    # host -> "item: why" of each item of the running loop that failed, from its runner_item_on_failed event:
+    # ansible-core 2.21 leaves `failed` out of the items of a loop's result as callbacks get it.
+    item_failures: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def controller_facts(self) -> dict[str, Any]:
@@ -106,10 +109,13 @@ class Fleet:
             self.task_started = time.monotonic()
             self.task_items = self.task_loop_length = 0
             self.task_hosts, self.task_done = set(), set()
+            self.item_failures = {}
         elif kind in ("runner_item_on_ok", "runner_item_on_failed", "runner_item_on_skipped"):
             self.task_items += 1
             if kind == "runner_item_on_ok":
                 self._check_result(data.get("res"))
+            elif kind == "runner_item_on_failed" and isinstance(data.get("res"), dict):
+                self.item_failures.setdefault(data.get("host") or "", []).append(item_failure(data["res"]))
             loop = (data.get("res") or {}).get("ansible_loop") if isinstance(data.get("res"), dict) else None
             if isinstance(loop, dict) and isinstance(loop.get("length"), int):
                 self.task_loop_length = max(self.task_loop_length, loop["length"])
@@ -148,10 +154,10 @@ class Fleet:
         elif outcome == "failed" and not data.get("ignore_errors"):
             msg = res.get("msg") if isinstance(res, dict) else str(res)
             if isinstance(res, dict) and isinstance(res.get("results"), list):  # a loop: say which items and why
-                failed = [r for r in res["results"] if isinstance(r, dict) and r.get("failed")]
+                failed = self.item_failures.get(name) or [
+                    item_failure(r) for r in res["results"] if isinstance(r, dict) and r.get("failed")]
                 if failed:
-                    msg = " | ".join(f"{r.get('_ansible_item_label', r.get('item'))}: {r.get('msg') or 'failed'}"
-                                     for r in failed)
+                    msg = " | ".join(failed)
             host.failures.append({"task": data.get("task"), "msg": str(msg or "failed")[:2000]})
         elif outcome == "unreachable":
             host.unreachable = str(res.get("msg") if isinstance(res, dict) else res)[:500]
@@ -204,6 +210,11 @@ class Fleet:
 
 
 MAX_DIFF = 20000  # characters of one task's diff kept; the rest is named, not shown
+
+
+def item_failure(res: dict) -> str:
+    """One failed item of a loop, as a failure line names it: its label, then why."""
+    return f"{res.get('_ansible_item_label', res.get('item'))}: {res.get('msg') or 'failed'}"
 
 
 def render_diff(res: dict) -> str:

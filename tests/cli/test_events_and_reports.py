@@ -236,6 +236,28 @@ def test_a_failed_loop_says_which_items_failed_and_why():
                                             "msg": "unsloth: locked for linux/arm64; this host is linux/amd64"}]
 
 
+def test_a_failed_loop_on_ansible_core_2_21_names_its_items_from_their_own_events():
+    """ansible-core 2.21 gives callbacks a loop's items without `failed` (as recorded from the derived-image
+    build of tests/integration/test_derived_images.py): each failed item is known by its runner_item_on_failed
+    event, and the task's one line is 'One or more items failed'."""
+    fleet = Fleet()
+    fleet.handle({"event": "playbook_on_task_start", "event_data": {"task": "Build"}})
+    ok = {"changed": False, "msg": "up to date", "_ansible_item_label": "ngc-tree"}
+    refused = {"changed": False, "exception": "(traceback unavailable)", "_ansible_item_label": "ngc-audio",
+               "msg": "derived image ngc-audio: pip package einops is already in the base image (einops==0.8.1)"}
+    fleet.handle({"event": "runner_item_on_ok", "event_data": {"host": "box", "task": "Build", "res": ok}})
+    fleet.handle({"event": "runner_item_on_failed", "event_data": {"host": "box", "task": "Build", "res": refused}})
+    fleet.handle({"event": "runner_item_on_failed", "event_data": {"host": "other", "task": "Build",
+                                                                    "res": {**refused, "msg": "elsewhere"}}})
+    fleet.handle(event("failed", "box", {"msg": "One or more items failed", "results": [ok, refused]}, task="Build"))
+    assert fleet.hosts["box"].failures == [{"task": "Build", "msg": (
+        "ngc-audio: derived image ngc-audio: pip package einops is already in the base image (einops==0.8.1)")}]
+    fleet.handle({"event": "playbook_on_task_start", "event_data": {"task": "Next"}})
+    fleet.handle(event("failed", "box", {"msg": "One or more items failed", "results": [ok]}, task="Next"))
+    assert fleet.hosts["box"].failures[-1] == {"task": "Next", "msg": "One or more items failed"}, \
+        "an earlier task's items are not this one's"
+
+
 def test_a_running_task_says_how_many_of_its_hosts_and_items_are_done():
     fleet = Fleet()
     fleet.handle({"event": "playbook_on_task_start", "event_data": {"task": "Pull"}})

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from pty_screen import Screen
 
-from conftest import BIN, REPO
+from conftest import BIN, REPO, SHOW_INVOCATION
 
 pytestmark = pytest.mark.testbed
 PREFIX = "sparkfleet-fleet"
@@ -60,20 +60,20 @@ def fleet(tmp_path_factory):
         sh("testbed/standins.sh", check=False)  # the lab registry's tags back where they were
 
 
-def cli(fleet, name: str, *args: str, pty: bool = False) -> tuple[subprocess.CompletedProcess, dict, Path]:
+def cli(fleet, name: str, *args: str, pty: bool = False, **env: str) -> tuple[subprocess.CompletedProcess, dict, Path]:
     """A sparkfleet command on the fleet, piped with --plain; or (pty) typed at an 80-column terminal from a
-    directory of the user's own, its screen as the result's stdout."""
+    directory of the user's own, its screen as the result's stdout; `env` added to the environment."""
     report_dir = fleet["root"] / "reports" / name
     argv = [*args, "-i", str(fleet["inventory"]), "--report-dir", str(report_dir)]
     if pty:
         home = fleet["root"] / "home"
         home.mkdir(exist_ok=True)
-        screen = Screen(argv, home, columns=80, timeout=900).wait()
+        screen = Screen(argv, home, columns=80, timeout=900, **env).wait()
         proc = subprocess.CompletedProcess(argv, screen.rc, screen.text, "")
         proc.raw = screen.raw
     else:
         proc = subprocess.run([str(BIN / "sparkfleet"), *argv, "--plain"], cwd=REPO, capture_output=True, text=True,
-                              check=False, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
+                              check=False, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **env})
     data = json.loads((report_dir / "report.json").read_text())
     jsonschema.validate(data, SCHEMA)
     if name in RECORDED:
@@ -151,8 +151,10 @@ def test_1_provision_a_fresh_fleet_without_leaking_the_registry_password(fleet):
     assert any(w.startswith("advisory unsloth-10491 affects image unsloth/unsloth:dgxspark-latest")
                for w in pinned_report["warnings"])
     assert "warning: advisory unsloth-10491" in proc.stdout
-    # --diff: every file the run writes is shown, the place a password would leak first.
-    proc, data, report_dir = cli(fleet, "provision", "provision", "-e", f"@{fleet['secrets']}", "--diff")
+    # --diff: every file the run writes is shown, the place a password would leak first; and each result's
+    # module arguments kept in the runner's events, as a user's inject_invocation would keep them.
+    proc, data, report_dir = cli(fleet, "provision", "provision", "-e", f"@{fleet['secrets']}", "--diff",
+                                 **SHOW_INVOCATION)
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert any(line.startswith(f"{HOSTS[0]}: changed ") for line in proc.stdout.splitlines()), "the diffs shown"
     pinned = lock(fleet)
@@ -205,7 +207,7 @@ def test_2_refresh_canary_first_then_the_rest(fleet):
     # --limit (here: all three) must not skip the controller's resolution. The registry's credentials given
     # as at provision: the tag is resolved with them on the controller, and they are in nothing the run leaves.
     proc, data, report_dir = cli(fleet, "refresh", "refresh", "-e", '{"refresh_batches": [1, 1]}', "--limit",
-                                 ",".join(HOSTS), "-e", f"@{fleet['secrets']}")
+                                 ",".join(HOSTS), "-e", f"@{fleet['secrets']}", **SHOW_INVOCATION)
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert_no_secret(proc, report_dir)
     assert lock(fleet)["unsloth"]["index_digest"] == new

@@ -17,7 +17,7 @@ import pytest
 from ansible_collections.sparkfleet.spark.plugins.module_utils._advisories import AdvisoryError, github_issues
 from pty_screen import Screen
 
-from conftest import BIN, REPO, run_module
+from conftest import BIN, REPO, SHOW_INVOCATION, run_module
 
 ADVISORIES = str(REPO / "matrix" / "advisories.yml")
 TOKEN = "planted-github-token-7e1f"
@@ -123,7 +123,7 @@ def test_sparkfleet_advisories_check_lists_the_issues_and_keeps_the_token_out_of
     proc = subprocess.run([str(BIN / "sparkfleet"), "advisories", "check", "-e", f"advisories_api_url={url}",
                            "--plain", "-vvv", "--report-dir", str(report)], cwd=REPO, capture_output=True, text=True,
                           check=False, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}",
-                                            "GITHUB_TOKEN": TOKEN})
+                                            "GITHUB_TOKEN": TOKEN, **SHOW_INVOCATION})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "3 issue(s) of NVIDIA/dgx-spark-playbooks created or updated since 2026-12-01" in proc.stdout
     assert "#112 2026-12-02 open: issue 112 https://github.com/NVIDIA/dgx-spark-playbooks/issues/112" in proc.stdout

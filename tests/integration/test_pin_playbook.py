@@ -13,7 +13,7 @@ import pytest
 import yaml
 from oci_push import push
 
-from conftest import BIN, REPO, ansible_env
+from conftest import BIN, REPO, SHOW_INVOCATION, ansible_env
 
 pytestmark = pytest.mark.testbed
 
@@ -35,10 +35,10 @@ def inventory(tmp_path: Path, registry: str, hosts: int = 0) -> Path:
     return inv
 
 
-def playbook(path: Path, inv: Path, *args: str) -> subprocess.CompletedProcess:
+def playbook(path: Path, inv: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), str(path), *args,
                            "-e", f"ansible_python_interpreter={sys.executable}"],
-                          cwd=REPO, env=ansible_env(), capture_output=True, text=True, check=False)
+                          cwd=REPO, env=ansible_env(**env), capture_output=True, text=True, check=False)
 
 
 def flat(text: str) -> str:
@@ -119,7 +119,7 @@ def test_registry_login_keeps_the_password_off_argv_and_out_of_the_output(tmp_pa
         play = tmp_path / "login.yml"
         play.write_text(json.dumps([{"hosts": "sparks", "gather_facts": False, "tasks": [
             {"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_images", "tasks_from": "login.yml"}}]}]))
-        first = playbook(play, inv, "-vvv")
+        first = playbook(play, inv, "-vvv", **SHOW_INVOCATION)
         assert first.returncode == 0, first.stdout
         assert secret not in first.stdout + first.stderr
         assert registry.host in json.loads(config.read_text())["auths"]
@@ -129,13 +129,13 @@ def test_registry_login_keeps_the_password_off_argv_and_out_of_the_output(tmp_pa
         # Looked for as it is, as Docker stores it, and as the file's bytes in base64 (how slurp returns them).
         planted = [secret, base64.b64encode(f"fleet:{secret}".encode()).decode(),
                    base64.b64encode(config.read_bytes()).decode()]
-        second = playbook(play, inv, "-vvv")
+        second = playbook(play, inv, "-vvv", **SHOW_INVOCATION)
         assert "changed=0" in second.stdout
         assert [s for s in planted if s in second.stdout + second.stderr] == []
         report = tmp_path / "report"
         proc = subprocess.run([str(BIN / "sparkfleet"), "provision", "-i", str(inv), "--tags", "spark_images_login",
                                "-vvv", "--plain", "--report-dir", str(report)], cwd=tmp_path, capture_output=True,
-                              text=True, check=False, env=ansible_env())
+                              text=True, check=False, env=ansible_env(**SHOW_INVOCATION))
         assert proc.returncode == 0, proc.stdout[-3000:]
         leaked = [str(p) for p in report.rglob("*") if p.is_file() and any(s.encode() in p.read_bytes()
                                                                               for s in planted)]

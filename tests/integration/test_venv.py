@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import BIN, REPO, run_module
+from conftest import BIN, REPO, SHOW_INVOCATION, run_module
 
 MATRIX = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())
 
@@ -169,8 +169,8 @@ def test_an_index_token_never_reaches_pips_argv_or_the_result(place, pyindex, tm
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        # -vvv: the result as callbacks show it then, the invocation's module_args (the overrides) included.
-        built = run_module("spark_venv", place(index_overrides=overrides), "-vvv")
+        # -vvv with the invocation shown: the result as callbacks show it then, the module_args (the overrides) too.
+        built = run_module("spark_venv", place(index_overrides=overrides), "-vvv", **SHOW_INVOCATION)
     finally:
         stop.set()
         watcher.join()

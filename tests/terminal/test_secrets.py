@@ -27,7 +27,7 @@ from oci_push import push
 from pty_screen import Screen, SilentRegistry, started
 from registries import Registry
 
-from conftest import BIN
+from conftest import BIN, SHOW_INVOCATION
 
 pytestmark = pytest.mark.testbed
 
@@ -99,7 +99,7 @@ def run_pin(root: Path, registry: str, cancel: str | None = None) -> tuple[Scree
     watch = ArgvWatch(mark)
     screen = Screen(["pin", "-i", "inv", "--vault-password-file", str(password_file), "-e",
                      f"note={INLINE}", "-vvv"], root, SPARKFLEET_TEST_RUN=mark, NGC_API_KEY=NGC_KEY,
-                    GITHUB_TOKEN=GITHUB_TOKEN)
+                    GITHUB_TOKEN=GITHUB_TOKEN, **SHOW_INVOCATION)
     if cancel:
         started(mark)
         if cancel in ("SIGTERM", "SIGHUP"):
@@ -137,6 +137,8 @@ def test_a_run_to_its_end_leaves_no_secret_anywhere(tmp_path, registry):
     assert any("ansible-playbook" in a for a in argv), "the run's processes were watched"
     own = {password_file, root / "inv" / "group_vars" / "all" / "vault.yml"}
     assert leaks(root, screen.raw, argv, own) == []
+    events = list((root / "reports" / "latest" / "artifacts" / "run" / "job_events").glob("*.json"))
+    assert any(b'"invocation"' in e.read_bytes() for e in events), "the modules' arguments were there to search"
     command = json.loads((root / "reports" / "latest" / "artifacts" / "run" / "command").read_text())
     assert "NGC_API_KEY" in command["env"] and isinstance(command["env"], list), "names kept, values dropped"
 
@@ -179,7 +181,8 @@ def test_a_vaulted_index_token_leaves_no_trace_of_a_matrix_check_at_vvv(tmp_path
     mark = f"sparkfleet-secrets-{uuid.uuid4().hex}"
     watch = ArgvWatch(mark)
     screen = Screen(["matrix", "check", "-i", "inv", "--vault-password-file", str(password_file), "-vvv"], root,
-                    timeout=600, SPARKFLEET_TEST_RUN=mark, NGC_API_KEY=NGC_KEY, GITHUB_TOKEN=GITHUB_TOKEN).wait()
+                    timeout=600, SPARKFLEET_TEST_RUN=mark, NGC_API_KEY=NGC_KEY, GITHUB_TOKEN=GITHUB_TOKEN,
+                    **SHOW_INVOCATION).wait()
     argv = watch.done()
     assert screen.rc == 0, screen.text[-3000:]
     assert {request.split("/")[1] for request in pyindex.requests} == {"pypi", "cu130"}, "the vaulted URLs were used"
