@@ -415,6 +415,9 @@ class Run:
         private = Path(tempfile.mkdtemp(prefix="sparkfleet-run-"))
         private.chmod(0o700)
         artifacts = self.report_dir / "artifacts"
+        # A report directory used again (--report-dir): the earlier run's events would be read as this run's
+        # (ansible-runner's stats come from the job_events folder), so they go first.
+        shutil.rmtree(artifacts / "run", ignore_errors=True)
         with private_files():
             artifacts.mkdir(parents=True, exist_ok=True)
         cancelled = {"asked": False, "ended": False}

@@ -72,6 +72,19 @@ def test_a_controller_failure_is_on_the_screen_in_red_in_report_md_and_a_junit_f
     assert not (inventory / "group_vars" / "all" / "spark_images_lock.yml").exists()
 
 
+def test_a_report_directory_used_again_holds_this_runs_events_and_exit_code_alone(home):
+    """--report-dir reused (a CI job's fixed folder): ansible-runner's stats are read from the folder's job
+    events, so a failed run left there made the next, successful, run exit 2 (found on `cluster verify`)."""
+    unreachable_registry_inventory(home)
+    first = piped(["pin", "-i", "inv", "--check", "--plain", "--report-dir", "same"], home)
+    assert first.returncode == 2, first.stdout[-2000:]
+    second = piped(["doctor", "--plain", "--report-dir", "same"], home)
+    assert second.returncode == 0, second.stdout[-2000:]
+    assert json.loads((home / "same" / "report.json").read_text())["exit_code"] == 0
+    events = [json.loads(p.read_text()) for p in (home / "same" / "artifacts" / "run" / "job_events").glob("*.json")]
+    assert {Path(e["event_data"]["playbook"]).name for e in events if e["event"] == "playbook_on_start"} == {"doctor.yml"}
+
+
 def test_under_umask_000_what_sparkfleet_writes_is_its_users_alone(home):
     """A careless umask (000, as some CI runners and containers have) made reports, artifacts (the job events
     carry every variable a play sees), .sparkfleet/ and run.lock writable and readable by every user."""
