@@ -34,7 +34,7 @@ import ansible_test
 import pytest
 from ansible.release import __version__ as ansible_version
 
-from conftest import BIN, REPO, ansible_env
+from conftest import BIN, REPO, ansible_env, python_of
 
 pytestmark = pytest.mark.network  # ansible-test's venvs install from PyPI
 
@@ -71,17 +71,6 @@ def test_the_range_the_collection_admits_is_the_range_tested():
     assert TEST_VENV_CORE in CORES, f"the test venv's ansible-core {ansible_version} is not one the collection admits"
 
 
-def _python(version: str) -> str | None:
-    """The first python`version` that runs: pyenv's own builds, then PATH (a pyenv shim of a version not selected
-    fails)."""
-    candidates = [*map(str, sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))),
-                  shutil.which(f"python{version}")]
-    for candidate in filter(None, candidates):
-        if subprocess.run([candidate, "-c", "pass"], capture_output=True, check=False).returncode == 0:
-            return candidate
-    return None
-
-
 def _core_bin(core: str) -> Path:
     """The bin/ of a venv with ansible-core `core` (the test venv's own for its core), made once under .cache/."""
     python = CORES[core]
@@ -90,7 +79,7 @@ def _core_bin(core: str) -> Path:
     venv = REPO / ".cache" / f"ansible-core-{core}-py{python}"
     stamp = venv / ".ansible-core"
     if not stamp.is_file():
-        interpreter = _python(python)
+        interpreter = python_of(python)
         if interpreter is None:
             pytest.skip(f"ansible-core {core} needs Python {python}: no python{python} on PATH or under ~/.pyenv "
                         f"(pyenv install {python})")
@@ -152,6 +141,8 @@ def test_ansible_test_units_passes(tree):
     shutil.copytree(REPO / doubles / "nvidia-smi" / "recordings", root / doubles / "nvidia-smi" / "recordings",
                     dirs_exist_ok=True)
     shutil.copy2(REPO / doubles / "dgx-release", root / doubles / "dgx-release")
+    # So do the cluster checks' parsers: what ping, iperf3, ethtool, ibdev2netdev, perftest and nccl-tests print.
+    shutil.copytree(REPO / "tests" / "fixtures" / "cluster", root / "tests" / "fixtures" / "cluster")
     proc = _ansible_test(*tree, "units")
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     assert " passed" in proc.stdout
