@@ -1,0 +1,297 @@
+#!/usr/bin/python
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Measure the CX-7 rails between cluster nodes: what answers on each cable, reach, jumbo frames, TCP, RDMA, SSH."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: spark_cluster_measure
+short_description: Measure a Spark cluster's CX-7 rails from one node to its peers, bounded in time
+description:
+  - Of each pair of nodes the one listed first measures, the other serves. O(action=serve) runs a one-off
+    C(iperf3) server (and an C(ib_write_bw) server where the rail has an RDMA device) bound to this node's
+    address on each rail, for each peer listed before it, all at once; each ends after one test or O(timeout)
+    seconds, whichever comes first, and the module with the last. Start it with C(async) and C(poll 0), then
+    measure from the peers.
+  - O(action=measure), towards each peer listed after this node, on each rail - which of the peer's ports
+    answer on the cable (an IPv6 all-nodes ping, matched against the peer's link-local addresses by the
+    verdict), whether the peer answers at its rail address, whether frames of the full MTU pass unfragmented,
+    TCP bandwidth (C(iperf3 -J) for O(tcp_seconds)), RDMA bandwidth (C(ib_write_bw --report_gbits) for
+    O(rdma_seconds), where the rail names an RDMA device and perftest is installed), and on the first rail
+    whether the cluster user logs in to the peer without a password with its host key pinned
+    (C(ssh -o BatchMode=yes -o StrictHostKeyChecking=yes)).
+  - Read-only; every command is bounded.
+version_added: "0.2.0"
+author: sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
+options:
+  action:
+    description: C(serve) for the peers listed before this node, C(measure) towards those after it.
+    type: str
+    choices: [serve, measure]
+    required: true
+  index:
+    description: This node's place in the cluster's node list.
+    type: int
+    required: true
+  rails:
+    description: This node's rails - C(interface), C(address) (without prefix), C(hca) (or null).
+    type: list
+    elements: dict
+    required: true
+  peers:
+    description: The other nodes - C(name), C(index), C(addresses) (one per rail, without prefix).
+    type: list
+    elements: dict
+    required: true
+  mtu:
+    description: The cluster's MTU (frames of this size must pass unfragmented).
+    type: int
+    default: 9000
+  user:
+    description: The cluster's login user (the SSH check runs as this user).
+    type: str
+  tcp_seconds:
+    description: Seconds of each C(iperf3) test; 0 leaves TCP out.
+    type: int
+    default: 3
+  rdma_seconds:
+    description: Seconds of each C(ib_write_bw) test; 0 leaves RDMA out.
+    type: int
+    default: 3
+  port:
+    description: The first TCP port of the test servers (each pair and rail takes its own above it).
+    type: int
+    default: 5701
+  timeout:
+    description: Seconds any one command (and a server waiting for its client) may take.
+    type: int
+    default: 60
+"""
+
+EXAMPLES = r"""
+- name: Measure the rails towards the later nodes
+  sparkfleet.spark.spark_cluster_measure:
+    action: measure
+    index: 0
+    rails: [{interface: enp1s0f1np1, address: 192.168.100.10, hca: rocep1s0f1}]
+    peers: [{name: spark-02, index: 1, addresses: [192.168.100.11]}]
+    user: nvidia
+"""
+
+RETURN = r"""
+measures:
+  description: Per peer and rail - peer, rail, interface, address, neighbors (link-local addresses that answered),
+    reach and jumbo (sent, received, too_big), tcp (received_gbps, ... or error), rdma (bw_avg_gbps, ... or
+    error; null with rdma_why), ssh (ok, detail; first rail only).
+  returned: action=measure
+  type: list
+  elements: dict
+servers:
+  description: The servers run - tool, port, address, peer, served (a client came and the test ended), error.
+  returned: action=serve
+  type: list
+  elements: dict
+"""
+
+import ipaddress
+import os
+import pwd
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
+
+RDMA_PORT_OFFSET = 64
+# A client's tries to reach a server the peer started in the same moment (a second apart).
+CONNECT_ATTEMPTS = 5
+
+
+def ports(base: int, client: int, rail: int) -> tuple[int, int]:
+    """The TCP ports of one client's tests on one rail of a server: iperf3's, ib_write_bw's."""
+    tcp = base + client * cluster.MAX_RAILS + rail
+    return tcp, tcp + RDMA_PORT_OFFSET
+
+
+class Measure:
+    def __init__(self, module: AnsibleModule):
+        self.module = module
+        self.params = module.params
+        self.timeout = module.params["timeout"]
+
+    def run(self, argv: list[str], timeout: int | None = None) -> tuple[int, str, str]:
+        # pylint: disable=ansible-bad-function  # a timeout per command: a peer that never answers must not hang
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout or self.timeout,
+                                  check=False, env={**os.environ, "LC_ALL": "C"})
+        except subprocess.TimeoutExpired:
+            return 124, "", f"{os.path.basename(argv[0])} did not finish in {timeout or self.timeout} s"
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def serve(self) -> list[dict]:
+        timeout = self.module.get_bin_path("timeout", required=True)
+        iperf3 = self.module.get_bin_path("iperf3") if self.params["tcp_seconds"] else None
+        perftest = self.module.get_bin_path("ib_write_bw") if self.params["rdma_seconds"] else None
+        servers = []
+        for peer in self.params["peers"]:
+            if peer["index"] >= self.params["index"]:
+                continue
+            for number, rail in enumerate(self.params["rails"]):
+                tcp, rdma = ports(self.params["port"], peer["index"], number)
+                if iperf3 and rail.get("address"):
+                    servers.append({"tool": "iperf3", "port": tcp, "address": rail["address"], "peer": peer["name"],
+                                    "argv": [iperf3, "-s", "-1", "-p", str(tcp), "-B", rail["address"]]})
+                if perftest and rail.get("hca"):
+                    servers.append({"tool": "ib_write_bw", "port": rdma, "address": rail.get("address"),
+                                    "peer": peer["name"], "argv": [perftest, "-d", rail["hca"], "-p", str(rdma), "-D",
+                                                                   str(self.params["rdma_seconds"]), "--report_gbits",
+                                                                   "-F"]})
+        # Each until its one client is done, or the timeout: all at once, the module returning with the last.
+        with ThreadPoolExecutor(max_workers=max(1, len(servers))) as pool:
+            done = list(pool.map(lambda server: self.module.run_command(
+                [timeout, str(self.timeout), *server.pop("argv")], environ_update={"LC_ALL": "C"}), servers))
+        for index, (rc, _out, err) in enumerate(done):
+            servers[index].update(rc=rc, served=rc == 0, error=None if rc == 0 else (err.strip()[-300:] or
+                                                                                     f"exit {rc}"))
+        return servers
+
+    def measure(self) -> list[dict]:
+        measures = []
+        for peer in self.params["peers"]:
+            if peer["index"] <= self.params["index"]:
+                continue
+            for number, rail in enumerate(self.params["rails"]):
+                measures.append(self.rail(peer, number, rail))
+        return measures
+
+    def rail(self, peer: dict, number: int, rail: dict) -> dict:
+        address = (peer.get("addresses") or [None] * (number + 1))[number]
+        entry = {"peer": peer["name"], "rail": number, "interface": rail["interface"], "address": address}
+        ping = self.module.get_bin_path("ping", required=True)
+        rc, out, err = self.run([ping, "-6", "-c", "2", "-i", "0.2", "-W", "1", "-I", rail["interface"], "ff02::1"])
+        responders = cluster.parse_ping6_responders(out)
+        if responders or rc in (0, 1):
+            entry["neighbors"] = responders
+        else:
+            entry["neighbors"], entry["neighbors_why"] = None, (
+                f"no IPv6 link-local ping on {rail['interface']}: {(err or out).strip()[:200]}")
+        if not address or not rail.get("address"):
+            entry["error"] = (f"{'this node' if not rail.get('address') else peer['name']} has no address on "
+                              f"{rail['interface']}")
+            return entry
+        _rc, out, err = self.run([ping, "-c", "3", "-i", "0.2", "-W", "1", "-I", rail["interface"], address])
+        entry["reach"] = cluster.parse_ping(out + err)
+        size = str(self.params["mtu"] - 28)
+        _rc, out, err = self.run([ping, "-c", "3", "-i", "0.2", "-W", "1", "-M", "do", "-s", size, "-I",
+                                  rail["interface"], address])
+        entry["jumbo"] = cluster.parse_ping(out + err)
+        tcp_port, rdma_port = ports(self.params["port"], self.params["index"], number)
+        if self.params["tcp_seconds"]:
+            entry["tcp"] = self.tcp(address, rail["address"], tcp_port)
+        entry["rdma"], entry["rdma_why"] = self.rdma(address, rail, rdma_port)
+        if number == 0 and self.params["user"]:
+            entry["ssh"] = self.ssh(address)
+        return entry
+
+    def tcp(self, address: str, local: str, port: int) -> dict:
+        iperf3 = self.module.get_bin_path("iperf3")
+        if not iperf3:
+            return {"error": "iperf3 is not installed on this node (apt install iperf3; the cluster role does)"}
+        seconds = self.params["tcp_seconds"]
+        for _attempt in range(CONNECT_ATTEMPTS):  # the peer's server, started at the same time, may not listen yet
+            _rc, out, err = self.run([iperf3, "-c", address, "-p", str(port), "-B", local, "-t", str(seconds), "-J",
+                                      "--connect-timeout", "3000"], seconds + 20)
+            result = cluster.parse_iperf3(out or err)
+            if "Connection refused" not in str(result.get("error")):
+                break
+            time.sleep(1)
+        return result
+
+    def rdma(self, address: str, rail: dict, port: int) -> tuple[dict | None, str | None]:
+        if not self.params["rdma_seconds"]:
+            return None, "left out (rdma_seconds: 0)"
+        if not rail.get("hca"):
+            return None, "no RDMA device serves the rail (the rail names no hca)"
+        perftest = self.module.get_bin_path("ib_write_bw")
+        if not perftest:
+            return None, "perftest's ib_write_bw is not installed on this node (the cluster role installs it)"
+        seconds = self.params["rdma_seconds"]
+        for _attempt in range(CONNECT_ATTEMPTS):
+            rc, out, err = self.run([perftest, "-d", rail["hca"], "-p", str(port), "-D", str(seconds),
+                                     "--report_gbits", "-F", address], seconds + 20)
+            parsed = cluster.parse_ib_write_bw(out)
+            if parsed is not None or "Couldn't connect" not in out + err:
+                break
+            time.sleep(1)
+        if parsed is None:
+            return {"error": f"ib_write_bw gave no result (rc {rc}): {(err or out).strip()[-300:]}"}, None
+        return parsed, None
+
+    def ssh(self, address: str) -> dict:
+        user = self.params["user"]
+        ssh = self.module.get_bin_path("ssh")
+        if not ssh:
+            return {"ok": False, "detail": "the ssh client is not installed on this node"}
+        argv = [ssh, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=5",
+                "-o", "LogLevel=ERROR", address, "true"]
+        if pwd.getpwuid(os.geteuid()).pw_name != user:
+            runuser = self.module.get_bin_path("runuser", required=True)
+            argv = [runuser, "-u", user, "--", *argv]
+        rc, out, err = self.run(argv, 30)
+        if rc == 0:
+            return {"ok": True, "detail": f"{user}@{address}: logged in, host key pinned"}
+        # ssh's last line is its verdict; a changed host key comes after a banner of '@' lines.
+        said = [line.strip() for line in (err or out).splitlines() if line.strip() and not line.startswith("@")]
+        detail = said[-1][:300] if said else f"ssh exited {rc}"
+        if "REMOTE HOST IDENTIFICATION HAS CHANGED" in err:
+            detail = f"its host key is not the one pinned (REMOTE HOST IDENTIFICATION HAS CHANGED): {detail}"
+        return {"ok": False, "detail": f"{user}@{address}: {detail}"}
+
+
+def check(module: AnsibleModule) -> None:
+    """The rails and peers reach command lines: names and addresses are checked where they enter."""
+    for rail in module.params["rails"]:
+        if not cluster.INTERFACE.fullmatch(str(rail.get("interface"))) or (
+                rail.get("hca") is not None and not cluster.HCA.fullmatch(str(rail["hca"]))):
+            module.fail_json(msg=f"rail {rail!r:.120}: expected an interface name and an RDMA device name")
+    addresses = [rail.get("address") for rail in module.params["rails"]]
+    addresses += [a for peer in module.params["peers"] for a in peer.get("addresses") or []]
+    for address in addresses:
+        if address is not None:
+            try:
+                ipaddress.IPv4Address(address)
+            except ValueError:
+                module.fail_json(msg=f"address {address!r:.60}: expected an IPv4 address without a prefix")
+    if module.params["user"] and not cluster.USER.fullmatch(module.params["user"]):
+        module.fail_json(msg=f"user {module.params['user']!r:.40}: expected a login name")
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "action": {"type": "str", "choices": ["serve", "measure"], "required": True},
+            "index": {"type": "int", "required": True},
+            "rails": {"type": "list", "elements": "dict", "required": True},
+            "peers": {"type": "list", "elements": "dict", "required": True},
+            "mtu": {"type": "int", "default": 9000},
+            "user": {"type": "str"},
+            "tcp_seconds": {"type": "int", "default": 3},
+            "rdma_seconds": {"type": "int", "default": 3},
+            "port": {"type": "int", "default": 5701},
+            "timeout": {"type": "int", "default": 60},
+        },
+        supports_check_mode=True,
+    )
+    check(module)
+    measure = Measure(module)
+    if module.params["action"] == "serve":
+        module.exit_json(changed=False, servers=measure.serve())
+    module.exit_json(changed=False, measures=measure.measure())
+
+
+if __name__ == "__main__":
+    main()

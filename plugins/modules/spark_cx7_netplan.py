@@ -1,0 +1,291 @@
+#!/usr/bin/python
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Write and apply a Spark's CX-7 netplan (/etc/netplan/40-cx7.yaml), rolling back by itself when it fails."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: spark_cx7_netplan
+short_description: Configure a Spark's ConnectX-7 rails with netplan, with an automatic rollback
+description:
+  - Renders NVIDIA's C(/etc/netplan/40-cx7.yaml) from the node's plan (both halves of each QSFP port, the MTU,
+    static addresses or IPv4 link-local) and names no other interface, so the management link is never touched.
+    A plan that names the interface of the node's default route, or the address Ansible reaches it at, is
+    refused.
+  - The candidate is validated with C(netplan generate) in a scratch root beside the node's other netplan files
+    before anything is written; an invalid one changes nothing.
+  - Applying arms a rollback first (a C(systemd-run) timer that restores the previous file and applies it again
+    after O(rollback_seconds)), then runs C(netplan apply) and waits until every rail has its MTU and address. If
+    that fails, the previous file is restored and applied at once. If it succeeds, the timer stays armed until a
+    second call with O(confirm=true) (after Ansible reached the node again over its management link) disarms it,
+    so a node cut off by the change comes back by itself, as C(netplan try) does.
+version_added: "0.2.0"
+author: sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes]
+options:
+  plan:
+    description:
+      - The node's plan, as the filter C(sparkfleet.spark.spark_cluster_node_plan) makes it from C(spark_clusters)
+        (C(cluster), C(mtu), C(rails) with C(interface), C(hca), C(address)).
+      - Required unless O(confirm=true).
+    type: dict
+  path:
+    description: The netplan file.
+    type: path
+    default: /etc/netplan/40-cx7.yaml
+  rollback_seconds:
+    description: Seconds after which an applied change is undone unless confirmed.
+    type: int
+    default: 120
+  wait_seconds:
+    description: Seconds to wait, after C(netplan apply), for every rail's MTU and address.
+    type: int
+    default: 30
+  confirm:
+    description: Disarm the rollback of the last change (call it once Ansible reached the node again).
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    details: Validates and shows the file it would write; writes and applies nothing.
+  diff_mode:
+    support: full
+    details: The file before and after.
+  idempotent:
+    support: full
+    details: The same plan on a node that has it, its rails as the file says, writes and applies nothing.
+"""
+
+EXAMPLES = r"""
+- name: Configure the CX-7 rails
+  sparkfleet.spark.spark_cx7_netplan:
+    plan: "{{ spark_clusters_model | sparkfleet.spark.spark_cluster_node_plan(inventory_hostname) }}"
+  notify: Keep the CX-7 netplan
+"""
+
+RETURN = r"""
+path:
+  description: The netplan file.
+  returned: success
+  type: str
+applied:
+  description: Whether C(netplan apply) ran (false when the file was already as planned, and in check mode).
+  returned: success
+  type: bool
+rollback_unit:
+  description: The armed rollback timer's unit; null when none is armed.
+  returned: success
+  type: str
+drift:
+  description: How the rails differed from the file as written (it is applied again); empty when they did not.
+  returned: success
+  type: list
+  elements: str
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
+from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
+
+UNIT = "sparkfleet-cx7-rollback"
+STATE_DIR = "/var/lib/sparkfleet"
+BACKUP = f"{STATE_DIR}/40-cx7.yaml.previous"
+ABSENT = f"{STATE_DIR}/40-cx7.yaml.absent"
+ROLLBACK_SCRIPT = f"{STATE_DIR}/cx7-rollback.sh"
+
+
+def rollback_script(path: str) -> str:
+    """The rollback the timer runs: the previous file back (or none, if there was none), then netplan apply."""
+    return (f"#!/bin/sh\n# Written by sparkfleet (spark_cx7_netplan): undoes a CX-7 netplan change nobody confirmed.\n"
+            f"if [ -f '{BACKUP}' ]; then cp -p '{BACKUP}' '{path}'; elif [ -f '{ABSENT}' ]; then rm -f '{path}'; fi\n"
+            f"rm -f '{BACKUP}' '{ABSENT}'\nnetplan apply\n")
+
+
+class Netplan:
+    def __init__(self, module: AnsibleModule):
+        self.module = module
+        self.path = module.params["path"]
+        self.netplan = module.get_bin_path("netplan", required=True)
+        self.ip = module.get_bin_path("ip", required=True)
+        self.systemctl = module.get_bin_path("systemctl")
+
+    def run(self, argv: list[str], timeout: int = 120) -> tuple[int, str, str]:
+        # pylint: disable=ansible-bad-function  # a timeout: netplan apply can hang on a wedged networkd
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                                  env={**os.environ, "LC_ALL": "C"})
+        except subprocess.TimeoutExpired:
+            return 124, "", f"{argv[0]} did not finish in {timeout} s"
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def management(self) -> tuple[str | None, list[str]]:
+        """The default route's interface, and the addresses Ansible reaches this node at (SSH_CONNECTION)."""
+        rc, out, _err = self.run([self.ip, "-j", "route", "show", "default"], 10)
+        routes = json.loads(out) if rc == 0 and out.strip() else []
+        interface = routes[0].get("dev") if routes else None
+        connection = os.environ.get("SSH_CONNECTION", "").split()
+        return interface, connection[2:3]
+
+    def validate(self, text: str) -> None:
+        """netplan generate on the candidate beside the node's other netplan files, in a scratch root."""
+        root = tempfile.mkdtemp(prefix="sparkfleet-netplan-")
+        try:
+            target = os.path.join(root, "etc", "netplan")
+            os.makedirs(target)
+            for name in sorted(os.listdir("/etc/netplan")) if os.path.isdir("/etc/netplan") else []:
+                source = os.path.join("/etc/netplan", name)
+                if name.endswith(".yaml") and os.path.isfile(source) and source != self.path:
+                    shutil.copy(source, target)
+            with open(os.path.join(target, os.path.basename(self.path)), "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.chmod(os.path.join(target, os.path.basename(self.path)), 0o600)
+            rc, out, err = self.run([self.netplan, "generate", "--root-dir", root], 60)
+            if rc != 0:
+                self.module.fail_json(msg=f"netplan refuses the CX-7 configuration it would write to {self.path}: "
+                                          f"{(err or out).strip()[:1000]}. Nothing was written; check the rails in "
+                                          "spark_clusters.", rc=rc, stdout=out, stderr=err, candidate=text)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    def reached(self, plan: dict) -> list[str]:
+        """What is still missing on the rails: an interface, its MTU, its address."""
+        missing = []
+        rc, out, _err = self.run([self.ip, "-j", "addr", "show"], 10)
+        links = {link.get("ifname"): link for link in (json.loads(out) if rc == 0 and out.strip() else [])}
+        for rail in plan["rails"]:
+            link = links.get(rail["interface"])
+            if link is None:
+                missing.append(f"{rail['interface']} is not on this node")
+                continue
+            if link.get("mtu") != plan["mtu"]:
+                missing.append(f"{rail['interface']} has MTU {link.get('mtu')}, not {plan['mtu']}")
+            have = [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info") or [] if a.get("family") == "inet"]
+            if rail["address"] and rail["address"] not in have:
+                missing.append(f"{rail['interface']} has not {rail['address']} ({', '.join(have) or 'no address'})")
+        return missing
+
+    def armed(self) -> bool:
+        if not self.systemctl:
+            return False
+        _rc, out, _err = self.run([self.systemctl, "is-active", f"{UNIT}.timer"], 10)
+        return out.strip() == "active"
+
+    def stop_timer(self) -> None:
+        if self.systemctl:
+            self.run([self.systemctl, "stop", f"{UNIT}.timer"], 30)
+            self.run([self.systemctl, "reset-failed", f"{UNIT}.timer", f"{UNIT}.service"], 30)
+
+    def disarm(self) -> None:
+        """The change is kept: the timer stopped, the previous file forgotten."""
+        self.stop_timer()
+        for path in (BACKUP, ABSENT):
+            if os.path.exists(path):
+                os.unlink(path)
+
+    def restore(self, before: str | None) -> None:
+        if before is None:
+            if os.path.exists(self.path):
+                os.unlink(self.path)
+        else:
+            atomic_write(self.path, before, 0o600)
+        self.run([self.netplan, "apply"])
+        self.disarm()
+
+    def apply(self, plan: dict, text: str, before: str | None) -> str | None:
+        os.makedirs(STATE_DIR, mode=0o755, exist_ok=True)
+        self.stop_timer()  # an earlier change's, before its backup is replaced by this one's
+        if before is None:
+            atomic_write(ABSENT, "", 0o600)
+        else:
+            atomic_write(BACKUP, before, 0o600)
+        atomic_write(ROLLBACK_SCRIPT, rollback_script(self.path), 0o700)
+        seconds = self.module.params["rollback_seconds"]
+        if seconds > 0:
+            systemd_run = self.module.get_bin_path("systemd-run")
+            if not systemd_run:
+                self.module.fail_json(msg="cannot arm the rollback of the CX-7 netplan: systemd-run is not on this "
+                                          "node; nothing was applied. Set spark_cluster_rollback_seconds: 0 to apply "
+                                          "without one.")
+            rc, out, err = self.run([systemd_run, f"--unit={UNIT}", f"--on-active={seconds}",
+                                     "--timer-property=AccuracySec=1s", "/bin/sh", ROLLBACK_SCRIPT], 30)
+            if rc != 0:
+                self.module.fail_json(msg=f"cannot arm the rollback of the CX-7 netplan (systemd-run: "
+                                          f"{(err or out).strip()[:500]}); nothing was applied. Set "
+                                          "spark_cluster_rollback_seconds: 0 to apply without one.", rc=rc)
+        atomic_write(self.path, text, 0o600)
+        rc, out, err = self.run([self.netplan, "apply"])
+        deadline = time.monotonic() + self.module.params["wait_seconds"]
+        missing = [f"netplan apply failed: {(err or out).strip()[:500]}"] if rc != 0 else self.reached(plan)
+        while rc == 0 and missing and time.monotonic() < deadline:
+            time.sleep(1)
+            missing = self.reached(plan)
+        if missing:
+            self.restore(before)
+            self.module.fail_json(msg=f"the CX-7 netplan did not take: {'; '.join(missing)}. The previous "
+                                      f"configuration was restored and applied ({self.path} "
+                                      f"{'removed' if before is None else 'as it was'}). Check the rails' "
+                                      "interfaces with ibdev2netdev and spark_clusters.", rc=rc, stderr=err)
+        return f"{UNIT}.timer" if seconds > 0 else None
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "plan": {"type": "dict"},
+            "path": {"type": "path", "default": cluster.NETPLAN_FILE},
+            "rollback_seconds": {"type": "int", "default": 120},
+            "wait_seconds": {"type": "int", "default": 30},
+            "confirm": {"type": "bool", "default": False},
+        },
+        required_if=[("confirm", False, ("plan",))],
+        supports_check_mode=True,
+    )
+    netplan = Netplan(module)
+    if module.params["confirm"]:
+        armed = netplan.armed()
+        if armed and not module.check_mode:
+            netplan.disarm()
+        module.exit_json(changed=armed, path=netplan.path, applied=False, rollback_unit=None)
+    plan = module.params["plan"]
+    problem = cluster.check_plan(plan)
+    if problem:
+        module.fail_json(msg=f"spark_cx7_netplan: {problem}")
+    interface, addresses = netplan.management()
+    clash = cluster.management_clash(plan, interface, addresses)
+    if clash:
+        module.fail_json(msg=f"refused, nothing written: {clash}.")
+    text = cluster.render_netplan(plan)
+    try:
+        with open(netplan.path, encoding="utf-8") as handle:
+            before = handle.read()
+    except FileNotFoundError:
+        before = None
+    # Converged: the file as planned and the rails as the file says (an MTU or address changed by hand since is
+    # put back by applying the file again).
+    drift = netplan.reached(plan) if before == text else []
+    result = {"changed": before != text or bool(drift), "path": netplan.path, "applied": False,
+              "rollback_unit": None, "drift": drift}
+    if result["changed"]:
+        result["diff"] = {"before": before or "", "after": text, "before_header": netplan.path,
+                          "after_header": netplan.path}
+        if drift:
+            result["diff"]["before_header"] = f"{netplan.path} (as written; the rails differ: {'; '.join(drift)})"
+        netplan.validate(text)
+        if not module.check_mode:
+            result["rollback_unit"] = netplan.apply(plan, text, before)
+            result["applied"] = True
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
