@@ -79,6 +79,13 @@ COMMANDS = {
                          "matrix/advisories.yml was last reviewed (its checked_on), for review. Opt-in network: asks "
                          "GitHub's API (GITHUB_TOKEN in the environment raises the rate limit). Changes nothing: "
                          "record what affects you in the file and set checked_on."),
+    "cluster-verify": ("playbooks/cluster_verify.yml", None,
+                       "Prove each cluster of spark_clusters (Sparks joined through their ConnectX-7 ports), "
+                       "read-only and bounded in time: per node the CX-7 interfaces, link speed, PCIe width, MTU, "
+                       "addresses, RDMA devices, CmaTotal and any nccl.conf; per pair and rail which port answers "
+                       "at the other end of the cable, reach, frames of the full MTU, TCP and RDMA bandwidth and "
+                       "SSH with pinned host keys; then a bounded NCCL all_gather in the locked NGC image. Each "
+                       "check against matrix/cluster-thresholds.yml; a failure names its likely cause and the fix."),
     "doctor": ("playbooks/doctor.yml", None,
                "What someone debugging a DGX Spark needs, in one paste-able report per host, read-only: DGX OS, "
                "kernel, driver and CUDA, the GPU and its compute capability, Docker, its runtimes and CDI, the toolkit "
@@ -106,6 +113,8 @@ EXAMPLES = {
     "doctor": ["sparkfleet doctor", "sparkfleet doctor -i inventory/mylab -l spark-03"],
     "matrix-check": ["sparkfleet matrix check", "sparkfleet matrix check -e matrix_check_skip_steps=torch"],
     "matrix-lock": ["sparkfleet matrix lock", "sparkfleet matrix lock --check --diff"],
+    "cluster-verify": ["sparkfleet cluster verify -i inventory/mylab",
+                       "sparkfleet cluster verify -i inventory/mylab -e cluster_verify_tcp_seconds=10"],
     "advisories-check": ["sparkfleet advisories check",
                          "GITHUB_TOKEN=$(cat ~/.github-token) sparkfleet advisories check"],
 }
@@ -220,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "in use, and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for name, (playbook, tags, text) in COMMANDS.items():
-        if name in ("matrix-check", "matrix-lock", "advisories-check"):
+        if name in ("matrix-check", "matrix-lock", "advisories-check", "cluster-verify"):
             continue
         command = sub.add_parser(name, help=SHORT_HELP[name], formatter_class=HelpText,
                                  description=f"{text} Runs {playbook}" + (f" --tags {tags}" if tags else "") + ".",
@@ -252,6 +261,14 @@ def build_parser() -> argparse.ArgumentParser:
                                          description=COMMANDS["advisories-check"][2] + " Runs "
                                          "playbooks/advisories_check.yml.")
     _ansible_options(upstream, inventory_default=CONFIGURED)
+    clusters = sub.add_parser("cluster", help="Sparks joined through their ConnectX-7 ports",
+                              description="Sparks joined into a cluster through their ConnectX-7 ports "
+                                          "(spark_clusters; provision sets them up with the role spark_cluster).")
+    cluster_sub = clusters.add_subparsers(dest="cluster_command", required=True, metavar="SUBCOMMAND")
+    proof = cluster_sub.add_parser("verify", help="prove each cluster's link, RDMA and NCCL",
+                                   epilog=epilog("cluster-verify"), formatter_class=HelpText,
+                                   description=COMMANDS["cluster-verify"][2] + " Runs playbooks/cluster_verify.yml.")
+    _ansible_options(proof)
     lab = sub.add_parser("lab", help="the test bed's lab of emulated Sparks",
                          description="The lab: emulated aarch64 hosts standing in for Sparks, with the test bed's "
                                      "registry, apt repository and package index (testbed/). 'up' starts them and "
@@ -360,6 +377,8 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
     if command in ("matrix-check", "matrix-lock", "advisories-check"):
         for line in fleet.check_lines("issues" if command == "advisories-check" else "table"):
             console.print(line, highlight=False, markup=False)
+    for line in collection_module("_cluster").verdict_lines(data.get("clusters") or []):
+        console.print(line, highlight=False, markup=False, style="red" if line.startswith("  FAILED") else None)
     print_summary(data, paths, console, diffs=options.diff)
     return outcome.exit_code()
 
@@ -436,7 +455,8 @@ def lab(args: argparse.Namespace, console: Console) -> int:
               f"from {PROJECT_DIR}. Clone the repository and run `make lab` there.")
         return EXIT_BAD_INPUT
     if args.lab_command == "down":
-        for script in (["lab.sh", "down"], ["aptrepo.sh", "stop"], ["registry.sh", "stop"], ["pyindex.sh", "stop"]):
+        for script in (["lab.sh", "down"], ["cluster.sh", "down"], ["aptrepo.sh", "stop"], ["registry.sh", "stop"],
+                       ["pyindex.sh", "stop"]):
             subprocess.run([str(testbed / script[0]), *script[1:]], check=False)
         return EXIT_OK
     if args.hosts < 1:
@@ -495,6 +515,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_command(f"matrix-{args.matrix_command}", args, console)
     if args.command == "advisories":
         return run_command("advisories-check", args, console)
+    if args.command == "cluster":
+        return run_command("cluster-verify", args, console)
     return run_command(args.command, args, console)
 
 

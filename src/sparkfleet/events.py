@@ -17,7 +17,9 @@ from typing import Any
 
 WATCHED_FACTS = ("spark_preflight", "spark_images_pinned", "spark_venv_active", "spark_verify_result",
                  "spark_container_runtime_registered", "spark_images_refresh", "spark_images_refresh_failure",
-                 "spark_verify_refresh_check", "spark_doctor", "spark_preflight_override")
+                 "spark_verify_refresh_check", "spark_doctor", "spark_preflight_override", "spark_cluster_verdicts")
+# Facts about the fleet, not the host that set them (a run_once task's): the controller's.
+FLEET_FACTS = ("spark_images_refresh", "spark_cluster_verdicts")
 
 
 @dataclass
@@ -148,9 +150,10 @@ class Fleet:
                 path = res.get("dest") or res.get("path")
                 host.changes.append({"task": data.get("task"), "diff": render_diff(res),
                                      "path": path if isinstance(path, str) else None})
-            if "spark_images_refresh" in host.facts and host is not self.controller:
-                # the fleet's plan (run_once), not this host's own
-                self.controller_facts["spark_images_refresh"] = host.facts.pop("spark_images_refresh")
+            for name in FLEET_FACTS:
+                if name in host.facts and host is not self.controller:
+                    # the fleet's (a run_once task's), not this host's own
+                    self.controller_facts[name] = host.facts.pop(name)
         elif outcome == "failed" and not data.get("ignore_errors"):
             msg = res.get("msg") if isinstance(res, dict) else str(res)
             if isinstance(res, dict) and isinstance(res.get("results"), list):  # a loop: say which items and why

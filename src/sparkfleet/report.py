@@ -43,6 +43,7 @@ def build(fleet: Fleet, meta: dict[str, Any]) -> dict:
         "refresh": ({"diff": [{k: d.get(k) for k in ("name", "tag", "old", "new", "changed", "line")}
                               for d in refresh.get("diff", [])]} if refresh else None),
         "warnings": list(fleet.warnings),
+        "clusters": fleet.controller_facts.get("spark_cluster_verdicts"),
     }
 
 
@@ -72,6 +73,7 @@ def markdown(report: dict) -> str:
         out += ["## Errors", ""] + [f"- {e}" for e in report["errors"]] + [""]
     if report.get("warnings"):
         out += ["## Warnings", ""] + [f"- {w}" for w in report["warnings"]] + [""]
+    out += cluster_markdown(report.get("clusters"))
     out += ["## Hosts", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in summary_rows(report)]
     for name, h in report["hosts"].items():
@@ -97,6 +99,27 @@ def markdown(report: dict) -> str:
                 out += [f"# {c['task']}", c["diff"]]
             out.append(fence)
     return "\n".join(out) + "\n"
+
+
+def cluster_markdown(clusters: list[dict] | None) -> list[str]:
+    """Each cluster: its verdict, rails and bandwidths, then every check with what was found and expected, and
+    for a failure its likely cause and the fix."""
+    out = []
+    for verdict in clusters or []:
+        out += [f"## Cluster {verdict['cluster']}: {verdict['verdict']}", "",
+                f"- nodes: {', '.join(verdict['nodes'])}",
+                "- rails: " + ", ".join(f"{r['interface']} ({r['hca'] or 'no RDMA device named'}, "
+                                        f"{r['subnet'] or 'link-local'})" for r in verdict["rails"])]
+        for kind, values in verdict["bandwidth"].items():
+            unit = "GB/s bus bandwidth" if kind == "nccl" else "Gb/s"
+            out += [f"- {kind}: " + ", ".join(f"{v['where']} {v['value']} {unit}" for v in values)] if values else []
+        out += ["", "| check | where | status | found | expected | cause, fix or why |", "|---|---|---|---|---|---|"]
+        for c in verdict["checks"]:
+            note = f"{c['cause']}; fix: {c['fix']}" if c["status"] == "failed" else c.get("why") or ""
+            cells = [c["check"], c["where"], c["status"], str(c.get("found") or ""), str(c.get("expected") or ""), note]
+            out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+        out.append("")
+    return out
 
 
 def junit(report: dict) -> str:
@@ -149,6 +172,13 @@ def junit(report: dict) -> str:
             else:
                 case(name, "verification", text=lines)
             case(name, "abi", failure="; ".join(h["abi_findings"]) or None)
+    for verdict in report.get("clusters") or []:
+        for c in verdict["checks"]:
+            detail = f"found {c.get('found')}, expected {c.get('expected')}"
+            case(f"cluster.{verdict['cluster']}", f"{c['check']} {c['where']}",
+                 failure=f"{detail}; likely: {c['cause']}; fix: {c['fix']}" if c["status"] == "failed" else None,
+                 skipped=f"{c['status']}: {c.get('why')}" if c["status"] in ("not run", "not judged") else None,
+                 text=detail)
     if report["exit_code"] != 0 and not counts["failures"]:
         # A run that failed without a failing host (bad input, nothing targeted, cancelled) fails here.
         case("sparkfleet", "run", failure="; ".join(report.get("errors") or [])
