@@ -35,7 +35,7 @@ testbed: venv
 	@testbed/tools.sh
 	@testbed/docker.sh
 	@testbed/binfmt.sh
-	@testbed/images.sh
+	@testbed/images.sh plain spark amd64 cluster
 
 registry:
 	@testbed/registry.sh start
@@ -50,7 +50,7 @@ lab: testbed
 	sparkfleet lab up --hosts $(LAB_HOSTS)
 
 lab-down:
-	@if [ -x $(BIN)/sparkfleet ]; then sparkfleet lab down; else testbed/lab.sh down; fi
+	@if [ -x $(BIN)/sparkfleet ]; then sparkfleet lab down; else testbed/lab.sh down; testbed/cluster.sh down; fi
 
 lint: venv
 	ruff check setup.py src plugins tests collections testbed bench

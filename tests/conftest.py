@@ -34,6 +34,7 @@ COLLECTION = "sparkfleet.spark"
 THIS_MACHINES_DOCKER = {
     "test_abi_scan_real.py", "test_blessed_local.py", "test_derived_images.py", "test_image_lock_and_pull.py",
     "test_image_resolve.py", "test_mirror.py", "test_pin_playbook.py", "test_platform_boundary.py",
+    "test_spark_cluster_facts.py",
     "test_refresh_abi.py", "test_registry_faults.py",
 }
 
@@ -71,6 +72,19 @@ def ansible_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def python_of(version: str) -> str | None:
+    """The first python`version` that runs: pyenv's own builds, then PATH (a pyenv shim of a version not selected
+    fails)."""
+    import shutil
+
+    candidates = [*map(str, sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))),
+                  shutil.which(f"python{version}")]
+    for candidate in filter(None, candidates):
+        if subprocess.run([candidate, "-c", "pass"], capture_output=True, check=False).returncode == 0:
+            return candidate
+    return None
+
+
 def fqcn(module: str) -> str:
     """sparkfleet's own modules by their full name (sparkfleet.spark.spark_state); others as given."""
     return module if "." in module else f"{COLLECTION}.{module}"
@@ -99,6 +113,20 @@ def run_module(module: str, args: dict, *flags: str, **env: str) -> dict:
     result["_stdout"] = proc.stdout  # what the user sees, e.g. the --diff output
     result["_stderr"] = proc.stderr  # [WARNING] lines
     return result
+
+
+def record(report_dir: Path, fixture: str) -> None:
+    """SPARKFLEET_RECORD_EVENTS=1: a real run's events become tests/fixtures/events/<fixture>, trimmed (trim.py),
+    for the CLI's tests to replay."""
+    if os.environ.get("SPARKFLEET_RECORD_EVENTS") != "1":
+        return
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trim", REPO / "tests" / "fixtures" / "events" / "trim.py")
+    trim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trim)
+    (events,) = report_dir.glob("artifacts/*/job_events")
+    (REPO / "tests" / "fixtures" / "events" / fixture).write_text(trim.trimmed(events))
 
 
 @pytest.fixture

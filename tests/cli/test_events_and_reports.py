@@ -2,7 +2,8 @@
 
 tests/fixtures/events/*.jsonl are recorded by the fleet's suite (SPARKFLEET_RECORD_EVENTS=1 pytest tests/fleet):
 `make lab`'s provision of one host with the venv, the provision of a fresh fleet of three, and a refresh in which
-the second host failed its check and was rolled back, trimmed by tests/fixtures/events/trim.py to the fields the
+the second host failed its check and was rolled back; and by the cluster's (tests/cluster): the lab cluster's
+verify, and the same with one rail at MTU 1500. Each trimmed by tests/fixtures/events/trim.py to the fields the
 driver reads. A fixture naming a play or task the playbooks no longer have fails here.
 """
 
@@ -342,3 +343,46 @@ def test_an_event_fixture_names_only_plays_and_tasks_that_exist(fixture):
             if name and not any(p.match(name) for p in patterns):
                 gone.add(name)
     assert sorted(gone) == [], f"{fixture} names plays or tasks that no longer exist"
+
+
+def test_a_cluster_verify_of_the_lab_reports_each_check_and_why_the_hardware_ones_could_not_run():
+    fleet = replay("cluster-verify-lab")
+    data = report.build(fleet, {**META, "command": "cluster verify", "playbook": "playbooks/cluster_verify.yml"})
+    jsonschema.validate(data, SCHEMA)
+    (verdict,) = data["clusters"]
+    assert (verdict["cluster"], verdict["verdict"], verdict["counts"]["failed"]) == ("lab", "not verified", 0)
+    statuses = {c["status"] for c in verdict["checks"]}
+    assert statuses == {"ok", "not run", "not judged"}
+    text = report.markdown(data)
+    assert "## Cluster lab: not verified" in text
+    assert ("| speed | sparkfleet-cxtest-1 enp1s0f1np1 | not run |  |  | a virtual link (veth), not a CX-7 port |"
+            in text)
+    suite = ET.fromstring(report.junit(data))
+    cases = [c for c in suite.iter("testcase") if c.get("classname") == "sparkfleet.cluster.lab"]
+    assert len(cases) == len(verdict["checks"]) and suite.get("failures") == "0"
+    assert int(suite.get("skipped")) == sum(1 for c in verdict["checks"] if c["status"] != "ok")
+
+
+def test_a_cluster_verify_with_a_rail_at_mtu_1500_fails_naming_the_cause_and_the_fix():
+    fleet = replay("cluster-verify-mtu-1500-lab")
+    data = report.build(fleet, {**META, "command": "cluster verify", "status": "failed", "exit_code": 2})
+    jsonschema.validate(data, SCHEMA)
+    (verdict,) = data["clusters"]
+    failed = [c for c in verdict["checks"] if c["status"] == "failed"]
+    assert [(c["check"], c["where"]) for c in failed] == [
+        ("mtu", "sparkfleet-cxtest-2 enP2p1s0f1np1"),
+        ("jumbo", "sparkfleet-cxtest-1 -> sparkfleet-cxtest-2 enP2p1s0f1np1")]
+    suite = ET.fromstring(report.junit(data))
+    messages = [f.get("message") for f in suite.iter("failure")]
+    assert any(m.startswith("found 1500, expected 9000; likely: the MTU is below the cluster's") for m in messages)
+    assert "fix: provision with the cluster role" in report.markdown(data)
+    lines = table_lines(data)
+    assert lines[0].startswith("cluster lab (sparkfleet-cxtest-1, sparkfleet-cxtest-2): FAILED - ")
+    assert lines[1].startswith("  FAILED mtu sparkfleet-cxtest-2 enP2p1s0f1np1: found 1500, expected 9000; likely: ")
+
+
+def table_lines(data: dict) -> list[str]:
+    """What the CLI prints after a cluster verify: the collection's own lines of the report's verdicts."""
+    from sparkfleet.runner import collection_module
+
+    return collection_module("_cluster").verdict_lines(data["clusters"])

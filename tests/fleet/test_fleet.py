@@ -24,7 +24,7 @@ import pytest
 import yaml
 from pty_screen import Screen
 
-from conftest import BIN, REPO, SHOW_INVOCATION
+from conftest import BIN, REPO, SHOW_INVOCATION, record
 
 pytestmark = pytest.mark.testbed
 PREFIX = "sparkfleet-fleet"
@@ -84,19 +84,6 @@ def cli(fleet, name: str, *args: str, pty: bool = False, **env: str) -> tuple[su
 # The runs whose events tests/cli reads (SPARKFLEET_RECORD_EVENTS=1 records them again): the fresh fleet's
 # provision and the refresh in which the second host fails and is rolled back; make lab's provision is test_0's.
 RECORDED = {"provision": "provision-fleet.jsonl", "refresh-fail": "refresh-rollback-fleet.jsonl"}
-
-
-def record(report_dir: Path, fixture: str) -> None:
-    """SPARKFLEET_RECORD_EVENTS=1: the run's events become tests/fixtures/events/<fixture>, trimmed (trim.py)."""
-    if os.environ.get("SPARKFLEET_RECORD_EVENTS") != "1":
-        return
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("trim", REPO / "tests" / "fixtures" / "events" / "trim.py")
-    trim = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(trim)
-    (events,) = report_dir.glob("artifacts/*/job_events")
-    (REPO / "tests" / "fixtures" / "events" / fixture).write_text(trim.trimmed(events))
 
 
 def lock(fleet) -> dict:

@@ -1,0 +1,69 @@
+"""sparkfleet's NCCL probe, run for real across two ranks by a real torch: the CPU build this machine's wheel
+store has (torch 2.13.0+cpu, Python 3.11), so the ranks gather through gloo, as the probe does in a container that
+sees no GPU. What runs is what spark_cluster_nccl sends into the locked image (module_utils/_cluster.NCCL_PROBE);
+rank 0's table is read back by the parser that reads nccl-tests' logs. NCCL itself needs the GPU: the device
+check runs it there."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
+
+from conftest import REPO, python_of
+
+pytestmark = pytest.mark.network
+
+WHEEL_STORE = Path("/opt/wheels")
+
+
+@pytest.fixture(scope="module")
+def torch_python() -> str:
+    wheels = sorted(WHEEL_STORE.glob("torch-*+cpu-cp311-cp311-*x86_64.whl"))
+    interpreter = python_of("3.11")
+    if not wheels or interpreter is None:
+        pytest.skip(f"needs the CPU torch wheel for Python 3.11 in {WHEEL_STORE} and a python3.11")
+    venv = REPO / ".cache" / "tests" / "torch-cpu-py311"
+    stamp = venv / ".sparkfleet-installed"
+    if not stamp.is_file() or stamp.read_text() != wheels[-1].name:
+        subprocess.run([interpreter, "-m", "venv", "--clear", str(venv)], check=True, capture_output=True)
+        # torch's own requirements (filelock, sympy, networkx, jinja2, fsspec, ...) come from PyPI.
+        proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--isolated",
+                               str(wheels[-1])], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            pytest.skip(f"pip could not install {wheels[-1].name}: {proc.stderr.strip()[-400:]}")
+        stamp.write_text(wheels[-1].name)
+    return str(venv / "bin" / "python")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_two_ranks_gather_every_value_and_rank_0_prints_nccl_tests_table(torch_python):
+    port, nbytes = free_port(), 8 * 1024 * 1024
+    ranks = [subprocess.Popen([torch_python, "-", str(rank), "2", "127.0.0.1", str(port), str(nbytes), "3", "1",
+                               "120"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for rank in (0, 1)]
+    for rank in ranks:  # both get the program before either is waited for: rank 0 waits for rank 1 to join
+        rank.stdin.write(cluster.NCCL_PROBE)
+        rank.stdin.close()
+    outputs = [(rank.stdout.read(), rank.stderr.read()) for rank in ranks]
+    for rank in ranks:
+        rank.wait(timeout=300)
+    assert [rank.returncode for rank in ranks] == [0, 0], [err[-2000:] for _out, err in outputs]
+    table, quiet = outputs[0][0], outputs[1][0]
+    assert quiet == "", "only rank 0 prints"
+    assert "backend gloo (no GPU in the container: not NCCL)" in table, "it says it was not NCCL"
+    parsed = cluster.parse_nccl_tests(table)
+    (row,) = parsed["rows"]
+    assert (row["size"], row["count"], row["type"]) == (nbytes, nbytes // 4, "float")
+    assert (row["wrong"], row["in_place_wrong"], parsed["out_of_bounds"]) == (0, 0, 0), "every value arrived"
+    assert row["busbw"] > 0 and row["in_place_busbw"] > 0
+    assert row["busbw"] == pytest.approx(row["algbw"] / 2, abs=0.011), "busbw = algbw * (ranks - 1) / ranks"
+    assert [r["rank"] for r in parsed["ranks"]] == [0, 1] and parsed["avg_busbw"] > 0
