@@ -49,24 +49,16 @@ start_node() {
 }
 
 wait_booted() {
-    local name="$1" state=""
-    for _ in $(seq 1 60); do
-        state="$(docker exec "$name" systemctl is-system-running 2>/dev/null || true)"
-        case "$state" in
-            running|degraded)
-                # A Spark's /sys is writable and udevd runs: Docker mounts the node's own (network-namespaced)
-                # sysfs read-only, so udevd did not start at boot; netplan apply writes uevents there, and
-                # networkd configures a link (a rail cabled later) only once udev initialized it.
-                docker exec "$name" mount -o remount,rw /sys
-                docker exec "$name" systemctl start systemd-udevd
-                # DGX OS's first login user, the same on every node.
-                docker exec "$name" sh -c 'id nvidia >/dev/null 2>&1 || useradd -m -s /bin/bash nvidia'
-                say "$name booted (systemd: $state)"
-                return 0 ;;
-        esac
-        sleep 1
-    done
-    die "$name did not finish booting in 60 s (systemd says '${state:-nothing}'); see 'docker logs $name'."
+    local name="$1" state
+    state="$(systemd_ready "$name" 60)" || exit 1
+    # A Spark's /sys is writable and udevd runs: Docker mounts the node's own (network-namespaced) sysfs
+    # read-only, so udevd did not start at boot; netplan apply writes uevents there, and networkd configures a
+    # link (a rail cabled later) only once udev initialized it.
+    docker exec "$name" mount -o remount,rw /sys
+    docker exec "$name" systemctl start systemd-udevd
+    # DGX OS's first login user, the same on every node.
+    docker exec "$name" sh -c 'id nvidia >/dev/null 2>&1 || useradd -m -s /bin/bash nvidia'
+    say "$name booted (systemd: $state)"
 }
 
 pid_of() { docker inspect --format '{{.State.Pid}}' "$1"; }

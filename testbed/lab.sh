@@ -53,15 +53,9 @@ start_host() {
 }
 
 wait_booted() {
-    local name="$1" state=""
-    for _ in $(seq 1 90); do
-        state="$(docker exec "$name" systemctl is-system-running 2>/dev/null || true)"
-        case "$state" in
-            running|degraded) say "$name booted (systemd: $state)"; return 0 ;;
-        esac
-        sleep 2
-    done
-    die "$name did not finish booting in 180 s (systemd says '${state:-nothing}'); see 'docker logs $name' and 'docker exec $name systemctl --failed'."
+    local name="$1" state
+    state="$(systemd_ready "$name" 180)" || exit 1
+    say "$name booted (systemd: $state)"
 }
 
 write_inventory() {

@@ -105,3 +105,17 @@ service_port() {
     [[ "$port" =~ ^[0-9]+$ ]] || die "port '$port' is not a number; expected e.g. $2."
     echo "$port"
 }
+
+# systemd_ready NAME SECONDS: wait until systemd in the container NAME is up (running, or degraded: a service that
+# cannot start in a container); print its state, or say why not and fail.
+systemd_ready() {
+    local name="$1" seconds="$2" state="" started=$SECONDS
+    while [ $((SECONDS - started)) -lt "$seconds" ]; do
+        state="$(docker exec "$name" systemctl is-system-running 2>/dev/null || true)"
+        case "$state" in
+            running|degraded) echo "$state"; return 0 ;;
+        esac
+        sleep 1
+    done
+    die "$name did not finish booting in $seconds s (systemd says '${state:-nothing}'); see 'docker logs $name' and 'docker exec $name systemctl --failed'."
+}

@@ -50,40 +50,32 @@ def _peer_value(hostvars, peer: str, fact: str, what: str, cluster_name: str):
     return value
 
 
+def _peer_keys(model: list[dict], host: str, hostvars, fact: str, what: str, check_mode: bool):
+    """(cluster, peer, key) for each of the node's peers, the key its fact holds, checked to be an OpenSSH public
+    key. In check mode a peer whose key is not there yet (made or read by this run) is left out."""
+    found = cluster.cluster_of(model or [], str(host))
+    for peer in found["nodes"] if found else []:
+        if peer == str(host) or (check_mode and _fact(hostvars, peer, fact) is None):
+            continue
+        key = str(_peer_value(hostvars, peer, fact, what, found["name"])).strip()
+        if not PUBLIC_KEY.fullmatch(key):
+            raise AnsibleFilterError(f"{peer}'s {what} is {key[:60]!r}...; expected an OpenSSH public key line")
+        yield found, peer, key.split(" ")[:2]
+
+
 def spark_cluster_authorized_keys(model: list[dict], host: str, hostvars, check_mode: bool = False) -> str:
     """The peers' public keys (fact spark_cluster_public_key of each), one a line, for the cluster user's
     authorized_keys. In check mode a peer whose key is not made yet is left out."""
-    found = cluster.cluster_of(model or [], str(host))
-    lines = []
-    for peer in found["nodes"] if found else []:
-        if peer == str(host):
-            continue
-        if check_mode and _fact(hostvars, peer, "spark_cluster_public_key") is None:
-            continue
-        key = str(_peer_value(hostvars, peer, "spark_cluster_public_key", "public key", found["name"])).strip()
-        if not PUBLIC_KEY.fullmatch(key):
-            raise AnsibleFilterError(f"{peer}'s public key is {key[:60]!r}...; expected an OpenSSH public key line")
-        kind, body = key.split(" ")[:2]
-        lines.append(f"{kind} {body} sparkfleet cluster {found['name']}: {peer}")
-    return "\n".join(lines)
+    return "\n".join(f"{kind} {body} sparkfleet cluster {found['name']}: {peer}" for found, peer, (kind, body)
+                     in _peer_keys(model, host, hostvars, "spark_cluster_public_key", "public key", check_mode))
 
 
 def spark_cluster_known_hosts(model: list[dict], host: str, hostvars, check_mode: bool = False) -> str:
     """The peers' host keys (fact spark_cluster_host_key of each, read from the peer itself through Ansible, never
     taken from the network), one line a peer, under its inventory name and its static rail addresses."""
-    found = cluster.cluster_of(model or [], str(host))
-    lines = []
-    for peer in found["nodes"] if found else []:
-        if peer == str(host):
-            continue
-        if check_mode and _fact(hostvars, peer, "spark_cluster_host_key") is None:
-            continue
-        key = str(_peer_value(hostvars, peer, "spark_cluster_host_key", "host key", found["name"])).strip()
-        if not PUBLIC_KEY.fullmatch(key):
-            raise AnsibleFilterError(f"{peer}'s host key is {key[:60]!r}...; expected an OpenSSH public key line")
-        names = [peer] + [a.split("/")[0] for a in found["addresses"][peer] if a]
-        lines.append(",".join(names) + " " + " ".join(key.split(" ")[:2]))
-    return "\n".join(lines)
+    return "\n".join(",".join([peer] + [a.split("/")[0] for a in found["addresses"][peer] if a]) + f" {kind} {body}"
+                     for found, peer, (kind, body)
+                     in _peer_keys(model, host, hostvars, "spark_cluster_host_key", "host key", check_mode))
 
 
 def spark_cluster_measure_args(model: list[dict], host: str, hostvars) -> dict:

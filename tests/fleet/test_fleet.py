@@ -245,20 +245,26 @@ def test_4_restore_a_destroyed_host(fleet):
     assert all(launcher_ref(h).endswith(pinned["unsloth"]["index_digest"]) for h in HOSTS)
 
 
-def test_5_verify_typed_at_an_80_column_terminal_changes_nothing_on_the_converged_fleet(fleet):
-    """The README's `sparkfleet verify -i inventory`, typed at an 80-column terminal from a directory of the
-    user's own: the live display, then each host's row whole with its verdict inside 80 columns, the reports
-    line; the converged fleet unchanged."""
-    proc, data, report_dir = cli(fleet, "verify", "verify", pty=True)
+def assert_the_screen_of_a_converged_fleet(proc: subprocess.CompletedProcess, command: str, report_dir: Path):
+    """What a person reads at the 80-column terminal: the live display, then each host's row whole with its
+    verdict inside 80 columns, and the reports line naming report.md."""
     assert proc.returncode == 0 and "Traceback" not in proc.stdout, proc.stdout[-5000:]
     lines = proc.stdout.splitlines()
     assert any(line.startswith("play: ") or " play: " in line for line in lines), "the live display was drawn"
-    title = max(i for i, line in enumerate(lines) if line.startswith("sparkfleet verify: successful (exit 0"))
+    title = max(i for i, line in enumerate(lines) if line.startswith(f"sparkfleet {command}: successful (exit 0"))
     end = next(i for i in range(title, len(lines)) if lines[i].startswith("reports: "))
     assert all(len(line) <= 80 for line in lines[title:end]), "\n".join(lines[title:end])
     for host in HOSTS:
         assert any(line.startswith(host) and "not verified" in line for line in lines[title:end]), host
     assert str(report_dir / "report.md") in lines[end]
+
+
+def test_5_verify_typed_at_an_80_column_terminal_changes_nothing_on_the_converged_fleet(fleet):
+    """The README's `sparkfleet verify -i inventory`, typed at an 80-column terminal from a directory of the
+    user's own: the live display, then each host's row whole with its verdict inside 80 columns, the reports
+    line; the converged fleet unchanged."""
+    proc, data, report_dir = cli(fleet, "verify", "verify", pty=True)
+    assert_the_screen_of_a_converged_fleet(proc, "verify", report_dir)
     for host in HOSTS:
         entry = data["hosts"][host]
         assert entry["counts"]["changed"] == 0, (host, entry["counts"])
@@ -291,14 +297,7 @@ def test_5b_fast_provision_of_the_converged_fleet_changes_nothing_and_reports_th
     columns, the reports line."""
     plain = fleet["verified"]
     proc, fast, report_dir = cli(fleet, "provision-fast", "provision", "--fast", pty=True)
-    assert proc.returncode == 0 and "Traceback" not in proc.stdout, proc.stdout[-5000:]
-    lines = proc.stdout.splitlines()
-    assert any(line.startswith("play: ") or " play: " in line for line in lines), "the live display was drawn"
-    title = max(i for i, line in enumerate(lines) if line.startswith("sparkfleet provision: successful (exit 0"))
-    end = next(i for i in range(title, len(lines)) if lines[i].startswith("reports: "))
-    assert all(len(line) <= 80 for line in lines[title:end]), "\n".join(lines[title:end])
-    assert all(any(line.startswith(h) and "not verified" in line for line in lines[title:end]) for h in HOSTS)
-    assert str(report_dir / "report.md") in lines[end]
+    assert_the_screen_of_a_converged_fleet(proc, "provision", report_dir)
     for host in HOSTS:
         entry = fast["hosts"][host]
         assert entry["counts"]["changed"] == 0, (host, entry["counts"])
