@@ -222,12 +222,19 @@ def render_netplan(plan: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def management_clash(plan: dict, default_interface: str | None, management_addresses: list[str]) -> str | None:
-    """Why this plan would touch the link Ansible reaches the node through (None: it does not)."""
+def management_clash(plan: dict, default_interface: str | None, management_addresses: list[str],
+                     held: dict[str, list[str]] | None = None) -> str | None:
+    """Why this plan would touch the link Ansible reaches the node through (None: it does not): a rail on the
+    interface of the default route, a rail that holds (held: interface -> its addresses now) or would be given an
+    address Ansible reaches the node at."""
     for rail in plan["rails"]:
         if rail["interface"] == default_interface:
             return (f"rail interface {rail['interface']} carries this node's default route: it is the management "
                     "link, not a CX-7 rail; name the CX-7 interfaces ibdev2netdev shows")
+        now = [a for a in (held or {}).get(rail["interface"], []) if a.split("/")[0] in management_addresses]
+        if now:
+            return (f"rail interface {rail['interface']} holds {now[0]}, the address Ansible reaches this node at: it "
+                    "is the management link, not a CX-7 rail; name the CX-7 interfaces ibdev2netdev shows")
         if rail["address"] and rail["address"].split("/")[0] in management_addresses:
             return (f"rail address {rail['address']} is the address Ansible reaches this node at; give the rails "
                     "subnets of their own")

@@ -105,6 +105,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
+from ansible_collections.sparkfleet.spark.plugins.module_utils._validate import host_name
 
 RDMA_PORT_OFFSET = 64
 # A client's tries to reach a server the peer started in the same moment (a second apart).
@@ -194,7 +195,7 @@ class Measure:
             entry["tcp"] = self.tcp(address, rail["address"], tcp_port)
         entry["rdma"], entry["rdma_why"] = self.rdma(address, rail, rdma_port)
         if number == 0 and self.params["user"]:
-            entry["ssh"] = self.ssh(address)
+            entry["ssh"] = self.ssh(peer["name"], address)
         return entry
 
     def tcp(self, address: str, local: str, port: int) -> dict:
@@ -231,13 +232,15 @@ class Measure:
             return {"error": f"ib_write_bw gave no result (rc {rc}): {(err or out).strip()[-300:]}"}, None
         return parsed, None
 
-    def ssh(self, address: str) -> dict:
+    def ssh(self, peer: str, address: str) -> dict:
         user = self.params["user"]
         ssh = self.module.get_bin_path("ssh")
         if not ssh:
             return {"ok": False, "detail": "the ssh client is not installed on this node"}
+        # The host key is looked up under the peer's name (HostKeyAlias), which known_hosts pins it under whatever
+        # the addressing: a link-local address may change at a reboot, the name does not.
         argv = [ssh, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=5",
-                "-o", "LogLevel=ERROR", address, "true"]
+                "-o", "LogLevel=ERROR", "-o", f"HostKeyAlias={peer}", address, "true"]
         if pwd.getpwuid(os.geteuid()).pw_name != user:
             runuser = self.module.get_bin_path("runuser", required=True)
             argv = [runuser, "-u", user, "--", *argv]
@@ -268,6 +271,9 @@ def check(module: AnsibleModule) -> None:
                 module.fail_json(msg=f"address {address!r:.60}: expected an IPv4 address without a prefix")
     if module.params["user"] and not cluster.USER.fullmatch(module.params["user"]):
         module.fail_json(msg=f"user {module.params['user']!r:.40}: expected a login name")
+    for peer in module.params["peers"]:
+        if host_name(peer.get("name")):
+            module.fail_json(msg=f"peer name {peer.get('name')!r:.60} {host_name(peer.get('name'))}")
 
 
 def main() -> None:

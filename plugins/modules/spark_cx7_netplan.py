@@ -47,6 +47,13 @@ options:
     description: Disarm the rollback of the last change (call it once Ansible reached the node again).
     type: bool
     default: false
+  management_addresses:
+    description:
+      - The addresses Ansible reaches the node at (C(ansible_host)); a rail that holds one, or would be given one,
+        is refused. C(SSH_CONNECTION)'s is added where the module's environment has it.
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -128,13 +135,19 @@ class Netplan:
             return 124, "", f"{argv[0]} did not finish in {timeout} s"
         return proc.returncode, proc.stdout, proc.stderr
 
-    def management(self) -> tuple[str | None, list[str]]:
-        """The default route's interface, and the addresses Ansible reaches this node at (SSH_CONNECTION)."""
+    def management(self) -> tuple[str | None, list[str], dict[str, list[str]]]:
+        """The default route's interface; the addresses Ansible reaches this node at (O(management_addresses), and
+        SSH_CONNECTION's where sudo kept it); every interface's IPv4 addresses now."""
         rc, out, _err = self.run([self.ip, "-j", "route", "show", "default"], 10)
         routes = json.loads(out) if rc == 0 and out.strip() else []
         interface = routes[0].get("dev") if routes else None
         connection = os.environ.get("SSH_CONNECTION", "").split()
-        return interface, connection[2:3]
+        addresses = [*self.module.params["management_addresses"], *connection[2:3]]
+        rc, out, _err = self.run([self.ip, "-j", "addr", "show"], 10)
+        held = {link.get("ifname"): [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info") or []
+                                     if a.get("family") == "inet"]
+                for link in (json.loads(out) if rc == 0 and out.strip() else [])}
+        return interface, addresses, held
 
     def validate(self, text: str) -> None:
         """netplan generate on the candidate beside the node's other netplan files, in a scratch root."""
@@ -172,6 +185,8 @@ class Netplan:
             have = [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info") or [] if a.get("family") == "inet"]
             if rail["address"] and rail["address"] not in have:
                 missing.append(f"{rail['interface']} has not {rail['address']} ({', '.join(have) or 'no address'})")
+            if not rail["address"] and not any(a.startswith("169.254.") for a in have):
+                missing.append(f"{rail['interface']} has no link-local address (169.254.0.0/16) yet")
         return missing
 
     def armed(self) -> bool:
@@ -246,6 +261,7 @@ def main() -> None:
             "rollback_seconds": {"type": "int", "default": 120},
             "wait_seconds": {"type": "int", "default": 30},
             "confirm": {"type": "bool", "default": False},
+            "management_addresses": {"type": "list", "elements": "str", "default": []},
         },
         required_if=[("confirm", False, ("plan",))],
         supports_check_mode=True,
@@ -260,8 +276,8 @@ def main() -> None:
     problem = cluster.check_plan(plan)
     if problem:
         module.fail_json(msg=f"spark_cx7_netplan: {problem}")
-    interface, addresses = netplan.management()
-    clash = cluster.management_clash(plan, interface, addresses)
+    interface, addresses, held = netplan.management()
+    clash = cluster.management_clash(plan, interface, addresses, held)
     if clash:
         module.fail_json(msg=f"refused, nothing written: {clash}.")
     text = cluster.render_netplan(plan)

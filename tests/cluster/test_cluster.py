@@ -285,5 +285,31 @@ def test_12_a_rail_on_the_management_link_is_refused_and_nothing_is_written(lab)
         assert result["msg"].startswith("refused, nothing written: rail interface mgmt0 carries this node's default "
                                          "route: it is the management link")
         assert on(NODES[1], "cat", "/etc/netplan/40-cx7.yaml").stdout == before
+        # A rail that holds the address Ansible reaches the node at (its ansible_host), whatever it would be given.
+        held = module(lab, NODES[1], "spark_cx7_netplan", {"plan": plan(NODES[1]),
+                                                           "management_addresses": ["198.18.110.11"]})
+        assert held["rc"] != 0 and held["msg"].startswith(
+            "refused, nothing written: rail interface enp1s0f1np1 holds 198.18.110.11/24, the address Ansible "
+            "reaches this node at")
     finally:
         on(NODES[1], "ip", "link", "del", "mgmt0", check=False)
+
+
+def test_13_link_local_addressing_as_nvidias_option_1_with_host_keys_checked_by_name(lab):
+    """NVIDIA's recommended addressing: IPv4 link-local on both rails (addresses that may change at a reboot), so
+    the host keys are pinned under the nodes' names and SSH checks them by name (HostKeyAlias)."""
+    linked = lab["root"] / "link-local.yml"
+    linked.write_text(yaml.safe_dump({"spark_clusters": [{**CLUSTER, "addressing": "link-local", "rails": [
+        {"interface": rail} for rail in RAILS]}]}))
+    proc, _data, _ = provision(lab, "link-local", "-e", f"@{linked}")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for node in NODES:
+        addresses = [a["local"] for link in json.loads(on(node, "ip", "-j", "addr", "show").stdout)
+                     if link["ifname"] in RAILS for a in link["addr_info"] if a["family"] == "inet"]
+        assert len(addresses) == 2 and all(a.startswith("169.254.") for a in addresses), addresses
+    proc, data, _ = sparkfleet(lab, "link-local-verify", "cluster", "verify", "-e", f"@{linked}")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    (verdict,) = data["clusters"]
+    assert failed(verdict) == [] and verdict["verdict"] == "not verified"
+    (ssh,) = [c for c in verdict["checks"] if c["check"] == "ssh"]
+    assert ssh["status"] == "ok" and "@169.254." in ssh["found"], ssh

@@ -94,6 +94,10 @@ def test_a_plan_that_would_touch_the_management_link_is_refused():
     assert cluster.management_clash(plan, "enP7s7", ["10.0.0.5"]) is None
     assert "carries this node's default route" in cluster.management_clash(plan, "enp1s0f1np1", [])
     assert "is the address Ansible reaches this node at" in cluster.management_clash(plan, None, ["192.168.100.10"])
+    held = {"enp1s0f1np1": ["10.0.0.5/24"], "enP2p1s0f1np1": []}
+    assert cluster.management_clash(plan, "enP7s7", ["10.0.0.5"], held).startswith(
+        "rail interface enp1s0f1np1 holds 10.0.0.5/24, the address Ansible reaches this node at")
+    assert cluster.management_clash(plan, "enP7s7", ["spark-01.lab"], held) is None
 
 
 @pytest.mark.parametrize("bad", [
