@@ -21,6 +21,7 @@ from pathlib import Path
 from rich.console import Console
 
 from sparkfleet import __version__, report
+from sparkfleet.collection_home import PROJECT_DIR, collection_module
 from sparkfleet.events import Fleet
 from sparkfleet.runner import (
     EXIT_BAD_INPUT,
@@ -29,13 +30,11 @@ from sparkfleet.runner import (
     EXIT_FAILED_HOSTS,
     EXIT_OK,
     EXIT_UNREACHABLE,
-    PROJECT_DIR,
     AnsibleOptions,
     InventoryBusy,
     Run,
     RunOutcome,
     ansible_config,
-    collection_module,
     inventory_groups,
     inventory_lock,
     outcome_from_stats,

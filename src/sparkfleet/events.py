@@ -15,11 +15,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-WATCHED_FACTS = ("spark_preflight", "spark_images_pinned", "spark_venv_active", "spark_verify_result",
-                 "spark_container_runtime_registered", "spark_images_refresh", "spark_images_refresh_failure",
-                 "spark_verify_refresh_check", "spark_doctor", "spark_preflight_override", "spark_cluster_verdicts")
+from sparkfleet.collection_home import collection_module
+
 # Facts about the fleet, not the host that set them (a run_once task's): the controller's.
 FLEET_FACTS = ("spark_images_refresh", "spark_cluster_verdicts")
+# What the events are read for: the facts each host's summary is built from (the fleet table's, its one home),
+# the fleet's, and the doctor's report.
+WATCHED_FACTS = (*collection_module("_fleet_table").FACTS, *FLEET_FACTS, "spark_doctor")
 
 
 @dataclass

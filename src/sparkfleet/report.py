@@ -13,8 +13,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from sparkfleet.collection_home import collection_module
 from sparkfleet.events import Fleet, Host
-from sparkfleet.runner import collection_module, private_files
+from sparkfleet.runner import private_files
 
 table = collection_module("_fleet_table")
 

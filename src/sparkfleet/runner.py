@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
-import importlib
 import json
 import os
 import re
@@ -32,28 +31,11 @@ import yaml
 
 from sparkfleet import ansible_config as _config
 from sparkfleet.ansible_config import AnsibleConfig
+from sparkfleet.collection_home import ANSIBLE_CFG, COLLECTIONS_DIR, PROJECT_DIR
 from sparkfleet.events import Fleet
 from sparkfleet.processes import end_run
 from sparkfleet.progress import Progress
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
-_CHECKOUT = _PACKAGE_DIR.parents[1]
-
-
-def _where() -> tuple[Path, Path, Path]:
-    """(the collection sparkfleet.spark, the collections path that holds it, the ansible.cfg to use).
-
-    From a checkout (an editable install, the tests) that is the repository
-    itself, linked in as collections/ansible_collections/sparkfleet/spark;
-    from a wheel, the copy setup.py put into the package.
-    """
-    if (_CHECKOUT / "galaxy.yml").is_file() and (_CHECKOUT / "collections" / "ansible_collections").is_dir():
-        return _CHECKOUT, _CHECKOUT / "collections", _CHECKOUT / "ansible.cfg"
-    shipped = _PACKAGE_DIR / "collection"
-    return shipped / "ansible_collections" / "sparkfleet" / "spark", shipped, shipped / "ansible.cfg"
-
-
-PROJECT_DIR, COLLECTIONS_DIR, ANSIBLE_CFG = _where()
 # Ctrl-C, kill's default and a closed terminal end a run the same way: its processes first, then the rest.
 CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -61,16 +43,6 @@ CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 def ansible_config(cwd: Path | None = None) -> AnsibleConfig:
     """The Ansible configuration a run started in cwd (default: here) uses, and what sparkfleet adds."""
     return _config.resolve(cwd or Path.cwd(), os.environ, ANSIBLE_CFG, COLLECTIONS_DIR)
-
-
-def collection_module(name: str):
-    """A pure-Python module_utils of the collection sparkfleet.spark that runs (PROJECT_DIR), imported by name.
-
-    The CLI reads what only the collection should know (the fleet table) from there rather than a copy.
-    """
-    if str(COLLECTIONS_DIR) not in sys.path:
-        sys.path.append(str(COLLECTIONS_DIR))
-    return importlib.import_module(f"ansible_collections.sparkfleet.spark.plugins.module_utils.{name}")
 
 
 EXIT_OK = 0

@@ -383,6 +383,6 @@ def test_a_cluster_verify_with_a_rail_at_mtu_1500_fails_naming_the_cause_and_the
 
 def table_lines(data: dict) -> list[str]:
     """What the CLI prints after a cluster verify: the collection's own lines of the report's verdicts."""
-    from sparkfleet.runner import collection_module
+    from sparkfleet.collection_home import collection_module
 
     return collection_module("_cluster").verdict_lines(data["clusters"])
