@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from ansible_collections.sparkfleet.spark.plugins.module_utils._docker_daemon import RUNTIME_PATH, registration_gaps
+from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import debian_architecture
 
 
 def spark_docker_registration_gaps(daemon_json: dict | None, path: str, set_as_default: bool = False,
@@ -24,6 +25,13 @@ def spark_docker_registration_gaps(daemon_json: dict | None, path: str, set_as_d
     return registration_gaps(daemon_json["registration"], runtime_path, set_as_default, enable_cdi)
 
 
+def spark_debian_architecture(arch: str | None) -> str | None:
+    """Debian's name for a machine's architecture (uname -m): the toolkit repository's directory; None for one
+    sparkfleet does not know (module_utils/_oci.py holds the one architecture map)."""
+    return debian_architecture(arch)
+
+
 class FilterModule:
     def filters(self):
-        return {"spark_docker_registration_gaps": spark_docker_registration_gaps}
+        return {"spark_docker_registration_gaps": spark_docker_registration_gaps,
+                "spark_debian_architecture": spark_debian_architecture}

@@ -117,8 +117,15 @@ def select_platform(index: dict, architecture: str = "arm64", os_name: str = "li
 
 
 # The lock entry's fields, in the order the file is written (its diff is the review).
-# A machine's architecture (uname -m, or Debian's name for it) -> the OCI platform its images are pulled for.
-PLATFORMS = {"aarch64": "linux/arm64", "arm64": "linux/arm64", "x86_64": "linux/amd64", "amd64": "linux/amd64"}
+# The one architecture map: a machine's architecture as uname -m says it -> Debian's name for it (an apt
+# repository's directory) and the OCI platform its images are pulled for (linux/<Debian's name>).
+DEBIAN_ARCHITECTURES = {"aarch64": "arm64", "x86_64": "amd64"}
+PLATFORMS = {name: f"linux/{debian}" for machine, debian in DEBIAN_ARCHITECTURES.items() for name in (machine, debian)}
+
+
+def debian_architecture(arch: str | None) -> str | None:
+    """Debian's name for a machine's architecture (uname -m); None for one sparkfleet does not know."""
+    return DEBIAN_ARCHITECTURES.get(arch or "")
 
 
 def host_platform(arch: str | None) -> str:

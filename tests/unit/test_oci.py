@@ -90,6 +90,13 @@ def test_a_hosts_platform_follows_its_architecture_and_defaults_to_a_sparks():
         "linux/arm64", "linux/arm64", "linux/amd64", "linux/amd64", "linux/arm64", "linux/arm64"]
 
 
+def test_the_toolkit_repositorys_directory_comes_from_the_same_architecture_map():
+    from ansible_collections.sparkfleet.spark.plugins.filter.sparkfleet_runtime import spark_debian_architecture
+
+    assert [spark_debian_architecture(a) for a in ("aarch64", "x86_64", "riscv64", None)] == [
+        "arm64", "amd64", None, None]
+
+
 # Values an attacker or a careless edit can put into a lock: each would end a shell comment or argument, run a
 # command, or leave a directory in a launcher (run as root by spark_verify, and by every user).
 INJECTIONS = ["25.11-py3\ntouch /tmp/PWNED #", "x'; touch /tmp/PWNED; '", "$(touch /tmp/PWNED)", "`id`",
