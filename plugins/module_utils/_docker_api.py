@@ -146,3 +146,16 @@ def inspect_image(run, docker: str | None, ref: str, timeout: float = 30) -> dic
     except ValueError:
         return {"Id": None, "Architecture": None, "RepoDigests": []}
     return found if isinstance(found, dict) else {"Id": None, "Architecture": None, "RepoDigests": []}
+
+
+def free_bytes(path: str) -> int | None:
+    """Bytes free (for an unprivileged user's writes) on the filesystem of `path`, Docker's data root; where it
+    does not exist yet, its nearest parent that does. None when it cannot be read."""
+    probe = path
+    while probe and not os.path.exists(probe):
+        probe = os.path.dirname(probe.rstrip("/")) or "/"
+    try:
+        found = os.statvfs(probe)
+    except OSError:
+        return None
+    return found.f_bavail * found.f_frsize

@@ -127,7 +127,6 @@ repo_digests:
 """
 
 import json
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _docker_api as docker_api
@@ -229,12 +228,10 @@ class Puller:
             self.module.warn(f"Docker's data root could not be read (docker info); the free space for {ref} was "
                              "not checked.")
             return
-        try:
-            stat = os.statvfs(root)
-        except OSError as exc:
-            self.module.warn(f"the free space on {root} could not be read ({exc}); it was not checked for {ref}.")
+        free = docker_api.free_bytes(root)
+        if free is None:
+            self.module.warn(f"the free space on {root} could not be read; it was not checked for {ref}.")
             return
-        free = stat.f_bavail * stat.f_frsize
         needed = size * UNPACK_FACTOR + headroom
         if free < needed:
             raise PullFailed(f"not enough disk for {ref}: it is {gib(size)} to download (about "

@@ -309,17 +309,6 @@ class PreflightFacts:
         root = config.get("data-root")
         return root if isinstance(root, str) and root.startswith("/") else "/var/lib/docker"
 
-    @staticmethod
-    def free_bytes(path: str) -> int | None:
-        probe = path
-        while probe and not os.path.exists(probe):
-            probe = os.path.dirname(probe.rstrip("/")) or "/"
-        try:
-            stat = os.statvfs(probe)
-        except OSError:
-            return None
-        return stat.f_bavail * stat.f_frsize
-
     def gather(self) -> dict:
         arch = os.uname().machine
         gpus, cuda, nvsmi = self.nvidia()
@@ -342,7 +331,7 @@ class PreflightFacts:
             "cuda_driver_version": cuda,
             "nvidia_smi": nvsmi,
             "docker_data_root": data_root,
-            "docker_data_root_free_bytes": self.free_bytes(data_root),
+            "docker_data_root_free_bytes": docker_api.free_bytes(data_root),
             "dockerd": next((p for p in ("/usr/bin/dockerd", "/usr/sbin/dockerd") if os.path.exists(p)), None),
             "docker_service": self.docker_service(),
             "docker_runtimes": runtimes if isinstance(runtimes, dict) else None,

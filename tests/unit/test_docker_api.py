@@ -94,3 +94,12 @@ def test_a_remote_engine_is_asked_through_the_cli_and_its_words_are_kept(monkeyp
                                      {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}])
 def test_no_socket_this_process_can_use_means_the_cli(environ):
     assert docker_api.socket_path(environ) is None
+
+
+def test_the_free_space_of_a_data_root_not_made_yet_is_its_nearest_parents(tmp_path):
+    import os
+
+    here = os.statvfs(tmp_path)
+    assert docker_api.free_bytes(str(tmp_path / "docker" / "overlay2")) == pytest.approx(
+        here.f_bavail * here.f_frsize, rel=0.01), "the parent that exists stands for the folder Docker will make"
+    assert docker_api.free_bytes(str(tmp_path)) > 0
