@@ -106,6 +106,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
 from ansible_collections.sparkfleet.spark.plugins.module_utils._validate import env_name, env_value
 
+DOCKER_COULD_NOT_START = 125  # docker run's own exit status when the container did not start
+
 
 def valid_address(text: str) -> bool:
     try:
@@ -156,6 +158,13 @@ def main() -> None:
         module.exit_json(changed=False, ran=False, why=f"the NCCL run did not end in {p['timeout'] + 30} s (a rank "
                          "that never joined, or a hung transfer)", output="", parsed=cluster.parse_nccl_tests(""))
     parsed = cluster.parse_nccl_tests(proc.stdout)
+    said = (proc.stderr or proc.stdout).strip()
+    if proc.returncode == DOCKER_COULD_NOT_START:
+        why = f"Docker could not start the locked image on this node: {said[-400:]}"
+        if "runtime" in said.lower() and "nvidia" in said.lower():
+            why += (". The nvidia runtime is not registered with Docker here: provision the node "
+                    "(spark_container_runtime registers it)")
+        module.exit_json(changed=False, ran=False, why=why, output=proc.stdout, parsed=parsed)
     if proc.returncode != 0:
         module.exit_json(changed=False, ran=False, why=f"the NCCL run exited {proc.returncode}: "
                          f"{(proc.stderr or proc.stdout).strip()[-600:]}", output=proc.stdout, parsed=parsed)
