@@ -214,12 +214,26 @@ def render_netplan(plan: dict) -> str:
              "network:", "  version: 2", "  ethernets:"]
     for rail in plan["rails"]:
         lines += [f"    {rail['interface']}:", "      dhcp4: false", "      dhcp6: false"]
+        addresses = rail.get("addresses", [rail["address"]] if rail["address"] else [])
         if rail["address"]:
-            lines += ["      link-local: [ipv6]", f"      addresses: [{rail['address']}]"]
+            lines += ["      link-local: [ipv6]", f"      addresses: [{', '.join(addresses)}]"]
         else:
-            lines += ["      link-local: [ipv4, ipv6]"]
-        lines.append(f"      mtu: {plan['mtu']}")
+            lines += ["      link-local: [ipv4, ipv6]"] + ([f"      addresses: [{', '.join(addresses)}]"]
+                                                          if addresses else [])
+        lines.append(f"      mtu: {rail.get('mtu', plan['mtu'])}")
     return "\n".join(lines) + "\n"
+
+
+def as_they_are(plan: dict, links: dict[str, dict]) -> dict:
+    """The plan with each rail as `ip -j addr` shows it now (its MTU, its IPv4 addresses; link-local ones left
+    out): rendered, it is what --diff shows against the file when the rails drifted from it."""
+    rails = []
+    for rail in plan["rails"]:
+        link = links.get(rail["interface"]) or {}
+        held = [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info") or []
+                if a.get("family") == "inet" and not a["local"].startswith("169.254.")]
+        rails.append({**rail, "mtu": link.get("mtu", "absent"), "addresses": held})
+    return {**plan, "rails": rails}
 
 
 def management_clash(plan: dict, default_interface: str | None, management_addresses: list[str],

@@ -170,11 +170,14 @@ class Netplan:
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
+    def links(self) -> dict[str, dict]:
+        rc, out, _err = self.run([self.ip, "-j", "addr", "show"], 10)
+        return {link.get("ifname"): link for link in (json.loads(out) if rc == 0 and out.strip() else [])}
+
     def reached(self, plan: dict) -> list[str]:
         """What is still missing on the rails: an interface, its MTU, its address."""
         missing = []
-        rc, out, _err = self.run([self.ip, "-j", "addr", "show"], 10)
-        links = {link.get("ifname"): link for link in (json.loads(out) if rc == 0 and out.strip() else [])}
+        links = self.links()
         for rail in plan["rails"]:
             link = links.get(rail["interface"])
             if link is None:
@@ -294,8 +297,9 @@ def main() -> None:
     if result["changed"]:
         result["diff"] = {"before": before or "", "after": text, "before_header": netplan.path,
                           "after_header": netplan.path}
-        if drift:
-            result["diff"]["before_header"] = f"{netplan.path} (as written; the rails differ: {'; '.join(drift)})"
+        if drift:  # the file is as planned: the diff is the rails as they are now against it
+            result["diff"].update(before=cluster.render_netplan(cluster.as_they_are(plan, netplan.links())),
+                                  before_header=f"the rails now ({'; '.join(drift)})")
         netplan.validate(text)
         if not module.check_mode:
             result["rollback_unit"] = netplan.apply(plan, text, before)

@@ -167,8 +167,12 @@ def test_6_mtu_1500_by_hand_is_found_with_its_cause_and_provision_puts_it_back(l
     assert f"FAILED mtu {NODES[1]} {RAILS[1]}: found 1500, expected 9000; likely: the MTU is below the cluster's" \
            in proc.stdout
     assert "dgx-spark-playbooks #102, PR #103" in (report_dir / "report.md").read_text()
-    proc, data, _ = provision(lab, "mtu-repair")
+    proc, data, _ = provision(lab, "mtu-repair", "--diff")
     assert proc.returncode == 0 and data["hosts"][NODES[1]]["counts"]["changed"] >= 1, proc.stdout[-3000:]
+    (repair,) = [c for c in data["hosts"][NODES[1]]["changes"] if c["task"].startswith("Configure the CX-7 rails")]
+    assert f"--- before: the rails now ({RAILS[1]} has MTU 1500, not 9000)" in repair["diff"]
+    assert "-      mtu: 1500\n+      mtu: 9000" in repair["diff"], repair["diff"]
+    assert "warning: Found existing ssh key" not in proc.stdout, "a key is made only when there is none"
     assert json.loads(on(NODES[1], "ip", "-j", "link", "show", RAILS[1]).stdout)[0]["mtu"] == 9000
 
 

@@ -89,6 +89,20 @@ def test_the_netplan_is_nvidias_file_for_the_rails_alone():
     assert "addresses" not in cluster.render_netplan(linked)
 
 
+def test_rails_that_drifted_from_the_file_show_as_they_are_now_against_it():
+    import difflib
+
+    plan = cluster.node_plan(model(), "spark-02")
+    links = {"enp1s0f1np1": {"mtu": 9000, "addr_info": [{"family": "inet", "local": "192.168.100.11", "prefixlen": 24},
+                                                        {"family": "inet6", "local": "fe80::1", "prefixlen": 64}]},
+             "enP2p1s0f1np1": {"mtu": 1500, "addr_info": []}}
+    diff = [line for line in difflib.unified_diff(cluster.render_netplan(cluster.as_they_are(plan, links)).splitlines(),
+                                                  cluster.render_netplan(plan).splitlines(), lineterm="")
+            if line[:1] in "+-" and line[:3] not in ("---", "+++")]
+    assert diff == ["-      addresses: []", "-      mtu: 1500", "+      addresses: [192.168.101.11/24]",
+                    "+      mtu: 9000"]
+
+
 def test_a_plan_that_would_touch_the_management_link_is_refused():
     plan = cluster.node_plan(model(), "spark-01")
     assert cluster.management_clash(plan, "enP7s7", ["10.0.0.5"]) is None
