@@ -80,7 +80,8 @@ def spark_cluster_known_hosts(model: list[dict], host: str, hostvars, check_mode
 
 def spark_cluster_measure_args(model: list[dict], host: str, hostvars) -> dict:
     """spark_cluster_measure's arguments for this node: its index, its rails (address without prefix, the one
-    it has where link-local) and its peers (likewise), from each node's fact spark_cluster_facts."""
+    it has where link-local; its IPv6 link-local address, which a link-local rail is measured over) and its
+    peers (likewise), from each node's fact spark_cluster_facts."""
     found = cluster.cluster_of(model or [], str(host))
     if not found:
         raise AnsibleFilterError(f"{host} is in no cluster of spark_clusters")
@@ -98,12 +99,18 @@ def spark_cluster_measure_args(model: list[dict], host: str, hostvars) -> dict:
             out.append(local[0] if local else None)
         return out
 
-    mine = addresses(str(host))
+    def addresses6(node: str) -> list[str | None]:
+        interfaces = (_fact(hostvars, node, "spark_cluster_facts") or {}).get("interfaces") or {}
+        return [((interfaces.get(rail["interface"]) or {}).get("link_local6") or [None])[0]
+                for rail in found["rails"]]
+
+    mine, mine6 = addresses(str(host)), addresses6(str(host))
+    link_local = [not found["addresses"][str(host)][i] for i in range(len(found["rails"]))]
     return {"node_index": found["nodes"].index(str(host)), "mtu": found["mtu"], "user": found["user"],
-            "rails": [{"interface": r["interface"], "hca": r["hca"], "address": mine[i]}
-                      for i, r in enumerate(found["rails"])],
-            "peers": [{"name": n, "index": i, "addresses": addresses(n)} for i, n in enumerate(found["nodes"])
-                      if n != str(host)]}
+            "rails": [{"interface": r["interface"], "hca": r["hca"], "address": mine[i], "link_local": link_local[i],
+                       "address6": mine6[i]} for i, r in enumerate(found["rails"])],
+            "peers": [{"name": n, "index": i, "addresses": addresses(n), "addresses6": addresses6(n)}
+                      for i, n in enumerate(found["nodes"]) if n != str(host)]}
 
 
 def spark_cluster_nccl_args(model: list[dict], host: str, hostvars, cap_bytes: int, headroom: float) -> dict:

@@ -218,8 +218,9 @@ def render_netplan(plan: dict) -> str:
         if rail["address"]:
             lines += ["      link-local: [ipv6]", f"      addresses: [{', '.join(addresses)}]"]
         else:
-            lines += ["      link-local: [ipv4, ipv6]"] + ([f"      addresses: [{', '.join(addresses)}]"]
-                                                          if addresses else [])
+            lines.append("      link-local: [ipv4, ipv6]")
+            if addresses:
+                lines.append(f"      addresses: [{', '.join(addresses)}]")
         lines.append(f"      mtu: {rail.get('mtu', plan['mtu'])}")
     return "\n".join(lines) + "\n"
 
@@ -618,7 +619,7 @@ def _pair_checks(checks: list, cluster: dict, node: str, measure: dict, facts: d
     _check(checks, "reach", where, "ok" if reach.get("received") else "failed",
            f"{reach.get('received', 0)} of {reach.get('sent', 0)} answered", f"{peer} at {measure['address']}")
     if reach.get("received"):
-        size = cluster["mtu"] - 28
+        size = jumbo.get("payload") or cluster["mtu"] - 28  # ICMP's bytes in a frame of the MTU (IPv4 or IPv6)
         _check(checks, "jumbo", where, "ok" if jumbo.get("received") else "failed",
                f"{jumbo.get('received', 0)} of {jumbo.get('sent', 0)} frames of {cluster['mtu']} bytes passed"
                + (" (too big to leave)" if jumbo.get("too_big") else ""), f"{size}-byte pings unfragmented")
@@ -626,6 +627,8 @@ def _pair_checks(checks: list, cluster: dict, node: str, measure: dict, facts: d
     tcp = measure.get("tcp")
     if tcp is not None:
         _bandwidth(checks, "tcp", where, tcp.get("received_gbps"), tcp.get("error"), thresholds, "tcp_bw", hardware)
+    elif measure.get("tcp_why"):
+        _check(checks, "tcp", where, "not run", why=measure["tcp_why"])
     rdma = measure.get("rdma")
     if rdma is None:
         _check(checks, "rdma_bw", where, "not run", why=measure.get("rdma_why") or "no RDMA device on this rail")

@@ -22,6 +22,10 @@ description:
     O(rdma_seconds), where the rail names an RDMA device and perftest is installed), and on the first rail
     whether the cluster user logs in to the peer without a password with its host key pinned
     (C(ssh -o BatchMode=yes -o StrictHostKeyChecking=yes)).
+  - A rail addressed by IPv4 link-local (no address planned, C(link_local) true) shares 169.254.0.0/16 with
+    the node's other rails, so an IPv4 packet to the peer may leave, or its answer come back, by another
+    cable. Reach, frames and TCP are measured there towards the peer's IPv6 link-local address scoped to the
+    rail (C(fe80::...%IFACE)), which no other cable carries; SSH still logs in at the IPv4 address.
   - Read-only; every command is bounded.
 version_added: "0.2.0"
 author: sparkfleet contributors (@sparkfleet)
@@ -37,12 +41,14 @@ options:
     type: int
     required: true
   rails:
-    description: This node's rails - C(interface), C(address) (without prefix), C(hca) (or null).
+    description: This node's rails - C(interface), C(address) (without prefix), C(hca) (or null), C(link_local)
+      (addressed by IPv4 link-local) and C(address6) (its IPv6 link-local address, or null).
     type: list
     elements: dict
     required: true
   peers:
-    description: The other nodes - C(name), C(index), C(addresses) (one per rail, without prefix).
+    description: The other nodes - C(name), C(index), C(addresses) (one per rail, without prefix), C(addresses6)
+      (their IPv6 link-local addresses, one per rail or null).
     type: list
     elements: dict
     required: true
@@ -78,13 +84,22 @@ EXAMPLES = r"""
     index: 0
     rails: [{interface: enp1s0f1np1, address: 192.168.100.10, hca: rocep1s0f1}]
     peers: [{name: spark-02, index: 1, addresses: [192.168.100.11]}]
+
+- name: The same on a rail of IPv4 link-local addresses (measured over IPv6 link-local)
+  sparkfleet.spark.spark_cluster_measure:
+    action: measure
+    index: 0
+    rails: [{interface: enp1s0f1np1, address: 169.254.3.7, hca: null, link_local: true,
+             address6: "fe80::5054:ff:fe00:1"}]
+    peers: [{name: spark-02, index: 1, addresses: [169.254.9.2], addresses6: ["fe80::5054:ff:fe00:2"]}]
     user: nvidia
 """
 
 RETURN = r"""
 measures:
-  description: Per peer and rail - peer, rail, interface, address, neighbors (link-local addresses that answered),
-    reach and jumbo (sent, received, too_big), tcp (received_gbps, ... or error), rdma (bw_avg_gbps, ... or
+  description: Per peer and rail - peer, rail, interface, address (the one measured towards), neighbors
+    (link-local addresses that answered), reach and jumbo (sent, received, too_big; payload, the bytes each
+    frame carried), tcp (received_gbps, ... or error), rdma (bw_avg_gbps, ... or
     error; null with rdma_why), ssh (ok, detail; first rail only).
   returned: action=measure
   type: list
@@ -110,6 +125,19 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._validate import 
 RDMA_PORT_OFFSET = 64
 # A client's tries to reach a server the peer started in the same moment (a second apart).
 CONNECT_ATTEMPTS = 5
+
+
+def scoped(rail: dict, address: str | None, address6: str | None) -> str | None:
+    """The address to measure at on a rail: the IPv4 one, or on a rail of IPv4 link-local addresses the IPv6
+    link-local one scoped to the rail (fe80::1%enp1s0f1np1), which no other cable carries."""
+    if not rail.get("link_local"):
+        return address
+    return f"{address6}%{rail['interface']}" if address6 else None
+
+
+def own(rail: dict) -> str | None:
+    """This node's address to measure at on the rail."""
+    return scoped(rail, rail.get("address"), rail.get("address6"))
 
 
 def ports(base: int, client: int, rail: int) -> tuple[int, int]:
@@ -143,9 +171,10 @@ class Measure:
                 continue
             for number, rail in enumerate(self.params["rails"]):
                 tcp, rdma = ports(self.params["port"], peer["index"], number)
-                if iperf3 and rail.get("address"):
-                    servers.append({"tool": "iperf3", "port": tcp, "address": rail["address"], "peer": peer["name"],
-                                    "argv": [iperf3, "-s", "-1", "-p", str(tcp), "-B", rail["address"]]})
+                bind = own(rail)
+                if iperf3 and bind:
+                    servers.append({"tool": "iperf3", "port": tcp, "address": bind, "peer": peer["name"],
+                                    "argv": [iperf3, "-s", "-1", "-p", str(tcp), "-B", bind]})
                 if perftest and rail.get("hca"):
                     servers.append({"tool": "ib_write_bw", "port": rdma, "address": rail.get("address"),
                                     "peer": peer["name"], "argv": [perftest, "-d", rail["hca"], "-p", str(rdma), "-D",
@@ -171,7 +200,8 @@ class Measure:
 
     def rail(self, peer: dict, number: int, rail: dict) -> dict:
         address = (peer.get("addresses") or [None] * (number + 1))[number]
-        entry = {"peer": peer["name"], "rail": number, "interface": rail["interface"], "address": address}
+        target = scoped(rail, address, (peer.get("addresses6") or [None] * (number + 1))[number])
+        entry = {"peer": peer["name"], "rail": number, "interface": rail["interface"], "address": target}
         ping = self.module.get_bin_path("ping", required=True)
         rc, out, err = self.run([ping, "-6", "-c", "2", "-i", "0.2", "-W", "1", "-I", rail["interface"], "ff02::1"])
         responders = cluster.parse_ping6_responders(out)
@@ -180,19 +210,24 @@ class Measure:
         else:
             entry["neighbors"], entry["neighbors_why"] = None, (
                 f"no IPv6 link-local ping on {rail['interface']}: {(err or out).strip()[:200]}")
-        if not address or not rail.get("address"):
-            entry["error"] = (f"{'this node' if not rail.get('address') else peer['name']} has no address on "
+        if not target or not own(rail):
+            entry["error"] = (f"{'this node' if not own(rail) else peer['name']} has no address on "
                               f"{rail['interface']}")
             return entry
-        _rc, out, err = self.run([ping, "-c", "3", "-i", "0.2", "-W", "1", "-I", rail["interface"], address])
+        family = "-6" if ":" in target else "-4"
+        _rc, out, err = self.run([ping, family, "-c", "3", "-i", "0.2", "-W", "1", "-I", rail["interface"], target])
         entry["reach"] = cluster.parse_ping(out + err)
-        size = str(self.params["mtu"] - 28)
-        _rc, out, err = self.run([ping, "-c", "3", "-i", "0.2", "-W", "1", "-M", "do", "-s", size, "-I",
-                                  rail["interface"], address])
-        entry["jumbo"] = cluster.parse_ping(out + err)
+        payload = self.params["mtu"] - (48 if family == "-6" else 28)  # the IPv6 or IPv4 header, and ICMP's
+        _rc, out, err = self.run([ping, family, "-c", "3", "-i", "0.2", "-W", "1", "-M", "do", "-s", str(payload),
+                                  "-I", rail["interface"], target])
+        entry["jumbo"] = {**cluster.parse_ping(out + err), "payload": payload}
         tcp_port, rdma_port = ports(self.params["port"], self.params["index"], number)
+        if not entry["reach"]["received"]:  # no bandwidth to measure towards a peer that does not answer here
+            entry["tcp"], entry["rdma"] = None, None
+            entry["tcp_why"] = entry["rdma_why"] = f"{peer['name']} does not answer on {rail['interface']}"
+            return entry
         if self.params["tcp_seconds"]:
-            entry["tcp"] = self.tcp(address, rail["address"], tcp_port)
+            entry["tcp"] = self.tcp(target, own(rail), tcp_port)
         entry["rdma"], entry["rdma_why"] = self.rdma(address, rail, rdma_port)
         if number == 0 and self.params["user"]:
             entry["ssh"] = self.ssh(peer["name"], address)
@@ -269,6 +304,16 @@ def check(module: AnsibleModule) -> None:
                 ipaddress.IPv4Address(address)
             except ValueError:
                 module.fail_json(msg=f"address {address!r:.60}: expected an IPv4 address without a prefix")
+    sixes = [rail.get("address6") for rail in module.params["rails"]]
+    sixes += [a for peer in module.params["peers"] for a in peer.get("addresses6") or []]
+    for address in sixes:
+        if address is not None:
+            try:
+                if not ipaddress.IPv6Address(address).is_link_local:
+                    raise ValueError(address)
+            except ValueError:
+                module.fail_json(msg=f"address {address!r:.60}: expected an IPv6 link-local address (fe80::/10) "
+                                     "without a scope")
     if module.params["user"] and not cluster.USER.fullmatch(module.params["user"]):
         module.fail_json(msg=f"user {module.params['user']!r:.40}: expected a login name")
     for peer in module.params["peers"]:

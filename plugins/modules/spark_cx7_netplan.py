@@ -283,6 +283,11 @@ def main() -> None:
     clash = cluster.management_clash(plan, interface, addresses, held)
     if clash:
         module.fail_json(msg=f"refused, nothing written: {clash}.")
+    absent = [rail["interface"] for rail in plan["rails"] if rail["interface"] not in held]
+    if absent:
+        module.fail_json(msg=f"refused, nothing written: {', '.join(absent)} {'is' if len(absent) == 1 else 'are'} "
+                             f"not on this node (it has {', '.join(sorted(n for n in held if n != 'lo'))}); name the "
+                             "CX-7 interfaces ibdev2netdev shows, or cable the port.")
     text = cluster.render_netplan(plan)
     try:
         with open(netplan.path, encoding="utf-8") as handle:

@@ -93,6 +93,13 @@ def test_no_documentation_file_without_its_filter():
     assert sorted(p.stem for p in (REPO / "plugins" / "filter").glob("*.yml")) == FILTERS
 
 
+def test_no_two_test_files_share_a_name():
+    """pytest imports test files by their base name (no packages here): two of one name fail collection, and only
+    a run of both folders finds it."""
+    names = [path.name for path in (REPO / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
 def test_the_readme_map_of_the_tree_names_every_top_level_entry_and_nothing_that_is_gone():
     readme = (REPO / "README.md").read_text()
     table = readme.split("## Where things live", 1)[1].split("\n## ", 1)[0]

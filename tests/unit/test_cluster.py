@@ -7,6 +7,7 @@ import copy
 from pathlib import Path
 
 import pytest
+from ansible_collections.sparkfleet.spark.plugins.filter.sparkfleet_cluster import spark_cluster_measure_args
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cluster"
@@ -353,6 +354,19 @@ def test_a_lab_of_virtual_links_is_not_verified_with_what_ran_passing():
         "  tcp spark-01 -> spark-02 enp1s0f1np1: 41.3 Gb/s", "  tcp spark-01 -> spark-02 enP2p1s0f1np1: 41.3 Gb/s"]
 
 
+def test_no_bandwidth_is_judged_towards_a_peer_that_does_not_answer_on_the_rail():
+    pair = model()
+    measures = spark_measures(pair)
+    silent = cluster.parse_ping(recording("ping-unreachable.txt"))
+    measures[1].update(reach=silent, tcp=None, rdma=None, tcp_why="spark-02 does not answer on enP2p1s0f1np1",
+                       rdma_why="spark-02 does not answer on enP2p1s0f1np1")
+    result = verdict(pair, measures={"spark-01": measures})
+    assert failed(result) == [("reach", "spark-01 -> spark-02 enP2p1s0f1np1")]
+    second = {(c["check"], c["status"]) for c in result["checks"]
+              if c["where"] == "spark-01 -> spark-02 enP2p1s0f1np1"}
+    assert second == {("cable", "ok"), ("reach", "failed"), ("tcp", "not run"), ("rdma_bw", "not run")}
+
+
 def test_ssh_refused_and_an_unreachable_peer_fail_with_what_was_said():
     pair = model()
     measures = spark_measures(pair)
@@ -363,3 +377,21 @@ def test_ssh_refused_and_an_unreachable_peer_fail_with_what_was_said():
     assert failed(result) == [("ssh", "spark-01 -> spark-02 enp1s0f1np1"),
                               ("reach", "spark-01 -> spark-02 enP2p1s0f1np1")]
     assert next(c for c in result["checks"] if c["check"] == "ssh")["found"].endswith("Host key verification failed.")
+
+
+def test_a_link_local_rail_is_measured_over_ipv6_link_local_a_static_one_at_its_address():
+    """IPv4 link-local rails all hold 169.254.0.0/16, so a packet to a peer's 169.254 address may leave, or its
+    answer return, by the other cable: such a rail is measured at the peer's fe80:: address scoped to it."""
+    linked = cluster.validate([{**copy.deepcopy(PAIR), "addressing": "link-local",
+                                "rails": [{"interface": r["interface"], "hca": r["hca"]} for r in RAILS]}], HOSTS)
+    hostvars = {node: {"spark_cluster_facts": {"interfaces": {rail["interface"]: {
+        "addresses": [f"169.254.{number}.{index + 1}/16"], "link_local6": [f"fe80::{number}:{index}"]}
+        for index, rail in enumerate(RAILS)}}} for number, node in ((1, "spark-01"), (2, "spark-02"))}
+    args = spark_cluster_measure_args(linked, "spark-01", hostvars)
+    assert args["rails"][1] == {"interface": "enP2p1s0f1np1", "hca": "roceP2p1s0f1", "address": "169.254.1.2",
+                                "link_local": True, "address6": "fe80::1:1"}
+    assert args["peers"] == [{"name": "spark-02", "index": 1, "addresses": ["169.254.2.1", "169.254.2.2"],
+                              "addresses6": ["fe80::2:0", "fe80::2:1"]}]
+    static = spark_cluster_measure_args([model()], "spark-01", hostvars)
+    assert [r["link_local"] for r in static["rails"]] == [False, False]
+    assert static["peers"][0]["addresses"] == ["192.168.100.11", "192.168.101.11"]
