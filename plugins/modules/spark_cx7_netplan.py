@@ -186,10 +186,15 @@ class Netplan:
             if link.get("mtu") != plan["mtu"]:
                 missing.append(f"{rail['interface']} has MTU {link.get('mtu')}, not {plan['mtu']}")
             have = [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info") or [] if a.get("family") == "inet"]
+            # networkd gives a link without carrier no address: say so, it is the likely cause.
+            carrier = ("; no carrier - is the cable in, and the peer's port up"
+                       if "NO-CARRIER" in (link.get("flags") or []) else "")
             if rail["address"] and rail["address"] not in have:
-                missing.append(f"{rail['interface']} has not {rail['address']} ({', '.join(have) or 'no address'})")
+                missing.append(f"{rail['interface']} has not {rail['address']} ({', '.join(have) or 'no address'}"
+                               f"{carrier})")
             if not rail["address"] and not any(a.startswith("169.254.") for a in have):
-                missing.append(f"{rail['interface']} has no link-local address (169.254.0.0/16) yet")
+                missing.append(f"{rail['interface']} has no link-local address (169.254.0.0/16) yet"
+                               + (f" ({carrier[2:]})" if carrier else ""))
         return missing
 
     def armed(self) -> bool:

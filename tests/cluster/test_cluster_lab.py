@@ -241,6 +241,31 @@ def test_10_a_rail_the_node_lacks_is_refused_and_nothing_is_written(lab):
         "Authorize the other nodes' keys and pin their host keys for the cluster user"}
 
 
+def test_10b_a_rail_that_never_gets_its_address_puts_the_file_as_it_was_back_at_once(lab):
+    """The peer's port down (no carrier): networkd gives the rail no address, so the new netplan does not take,
+    and the file as it was is back and applied at once, the rollback timer stopped."""
+    before = on(NODES[0], "cat", "/etc/netplan/40-cx7.yaml").stdout
+    on(NODES[1], "ip", "link", "set", RAILS[1], "down")
+    try:
+        moved = {**plan(NODES[0]), "rails": [plan(NODES[0])["rails"][0],
+                                             {"interface": RAILS[1], "hca": None, "address": "198.18.121.10/24"}]}
+        result = module(lab, NODES[0], "spark_cx7_netplan", {"plan": moved, "wait_seconds": 5})
+    finally:
+        on(NODES[1], "ip", "link", "set", RAILS[1], "up")
+    assert result["rc"] != 0, result
+    assert result["msg"].startswith(f"the CX-7 netplan did not take: {RAILS[1]} has not 198.18.121.10/24 (no "
+                                    "address; no carrier - is the cable in, and the peer's port up). "), result
+    assert "The previous configuration was restored and applied" in result["msg"]
+    assert on(NODES[0], "cat", "/etc/netplan/40-cx7.yaml").stdout == before
+    assert on(NODES[0], "systemctl", "is-active", "sparkfleet-cx7-rollback.timer", check=False).stdout.strip() \
+        == "inactive", "nothing left armed"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "198.18.111.10/24" not in on(NODES[0], "ip", "-br", "addr", "show",
+                                                                      RAILS[1]).stdout:
+        time.sleep(1)
+    assert failed(verify(lab, "after-restore")[1]) == []
+
+
 def module(lab, node: str, name: str, args: dict) -> dict:
     """One module on one node through real `ansible`, its result as the tree callback writes it."""
     tree = lab["root"] / "tree" / name
