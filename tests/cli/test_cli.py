@@ -7,17 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import cli
+from sparkfleet import cli, commands, doctor, runner
+from sparkfleet.arguments import build_parser
 
 
 def _args(*argv: str):
-    return cli.build_parser().parse_args(["provision", "-i", "inventory/example", *argv])
+    return build_parser().parse_args(["provision", "-i", "inventory/example", *argv])
 
 
 def test_options_pass_through_with_ansible_meaning():
     args = _args("--limit", "spark-01", "--check", "--diff", "--tags", "spark_preflight",
                  "-e", "a=1", "-e", "@vars.yml")
-    assert cli.ansible_cmdline(args) == [
+    assert commands.ansible_cmdline(args) == [
         "--limit", "spark-01", "--tags", "spark_preflight", "--check", "--diff",
         "--extra-vars", "a=1", "--extra-vars", "@vars.yml",
     ]
@@ -27,7 +28,7 @@ def test_connection_privilege_vault_and_verbosity_options_pass_through():
     args = _args("-u", "nvidia", "-b", "-K", "--ask-vault-pass", "--vault-id", "ngc@prompt", "--vault-id",
                  "lab@~/.lab-pass", "--vault-password-file", "pass.txt", "--private-key", "~/.ssh/spark",
                  "-f", "12", "-vvv", "--skip-tags", "spark_venv")
-    assert cli.ansible_cmdline(args) == [
+    assert commands.ansible_cmdline(args) == [
         "--skip-tags", "spark_venv", "--user", "nvidia", "--vault-password-file", "pass.txt",
         "--private-key", "~/.ssh/spark", "--forks", "12", "--become", "--ask-become-pass", "--ask-vault-pass",
         "--vault-id", "ngc@prompt", "--vault-id", "lab@~/.lab-pass", "-vvv",
@@ -35,7 +36,7 @@ def test_connection_privilege_vault_and_verbosity_options_pass_through():
 
 
 def test_each_password_ansible_will_ask_for_is_asked_once_with_its_prompt():
-    options = cli.AnsibleOptions.from_args(_args("-K", "--ask-vault-pass", "--vault-id", "ngc@prompt",
+    options = runner.AnsibleOptions.from_args(_args("-K", "--ask-vault-pass", "--vault-id", "ngc@prompt",
                                                  "--vault-id", "lab@pass.txt"))
     prompts = options.prompts()
     assert [asked for asked, _ in prompts] == ["BECOME password: ", "Vault password: ", "Vault password (ngc): "]
@@ -45,29 +46,29 @@ def test_each_password_ansible_will_ask_for_is_asked_once_with_its_prompt():
 
 
 def test_the_commands_default_tags_apply_unless_the_user_gives_tags():
-    verify = cli.build_parser().parse_args(["verify", "-i", "inv"])
-    assert cli.AnsibleOptions.from_args(verify, "spark_verify").tags == "spark_verify"
-    chosen = cli.build_parser().parse_args(["verify", "-i", "inv", "-t", "spark_images"])
-    assert cli.AnsibleOptions.from_args(chosen, "spark_verify").tags == "spark_images"
+    verify = build_parser().parse_args(["verify", "-i", "inv"])
+    assert runner.AnsibleOptions.from_args(verify, "spark_verify").tags == "spark_verify"
+    chosen = build_parser().parse_args(["verify", "-i", "inv", "-t", "spark_images"])
+    assert runner.AnsibleOptions.from_args(chosen, "spark_verify").tags == "spark_images"
 
 
 def test_no_options_no_arguments():
-    assert cli.ansible_cmdline(_args()) == []
+    assert commands.ansible_cmdline(_args()) == []
 
 
 @pytest.mark.parametrize(("status", "rc", "stats", "code"), [
-    ("successful", 0, {"ok": {"a": 3}, "failures": {}, "dark": {}}, cli.EXIT_OK),
-    ("failed", 2, {"ok": {"a": 3}, "failures": {"b": 1}, "dark": {}}, cli.EXIT_FAILED_HOSTS),
-    ("failed", 4, {"failures": {"b": 1}, "dark": {"c": 1}}, cli.EXIT_UNREACHABLE),
-    ("failed", 1, None, cli.EXIT_BAD_INPUT),  # ansible-playbook stopped on its own error, no host failed
-    ("canceled", 254, None, cli.EXIT_CANCELLED),
+    ("successful", 0, {"ok": {"a": 3}, "failures": {}, "dark": {}}, runner.EXIT_OK),
+    ("failed", 2, {"ok": {"a": 3}, "failures": {"b": 1}, "dark": {}}, runner.EXIT_FAILED_HOSTS),
+    ("failed", 4, {"failures": {"b": 1}, "dark": {"c": 1}}, runner.EXIT_UNREACHABLE),
+    ("failed", 1, None, runner.EXIT_BAD_INPUT),  # ansible-playbook stopped on its own error, no host failed
+    ("canceled", 254, None, runner.EXIT_CANCELLED),
 ])
 def test_exit_codes_tell_failed_from_unreachable(status, rc, stats, code):
-    assert cli.outcome_from_stats(status, rc, stats).exit_code() == code
+    assert runner.outcome_from_stats(status, rc, stats).exit_code() == code
 
 
 def test_missing_inventory_is_bad_input(capsys):
-    assert cli.main(["provision", "-i", "/nonexistent/inventory"]) == cli.EXIT_BAD_INPUT
+    assert cli.main(["provision", "-i", "/nonexistent/inventory"]) == runner.EXIT_BAD_INPUT
     assert "inventory /nonexistent/inventory not found" in capsys.readouterr().err
 
 
@@ -112,6 +113,6 @@ def test_the_doctors_report_json_names_hosts_as_its_doctor_md_does():
     data = {"hosts": {"spark-07.example.internal": {"failures": [{"msg": "nvidia-smi failed on "
                                                                           "spark-07.example.internal"}]}},
             "limit": "spark-07.example.internal"}
-    redacted = cli.doctor_redacted(data, fleet)
+    redacted = doctor.redacted(data, fleet)
     assert "spark-07" not in repr(redacted)
     assert redacted["hosts"]["host-1"]["failures"][0]["msg"] == "nvidia-smi failed on host-1"

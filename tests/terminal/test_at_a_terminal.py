@@ -284,12 +284,12 @@ def readme_commands() -> list[list[str]]:
 
 
 def test_every_sparkfleet_command_the_readme_shows_is_one_the_cli_takes():
-    from sparkfleet import cli
+    from sparkfleet.arguments import build_parser
 
     commands = readme_commands()
     assert len(commands) >= 15
     for argv in commands:
-        cli.build_parser().parse_args(argv[1:])  # exits 4 with argparse's message on a command it does not take
+        build_parser().parse_args(argv[1:])  # exits 4 with argparse's message on a command it does not take
     shown = {argv[1] for argv in commands}
     assert {"provision", "verify", "pin", "refresh", "matrix", "advisories", "doctor"} <= shown
 

@@ -1,0 +1,165 @@
+"""Running a command: its playbook through ansible-runner under the inventory's lock, then the report, the
+screen's summary and the exit code. The doctor's and the lab's own steps are in doctor.py and lab.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import getpass
+import json
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from sparkfleet import __version__, doctor, report
+from sparkfleet.arguments import COMMANDS, CONTROLLER_CHECKS, REPORT_ROOT
+from sparkfleet.collection_home import PROJECT_DIR, collection_module
+from sparkfleet.events import Fleet
+from sparkfleet.runner import (
+    EXIT_BAD_INPUT,
+    EXIT_BUSY,
+    EXIT_OK,
+    AnsibleOptions,
+    InventoryBusy,
+    Run,
+    ansible_config,
+    inventory_groups,
+    inventory_lock,
+)
+from sparkfleet.terminal import make_console, print_summary
+
+
+def error(text: str) -> None:
+    print(f"sparkfleet: {text}", file=sys.stderr)
+
+
+def ansible_cmdline(args: argparse.Namespace) -> list[str]:
+    """The pass-through options as typed (the run itself moves inline -e values into files)."""
+    return AnsibleOptions.from_args(args).argv() + [
+        word for extra in args.extra_vars or [] for word in ("--extra-vars", extra)]
+
+
+def ask_passwords(options: AnsibleOptions) -> dict[str, str]:
+    """Ask on the terminal for each password ansible-playbook will prompt for; map its prompt to the answer.
+
+    The answers go to ansible-runner in memory, which types them at
+    ansible-playbook's own prompts: never argv, a file or an artifact.
+    """
+    return {prompt: getpass.getpass(asked, stream=sys.stderr) for asked, prompt in options.prompts()}
+
+
+def report_dir_for(command: str, chosen: Path | None) -> Path:
+    if chosen:
+        return chosen
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return REPORT_ROOT / f"{stamp}-{command}"
+
+
+def point_latest(directory: Path) -> None:
+    if directory.parent.resolve() != REPORT_ROOT.resolve():
+        return
+    link = REPORT_ROOT / "latest"
+    tmp = REPORT_ROOT / ".latest.tmp"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    tmp.symlink_to(directory.name)
+    os.replace(tmp, link)
+
+
+def run_command(command: str, args: argparse.Namespace, console: Console) -> int:
+    playbook, tags, _ = COMMANDS[command]
+    try:
+        config = ansible_config()
+    except ValueError as exc:
+        error(str(exc))
+        return EXIT_BAD_INPUT
+    inventory = args.inventory or (config.inventory if command in CONTROLLER_CHECKS else None) or "localhost,"
+    args = argparse.Namespace(**{**vars(args), "inventory": inventory})
+    if "," not in inventory and not Path(inventory).exists():
+        error(f"inventory {inventory} not found; expected a directory such as "
+              "inventory/example (copy it to inventory/<yours> and list your Sparks there).")
+        return EXIT_BAD_INPUT
+    directory = report_dir_for(command.replace("-", "_"), args.report_dir)
+    if command == "doctor":
+        args = doctor.doctor_args(args)
+    options = AnsibleOptions.from_args(args, tags)
+    as_json = getattr(args, "json", False)
+    if as_json:
+        console = make_console(stderr=True, no_color=args.no_color)
+    run = Run(playbook=playbook, inventory=inventory, report_dir=directory.resolve(), options=options,
+              extra_vars=args.extra_vars, passwords=ask_passwords(options),
+              live=False if args.plain or as_json else None, console=console, fast=getattr(args, "fast", False),
+              config=config)
+    fleet = Fleet()
+    try:
+        # the controller's checks write nothing into the inventory: they need not wait for a provision
+        with inventory_lock("localhost," if command in CONTROLLER_CHECKS else inventory, command.replace("-", " ")):
+            outcome, meta = run.execute(fleet)
+            if outcome.exit_code() == EXIT_OK and fleet.targeted_nothing():
+                groups = inventory_groups(inventory, config)
+                outcome.errors = [f"nothing to do: no host of inventory {inventory} matches "
+                                  f"{', '.join(repr(p) for p in dict.fromkeys(fleet.unmatched))}"
+                                  + (f" (with --limit {options.limit})" if options.limit else "")
+                                  + f"; the inventory's groups: {', '.join(groups) or 'none'}. List your Sparks "
+                                  "under 'sparks' (see inventory/example)"]
+                outcome.nothing_targeted = True
+                meta.update(status="failed", exit_code=outcome.exit_code())
+    except InventoryBusy as exc:
+        error(str(exc))
+        return EXIT_BUSY
+    except ValueError as exc:
+        error(str(exc))
+        return EXIT_BAD_INPUT
+    if outcome.exit_code() == EXIT_BAD_INPUT:
+        error("; ".join(outcome.errors) if outcome.nothing_targeted else "Ansible stopped on bad input: "
+              + ("; ".join(outcome.errors) or f"ansible-playbook exited {outcome.rc}")
+              + f". Expected an inventory, variables and a vault password Ansible can read (check the inventory "
+              f"with: ansible-inventory -i {inventory} --graph).")
+    data = report.build(fleet, {"command": command.replace("-", " "), **meta, "argv": typed_argv(),
+                                "versions": versions(config), "errors": outcome.errors})
+    if command == "doctor" and not args.keep_hostnames:
+        data = doctor.redacted(data, fleet)
+    paths = report.write(data, directory)
+    point_latest(directory)
+    if as_json:
+        print(json.dumps(data, indent=2))
+    if command == "doctor":
+        paths.update(doctor.write(fleet, directory, console))
+    if command in ("matrix-check", "matrix-lock", "advisories-check"):
+        for line in fleet.check_lines("issues" if command == "advisories-check" else "table"):
+            console.print(line, highlight=False, markup=False)
+    for line in collection_module("_cluster").verdict_lines(data.get("clusters") or []):
+        console.print(line, highlight=False, markup=False, style="red" if line.startswith("  FAILED") else None)
+    print_summary(data, paths, console, diffs=options.diff)
+    return outcome.exit_code()
+
+
+def typed_argv() -> list[str]:
+    """The command as typed, each inline -e value left out (it may hold a secret; an @file only names one)."""
+    hidden = "<inline -e, not recorded>"
+    out: list[str] = [Path(sys.argv[0]).name]
+    for word in sys.argv[1:]:
+        if out[-1] in ("-e", "--extra-vars") and not word.startswith("@"):
+            word = hidden
+        elif word.startswith("--extra-vars=") and not word.startswith("--extra-vars=@"):
+            word = f"--extra-vars={hidden}"
+        elif word.startswith("-e") and word != "-e" and not word.startswith("-e@") and not word.startswith("--"):
+            word = f"-e{hidden}"
+        out.append(word)
+    return out
+
+
+def ansible_core_version() -> str | None:
+    try:
+        from ansible.release import __version__ as core
+    except ImportError:
+        return None
+    return core
+
+
+def versions(config) -> dict:
+    return {"sparkfleet": __version__, "ansible_core": ansible_core_version(), "collection": str(PROJECT_DIR),
+            "config_file": str(config.path)}

@@ -1,0 +1,51 @@
+"""sparkfleet doctor's own steps: this machine when no inventory is given, the hostnames in its report.json
+replaced as in its doctor.md, and doctor.md and doctor.json written from each host's report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from sparkfleet.collection_home import collection_module
+from sparkfleet.events import Fleet
+from sparkfleet.runner import private_files
+
+
+def doctor_args(args: argparse.Namespace) -> argparse.Namespace:
+    """On this machine when no inventory is given; the hostname choice as an extra variable."""
+    extra = list(args.extra_vars)
+    if args.inventory == "localhost,":
+        extra.append('{"doctor_hosts": "localhost"}')
+        args = argparse.Namespace(**{**vars(args), "connection": args.connection or "local"})
+    if args.keep_hostnames:
+        extra.append('{"doctor_keep_hostnames": true}')
+    return argparse.Namespace(**{**vars(args), "extra_vars": extra})
+
+
+def redacted(data: dict, fleet: Fleet) -> dict:
+    """The doctor's report.json as its doctor.md has it: each host's name replaced by its label (host-1, ...)."""
+    redact = collection_module("_doctor").redact
+    for name, host in fleet.hosts.items():
+        label = (host.facts.get("spark_doctor") or {}).get("host")
+        if label and name != "localhost":
+            data = redact(data, [name], label)
+    return data
+
+
+def write(fleet: Fleet, directory: Path, console: Console) -> dict[str, Path]:
+    """doctor.md and doctor.json from each host's report (the controller's own when it ran on this machine)."""
+    hosts = [h for _, h in sorted(fleet.hosts.items()) if h is not fleet.controller]
+    reports = [h.facts["spark_doctor"] for h in [fleet.controller, *hosts] if "spark_doctor" in h.facts]
+    if not reports:
+        return {}
+    text = "\n".join(r["markdown"] for r in reports)
+    paths = {"doctor markdown": directory / "doctor.md", "doctor json": directory / "doctor.json"}
+    with private_files():
+        paths["doctor markdown"].write_text(text)
+        paths["doctor json"].write_text(json.dumps([{k: v for k, v in r.items() if k != "markdown"}
+                                                    for r in reports], indent=2) + "\n")
+    console.print(text, highlight=False, markup=False, soft_wrap=True)  # Markdown to paste: never re-wrapped
+    return paths
