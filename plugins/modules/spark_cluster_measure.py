@@ -84,6 +84,7 @@ EXAMPLES = r"""
     index: 0
     rails: [{interface: enp1s0f1np1, address: 192.168.100.10, hca: rocep1s0f1}]
     peers: [{name: spark-02, index: 1, addresses: [192.168.100.11]}]
+    user: nvidia
 
 - name: The same on a rail of IPv4 link-local addresses (measured over IPv6 link-local)
   sparkfleet.spark.spark_cluster_measure:
