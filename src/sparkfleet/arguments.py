@@ -152,6 +152,20 @@ def ansible_options(parser: argparse.ArgumentParser, inventory_default: str | No
     parser.add_argument("--no-color", action="store_true", help="no colour (also when NO_COLOR is set)")
 
 
+def group(subparsers, name: str, short: str, description: str):
+    """A command of subcommands (matrix, advisories, cluster); args.<name>_command says which one was typed."""
+    return subparsers.add_parser(name, help=short, description=description).add_subparsers(
+        dest=f"{name}_command", required=True, metavar="SUBCOMMAND")
+
+
+def subcommand(subparsers, name: str, command: str, short: str, runs: str, inventory_default: str | None = None):
+    """A subcommand (matrix check, cluster verify, ...) of COMMANDS' `command`: its help, what it runs, examples."""
+    parser = subparsers.add_parser(name, help=short, epilog=epilog(command), formatter_class=HelpText,
+                                   description=f"{COMMANDS[command][2]} Runs {runs}.")
+    ansible_options(parser, inventory_default=inventory_default)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="sparkfleet", formatter_class=HelpText,
@@ -175,37 +189,22 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "doctor":
             command.add_argument("--keep-hostnames", action="store_true",
                                  help="keep the hosts' names in the report (replaced by host-N otherwise)")
-    matrix = sub.add_parser("matrix", help="the bare-pip stack matrix",
-                            description="The bare-pip stack matrix (matrix/spark-stack.yml).")
-    matrix_sub = matrix.add_subparsers(dest="matrix_command", required=True, metavar="SUBCOMMAND")
-    check = matrix_sub.add_parser("check", help="check every pin against its index", epilog=epilog("matrix-check"),
-                                  formatter_class=HelpText,
-                                  description=COMMANDS["matrix-check"][2] + " Runs playbooks/matrix_check.yml "
-                                  "(-e matrix_check_skip_steps=torch for an index this machine cannot reach).")
-    ansible_options(check, inventory_default=CONFIGURED)
-    locking = matrix_sub.add_parser("lock", help="check, then write the hash lock of the whole resolved set",
-                                    epilog=epilog("matrix-lock"), formatter_class=HelpText,
-                                    description=COMMANDS["matrix-lock"][2] + " Runs playbooks/matrix_check.yml "
-                                    "-e matrix_lock=true (matrix_lock_file: another path).")
-    ansible_options(locking, inventory_default=CONFIGURED)
-    advisories = sub.add_parser("advisories", help="upstream advisories (matrix/advisories.yml)",
-                                description="Upstream advisories: known problems with images, pins and "
-                                            "playbooks, dated (matrix/advisories.yml).")
-    advisories_sub = advisories.add_subparsers(dest="advisories_command", required=True, metavar="SUBCOMMAND")
-    upstream = advisories_sub.add_parser("check", help="list the upstream issues since the last review",
-                                         epilog=epilog("advisories-check"),
-                                         formatter_class=HelpText,
-                                         description=COMMANDS["advisories-check"][2] + " Runs "
-                                         "playbooks/advisories_check.yml.")
-    ansible_options(upstream, inventory_default=CONFIGURED)
-    clusters = sub.add_parser("cluster", help="Sparks joined through their ConnectX-7 ports",
-                              description="Sparks joined into a cluster through their ConnectX-7 ports "
-                                          "(spark_clusters; provision sets them up with the role spark_cluster).")
-    cluster_sub = clusters.add_subparsers(dest="cluster_command", required=True, metavar="SUBCOMMAND")
-    proof = cluster_sub.add_parser("verify", help="prove each cluster's link, RDMA and NCCL",
-                                   epilog=epilog("cluster-verify"), formatter_class=HelpText,
-                                   description=COMMANDS["cluster-verify"][2] + " Runs playbooks/cluster_verify.yml.")
-    ansible_options(proof)
+    matrix_sub = group(sub, "matrix", "the bare-pip stack matrix",
+                       "The bare-pip stack matrix (matrix/spark-stack.yml).")
+    subcommand(matrix_sub, "check", "matrix-check", "check every pin against its index", "playbooks/matrix_check.yml "
+               "(-e matrix_check_skip_steps=torch for an index this machine cannot reach)", CONFIGURED)
+    subcommand(matrix_sub, "lock", "matrix-lock", "check, then write the hash lock of the whole resolved set",
+               "playbooks/matrix_check.yml -e matrix_lock=true (matrix_lock_file: another path)", CONFIGURED)
+    advisories_sub = group(sub, "advisories", "upstream advisories (matrix/advisories.yml)",
+                           "Upstream advisories: known problems with images, pins and playbooks, dated "
+                           "(matrix/advisories.yml).")
+    subcommand(advisories_sub, "check", "advisories-check", "list the upstream issues since the last review",
+               "playbooks/advisories_check.yml", CONFIGURED)
+    cluster_sub = group(sub, "cluster", "Sparks joined through their ConnectX-7 ports",
+                        "Sparks joined into a cluster through their ConnectX-7 ports (spark_clusters; provision "
+                        "sets them up with the role spark_cluster).")
+    subcommand(cluster_sub, "verify", "cluster-verify", "prove each cluster's link, RDMA and NCCL",
+               "playbooks/cluster_verify.yml")
     lab = sub.add_parser("lab", help="the test bed's lab of emulated Sparks",
                          description="The lab: emulated aarch64 hosts standing in for Sparks, with the test bed's "
                                      "registry, apt repository and package index (testbed/). 'up' starts them and "
