@@ -3,7 +3,8 @@
 # against stub CUDA runtimes), binutils (readelf, the ground truth for the
 # ELF reader), util-linux (unshare/setpriv: /dev/nvidia* laid out in a
 # private mount namespace), gnupg, and real registries for the tests
-# (docker-registry; htpasswd from apache2-utils).
+# (docker-registry; htpasswd from apache2-utils), iperf3 and ping (spark_cluster_measure
+# measured on the loopback).
 source "$(dirname "$0")/lib.sh"
-apt_install gcc binutils util-linux gnupg python3 docker-registry apache2-utils
+apt_install gcc binutils util-linux gnupg python3 docker-registry apache2-utils iperf3 iputils-ping
 say "host tools present (gcc $(gcc -dumpversion), $(readelf --version | head -n 1))"

@@ -14,7 +14,8 @@ description:
     C(iperf3) server (and an C(ib_write_bw) server where the rail has an RDMA device) bound to this node's
     address on each rail, for each peer listed before it, all at once; each ends after one test or O(timeout)
     seconds, whichever comes first, and the module with the last. Start it with C(async) and C(poll 0), then
-    measure from the peers.
+    measure from the peers. A server an earlier run left waiting on the same port (its client never came) is
+    ended first, so that it cannot take this run's client and stop midway at its own timeout.
   - O(action=measure), towards each peer listed after this node, on each rail - which of the peer's ports
     answer on the cable (an IPv6 all-nodes ping, matched against the peer's link-local addresses by the
     verdict), whether the peer answers at its rail address, whether frames of the full MTU pass unfragmented,
@@ -106,15 +107,18 @@ measures:
   type: list
   elements: dict
 servers:
-  description: The servers run - tool, port, address, peer, served (a client came and the test ended), error.
+  description: The servers run - tool, port, address, peer, served (a client came and the test ended), error,
+    ended_leftover (the pids of an earlier run's servers still waiting on that port, ended first).
   returned: action=serve
   type: list
   elements: dict
 """
 
+import contextlib
 import ipaddress
 import os
 import pwd
+import signal
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -145,6 +149,43 @@ def ports(base: int, client: int, rail: int) -> tuple[int, int]:
     """The TCP ports of one client's tests on one rail of a server: iperf3's, ib_write_bw's."""
     tcp = base + client * cluster.MAX_RAILS + rail
     return tcp, tcp + RDMA_PORT_OFFSET
+
+
+def processes() -> list[tuple[int, list[str]]]:
+    """Each process this user can read: its pid and argv (/proc/PID/cmdline)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as handle:
+                argv = handle.read().decode("utf-8", "replace").split("\0")
+        except OSError:
+            continue  # gone, or another user's
+        found.append((int(name), argv[:-1] if argv and argv[-1] == "" else argv))
+    return found
+
+
+def same_server(argv: list[str], ours: list[str]) -> bool:
+    """A server of ours for the same port: its command line, the values that change between runs aside (the
+    address it binds, the RDMA device, the seconds)."""
+    if len(argv) != len(ours) or os.path.basename(argv[0]) != os.path.basename(ours[0]):
+        return False
+    port = ours.index("-p") + 1
+    return all(argv[index] == mine for index, mine in enumerate(ours) if index == port or mine.startswith("-"))
+
+
+def signal_pid(pid: int, number: int) -> None:
+    with contextlib.suppress(OSError):  # gone already, or not ours to end
+        os.kill(pid, number)
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 class Measure:
@@ -181,14 +222,40 @@ class Measure:
                                     "peer": peer["name"], "argv": [perftest, "-d", rail["hca"], "-p", str(rdma), "-D",
                                                                    str(self.params["rdma_seconds"]), "--report_gbits",
                                                                    "-F"]})
+        ended = self.end_leftovers(servers)
         # Each until its one client is done, or the timeout: all at once, the module returning with the last.
         with ThreadPoolExecutor(max_workers=max(1, len(servers))) as pool:
             done = list(pool.map(lambda server: self.module.run_command(
                 [timeout, str(self.timeout), *server.pop("argv")], environ_update={"LC_ALL": "C"}), servers))
         for index, (rc, _out, err) in enumerate(done):
             servers[index].update(rc=rc, served=rc == 0, error=None if rc == 0 else (err.strip()[-300:] or
-                                                                                     f"exit {rc}"))
+                                                                                     f"exit {rc}"),
+                                  ended_leftover=ended.get(servers[index]["port"], []))
         return servers
+
+    def end_leftovers(self, servers: list[dict]) -> dict[int, list[int]]:
+        """End the servers an earlier run left waiting on these ports, by port: the pids ended.
+
+        A server waits for its one client until its timeout; a run whose client never came (a rail that did not
+        answer) leaves it behind. The next run's server cannot bind the port, its client is served by the old
+        one, and the old one's timeout ends that test midway ('the server has terminated'). Only a process with
+        the very command line this module runs for that port is ended."""
+        wanted = {server["port"]: server["argv"] for server in servers}
+        found: dict[int, list[int]] = {}
+        for pid, argv in processes():
+            for port, ours in wanted.items():
+                if same_server(argv, ours) and pid != os.getpid():
+                    found.setdefault(port, []).append(pid)
+        pids = [pid for pids in found.values() for pid in pids]
+        for pid in pids:
+            signal_pid(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(alive(pid) for pid in pids):
+            time.sleep(0.1)
+        for pid in pids:
+            if alive(pid):
+                signal_pid(pid, signal.SIGKILL)
+        return found
 
     def measure(self) -> list[dict]:
         measures = []
