@@ -57,9 +57,10 @@ lint: venv
 	yamllint --strict .
 	ansible-lint
 
-# -n auto: one worker per core, a test file per worker at a time; tests/conftest.py makes the files that share
+# -n auto: one worker per core, a test file per worker at a time, the longest first (tests/conftest.py LONGEST_FIRST;
+# xdist would order them by their count of tests); tests/conftest.py makes the files that share
 # this machine's Docker images take turns.
-XDIST := -n auto --dist loadfile
+XDIST := -n auto --dist loadfile --no-loadscope-reorder
 
 unit: venv
 	pytest $(XDIST) -m "not testbed and not network" tests

@@ -39,6 +39,29 @@ THIS_MACHINES_DOCKER = {
 }
 
 
+# The files that run longest, longest first, the fleet's before all (half an hour on CI's 2 cores, whole in one
+# worker). make test passes --no-loadscope-reorder, so the workers take the files in this order: one worker starts
+# the fleet at once and takes nothing more until its last tests, the other works through the rest. Left to its
+# default order (the most tests first), xdist started the fleet some ten minutes in, and it ran last, alone.
+LONGEST_FIRST = (
+    "tests/fleet/test_fleet.py",
+    "tests/collection/test_ansible_test.py",
+    "tests/cluster/test_cluster_lab.py",
+    "tests/integration/test_mirror.py",
+    "tests/integration/test_venv.py",
+    "tests/integration/test_abi_scan_real.py",
+    "tests/integration/test_derived_images.py",
+    "tests/integration/test_matrix_check.py",
+    "tests/terminal/test_secrets.py",
+    "tests/terminal/test_at_a_terminal.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONGEST_FIRST)))
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _this_machines_docker_in_turn(request):
     if Path(str(request.module.__file__)).name not in THIS_MACHINES_DOCKER:

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import BIN, COLLECTION, REPO, ansible_env, fqcn
+from conftest import BIN, COLLECTION, LONGEST_FIRST, REPO, ansible_env, fqcn
 
 MODULES = sorted(p.stem for p in (REPO / "plugins" / "modules").glob("*.py"))
 
@@ -98,6 +98,13 @@ def test_no_two_test_files_share_a_name():
     a run of both folders finds it."""
     names = [path.name for path in (REPO / "tests").rglob("test_*.py")]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def test_the_files_run_longest_first_exist_and_make_test_keeps_their_order():
+    """A file renamed out of conftest.LONGEST_FIRST would start wherever xdist puts it: the fleet last, alone."""
+    missing = [path for path in LONGEST_FIRST if not (REPO / path).is_file()]
+    assert missing == [], "conftest.LONGEST_FIRST names files that are gone"
+    assert "--no-loadscope-reorder" in (REPO / "Makefile").read_text(), "xdist would reorder by the count of tests"
 
 
 def test_the_readme_map_of_the_tree_names_every_top_level_entry_and_nothing_that_is_gone():
