@@ -103,8 +103,11 @@ def image(ref: str, timeout: float = 30, environ=None) -> dict | None:
     return body
 
 
-# `docker image inspect --format` for the fields inspect_image returns, as the API's JSON has them.
-INSPECT_FORMAT = '{"Id": {{json .Id}}, "Architecture": {{json .Architecture}}, "RepoDigests": {{json .RepoDigests}}}'
+# `docker image inspect --format` for the fields inspect_image returns, as the API's JSON has them (the labels
+# lifted out of Config).
+INSPECT_FORMAT = ('{"Id": {{json .Id}}, "Architecture": {{json .Architecture}}, "RepoDigests": {{json .RepoDigests}}, '
+                  '"Labels": {{json .Config.Labels}}}')
+NO_IMAGE_FIELDS = {"Id": None, "Architecture": None, "RepoDigests": [], "Labels": {}}
 
 
 # `run` below is the module's runner: argv -> (rc, stdout, stderr), rc None when it timed out.
@@ -128,14 +131,17 @@ def engine_info(run, docker: str | None, timeout: float = 30) -> tuple[dict, str
 
 
 def inspect_image(run, docker: str | None, ref: str, timeout: float = 30) -> dict | None:
-    """{Id, Architecture, RepoDigests} of the image ref (the API, else `docker image inspect` through run);
-    None when the engine has no such image (or cannot be asked)."""
+    """{Id, Architecture, RepoDigests, Labels} of the image ref (the API, else `docker image inspect` through run);
+    None when the engine has no such image (or cannot be asked). Labels is {} for an image without any."""
     try:
         found = image(ref, timeout)
     except Unanswered:
         pass
     else:
-        return None if found is None else {k: found.get(k) for k in ("Id", "Architecture", "RepoDigests")}
+        if found is None:
+            return None
+        return {"Id": found.get("Id"), "Architecture": found.get("Architecture"),
+                "RepoDigests": found.get("RepoDigests"), "Labels": (found.get("Config") or {}).get("Labels") or {}}
     if not docker:
         return None
     rc, out, _unused = run([docker, "image", "inspect", "--format", INSPECT_FORMAT, ref])
@@ -144,8 +150,16 @@ def inspect_image(run, docker: str | None, ref: str, timeout: float = 30) -> dic
     try:
         found = json.loads(out)
     except ValueError:
-        return {"Id": None, "Architecture": None, "RepoDigests": []}
-    return found if isinstance(found, dict) else {"Id": None, "Architecture": None, "RepoDigests": []}
+        return dict(NO_IMAGE_FIELDS)
+    if not isinstance(found, dict):
+        return dict(NO_IMAGE_FIELDS)
+    return {**found, "Labels": found.get("Labels") or {}}
+
+
+def data_root(run, docker: str | None, timeout: float = 30) -> str:
+    """Docker's data root (DockerRootDir of the engine's /info, the API or the CLI); "" when it cannot be read."""
+    found, _why = engine_info(run, docker, timeout)
+    return str(found.get("DockerRootDir") or "")
 
 
 def free_bytes(path: str) -> int | None:

@@ -126,6 +126,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _docker_api as docker_api
 from ansible_collections.sparkfleet.spark.plugins.module_utils._derived import (
     INSTALLED_PROBE,
     recipe_hash,
@@ -137,12 +138,9 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._files import ato
 
 
 def inspect(module: AnsibleModule, docker: str, ref: str) -> dict | None:
-    rc, out, _unused = module.run_command([docker, "image", "inspect", "--format",
-                                          "{{json .Id}} {{json .Config.Labels}}", ref], environ_update={"LC_ALL": "C"})
-    if rc != 0:
-        return None
-    image_id, _unused, labels = out.strip().partition(" ")
-    return {"id": json.loads(image_id), "labels": json.loads(labels) or {}}
+    found = docker_api.inspect_image(lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C"}), docker,
+                                     ref)
+    return None if found is None else {"id": found["Id"], "labels": found["Labels"]}
 
 
 def main() -> None:

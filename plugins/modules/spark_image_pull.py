@@ -212,12 +212,8 @@ class Puller:
     def data_root(self) -> str:
         """Docker's data root, asked once per call."""
         if self._root is None:
-            try:
-                self._root = str(docker_api.info().get("DockerRootDir") or "")
-            except docker_api.Unanswered:
-                rc, out, _unused = self.module.run_command([self.docker, "info", "--format", "{{.DockerRootDir}}"],
-                                                           environ_update={"LC_ALL": "C"})
-                self._root = out.strip() if rc == 0 else ""
+            self._root = docker_api.data_root(
+                lambda argv: self.module.run_command(argv, environ_update={"LC_ALL": "C"}), self.docker)
         return self._root
 
     def check_space(self, ref: str, size: int) -> None:

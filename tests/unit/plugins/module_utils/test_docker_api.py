@@ -15,7 +15,9 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils import _docker_ap
 
 INFO = {"ServerVersion": "28.5.1", "DockerRootDir": "/var/lib/docker", "Runtimes": {"runc": {}, "nvidia": {}}}
 IMAGE = {"Id": "sha256:" + "a" * 64, "Architecture": "arm64", "RepoDigests": ["r/x@sha256:" + "b" * 64],
-         "Size": 12}
+         "Size": 12, "Config": {"Labels": {"io.sparkfleet.recipe": "abc"}, "Env": ["PATH=/usr/bin"]}}
+SEEN = {"Id": IMAGE["Id"], "Architecture": "arm64", "RepoDigests": IMAGE["RepoDigests"],
+        "Labels": {"io.sparkfleet.recipe": "abc"}}
 
 
 class _Engine(http.server.BaseHTTPRequestHandler):
@@ -67,10 +69,10 @@ def no_cli(argv):
 
 def test_the_api_answers_and_no_cli_is_run(engine):
     assert docker_api.engine_info(no_cli, "/usr/bin/docker") == (INFO, None)
-    assert docker_api.inspect_image(no_cli, "/usr/bin/docker", "r/x:1") == {
-        k: IMAGE[k] for k in ("Id", "Architecture", "RepoDigests")}
+    assert docker_api.inspect_image(no_cli, "/usr/bin/docker", "r/x:1") == SEEN
     assert docker_api.inspect_image(no_cli, "/usr/bin/docker", "r/x:missing") is None
-    assert engine == ["/info", "/images/r/x:1/json", "/images/r/x:missing/json"]
+    assert docker_api.data_root(no_cli, "/usr/bin/docker") == "/var/lib/docker"
+    assert engine == ["/info", "/images/r/x:1/json", "/images/r/x:missing/json", "/info"]
 
 
 def test_a_remote_engine_is_asked_through_the_cli_and_its_words_are_kept(monkeypatch):
@@ -81,12 +83,14 @@ def test_a_remote_engine_is_asked_through_the_cli_and_its_words_are_kept(monkeyp
         ran.append(argv)
         if argv[1] == "info":
             return 1, "", "Cannot connect to the Docker daemon at tcp://10.0.0.5:2376. Is the docker daemon running?"
-        return 0, json.dumps({k: IMAGE[k] for k in ("Id", "Architecture", "RepoDigests")}), ""
+        # What `docker image inspect --format INSPECT_FORMAT` prints of an image without labels: null.
+        return 0, json.dumps({k: IMAGE[k] for k in ("Id", "Architecture", "RepoDigests")} | {"Labels": None}), ""
 
     info, why = docker_api.engine_info(cli, "/usr/bin/docker")
     assert info == {} and why.startswith("/usr/bin/docker info --format: rc 1: Cannot connect to the Docker daemon")
-    assert docker_api.inspect_image(cli, "/usr/bin/docker", "r/x:1")["Architecture"] == "arm64"
+    assert docker_api.inspect_image(cli, "/usr/bin/docker", "r/x:1") == {**SEEN, "Labels": {}}
     assert ran[1] == ["/usr/bin/docker", "image", "inspect", "--format", docker_api.INSPECT_FORMAT, "r/x:1"]
+    assert docker_api.data_root(cli, "/usr/bin/docker") == "", "an engine that does not answer has no data root"
     assert docker_api.engine_info(cli, None) == ({}, "docker not found")
 
 
