@@ -17,7 +17,7 @@ LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/apt/list
          "/var/cache/apt/archives/lock")
 STATUS_FILE = "/var/lib/dpkg/status"
 # The packages sparkfleet installs or checks on a host, whose dpkg state the preflight facts report:
-# spark_container_runtime's toolkit and what checks its signing key (tests/unit/test_role_contracts.py holds the
+# spark_container_runtime's toolkit and what checks its signing key (tests/unit/roles/test_role_contracts.py holds the
 # roles to this list).
 PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
             "libnvidia-container1", "gpg", "ca-certificates")

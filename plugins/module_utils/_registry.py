@@ -6,7 +6,7 @@ Auth as registries ask for it (a 401's WWW-Authenticate: Bearer with its realm, 
 Docker Hub, or Basic), one token per repository; transient failures (connection refused, timeouts, 429, 5xx)
 retried with backoff, or after the registry's Retry-After up to a limit; redirects followed by _http's rule (the
 Authorization header only to the origin it was given for, never https -> http). Unit-tested against a real HTTP
-server on 127.0.0.1 (tests/unit/test_registry.py).
+server on 127.0.0.1 (tests/unit/plugins/module_utils/test_registry.py).
 """
 
 from __future__ import annotations

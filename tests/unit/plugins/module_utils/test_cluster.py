@@ -4,19 +4,20 @@ tests/fixtures/cluster (its README says which are recorded on the lab and which 
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 from ansible_collections.sparkfleet.spark.plugins.filter.sparkfleet_cluster import spark_cluster_measure_args
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cluster"
+from conftest import REPO
+
+FIXTURES = REPO / "tests" / "fixtures" / "cluster"
 HOSTS = ["spark-01", "spark-02", "spark-03"]
 RAILS = [{"interface": "enp1s0f1np1", "hca": "rocep1s0f1", "subnet": "192.168.100.0/24"},
          {"interface": "enP2p1s0f1np1", "hca": "roceP2p1s0f1", "subnet": "192.168.101.0/24"}]
 PAIR = {"name": "pair", "nodes": ["spark-01", "spark-02"], "user": "nvidia", "rails": RAILS}
 THRESHOLDS = __import__("yaml").safe_load(
-    (Path(__file__).resolve().parents[2] / "matrix" / "cluster-thresholds.yml").read_text())["thresholds"]
+    (REPO / "matrix" / "cluster-thresholds.yml").read_text())["thresholds"]
 
 
 def recording(name: str) -> str:
