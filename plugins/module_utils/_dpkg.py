@@ -17,10 +17,11 @@ LOCKS = ("/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock", "/var/lib/apt/list
          "/var/cache/apt/archives/lock")
 STATUS_FILE = "/var/lib/dpkg/status"
 # The packages sparkfleet installs or checks on a host, whose dpkg state the preflight facts report:
-# spark_container_runtime's toolkit and what checks its signing key (tests/unit/roles/test_role_contracts.py holds the
-# roles to this list).
-PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
-            "libnvidia-container1", "gpg", "ca-certificates")
+# spark_container_runtime's toolkit (the doctor reports these) and what checks its signing key
+# (tests/unit/roles/test_role_contracts.py holds the role's vars to these lists).
+TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+                    "libnvidia-container1")
+PACKAGES = (*TOOLKIT_PACKAGES, "gpg", "ca-certificates")
 _FLOCK = "hhqqi"
 # dpkg-query's ${db:Status-Abbrev}: the wanted state, the current state, the error flag.
 _WANT = {"unknown": "u", "install": "i", "hold": "h", "deinstall": "r", "purge": "p"}

@@ -46,10 +46,10 @@ options:
     type: path
     default: /opt/sparkfleet/venv
   toolkit_packages:
-    description: The NVIDIA Container Toolkit packages to report with their versions and holds.
+    description: The NVIDIA Container Toolkit packages to report with their versions and holds; unset, the four
+      that role spark_container_runtime installs and holds; an empty list, none.
     type: list
     elements: str
-    default: []
   docker:
     description: Docker CLI.
     type: str
@@ -165,6 +165,8 @@ class Doctor:
 
     def toolkit(self) -> list[dict]:
         names = self.module.params["toolkit_packages"]
+        if names is None:
+            names = list(dpkg.TOOLKIT_PACKAGES)
         lines = dpkg.read_status(names)["lines"] if names else None
         if lines is None:  # nothing asked, or no dpkg database: not a Debian-family host
             return []
@@ -257,7 +259,7 @@ def main() -> None:
             "platform": {"type": "dict", "required": True},
             "state_file": {"type": "path", "default": STATE_FILE},
             "venv_link": {"type": "path", "default": "/opt/sparkfleet/venv"},
-            "toolkit_packages": {"type": "list", "elements": "str", "default": []},
+            "toolkit_packages": {"type": "list", "elements": "str"},
             "docker": {"type": "str", "default": "docker"},
             "hostnames": {"type": "list", "elements": "str", "default": []},
             "keep_hostnames": {"type": "bool", "default": False},

@@ -97,10 +97,11 @@ def test_a_host_never_provisioned_still_gets_a_report(tmp_path):
 @pytest.mark.testbed
 def test_a_box_with_no_gpu_and_no_nvidia_runtime_is_diagnosed_in_order_with_what_to_do(tmp_path):
     """This machine as it is: no GPU (nvidia-smi is not installed), Docker without the nvidia runtime,
-    the toolkit not installed."""
+    the toolkit not installed. The toolkit's packages left to the module, as playbooks/doctor.yml leaves them."""
     bare = {**PLATFORM, "gpus": [], "nvidia_smi": {"error": "nvidia-smi not found on PATH"}}
     result = run_module("spark_doctor", {"platform": bare, "state_file": str(tmp_path / "none.json"),
-                                         "venv_link": str(tmp_path / "none"), "toolkit_packages": PACKAGES})
+                                         "venv_link": str(tmp_path / "none")})
+    assert [p["name"] for p in result["report"]["toolkit"]] == PACKAGES, "the role's four, by default"
     problems = result["report"]["problems"]
     assert [p["problem"] for p in problems][:3] == [
         "no GPU visible", "the nvidia runtime is not registered with Docker",
