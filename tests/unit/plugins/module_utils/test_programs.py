@@ -35,7 +35,8 @@ def test_the_import_check_reports_each_module_and_the_error_of_one_that_fails():
 
 def test_the_installed_check_lists_what_this_python_has_without_pip():
     installed = json.loads(_run("-c", _derived.INSTALLED_PROBE))
-    assert "ansible-core" in installed and installed["PyYAML"]
+    # pytest runs this test, so this Python has it, whatever ansible-test installed beside it.
+    assert "pytest" in installed and all(isinstance(version, str) and version for version in installed.values())
 
 
 def test_the_gpu_probe_reports_the_environment_first_then_torch():
