@@ -120,6 +120,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils import _dpkg as d
 from ansible_collections.sparkfleet.spark.plugins.module_utils._docker_daemon import DAEMON_JSON
 from ansible_collections.sparkfleet.spark.plugins.module_utils._doctor import diagnose, markdown, memory_signs, redact
 from ansible_collections.sparkfleet.spark.plugins.module_utils._state import STATE_FILE
+from ansible_collections.sparkfleet.spark.plugins.module_utils._verification import recorded_lines
 
 
 class Doctor:
@@ -217,15 +218,7 @@ class Doctor:
         p = self.module.params["platform"]
         state = self.read_json(self.module.params["state_file"], "the state file") or {}
         verification = state.get("verification") or {}
-        lines = []
-        for g in verification.get("gpu") or []:
-            line = " ".join(w for w in (f"GPU {g.get('kind')} {g.get('target')}:", str(g.get("verdict")).upper(),
-                                        g.get("line")) if w)
-            if g.get("verdict") != "ok":
-                line += f" - {g.get('hypothesis')}: {g.get('evidence')}. Fix: {g.get('fix')}"
-            lines.append(line)
-        lines += [f"NOT VERIFIED {n.get('target')}: {n.get('reason')}" for n in verification.get("not_verified") or []]
-        lines += [f"ABI {a.get('target')}: {str(a.get('verdict')).upper()}" for a in verification.get("abi") or []]
+        lines = recorded_lines(verification)  # the judge's own lines, each failure with its fix
         gpus = p.get("gpus") or []
         found = {
             "host": self.module.params["label"],

@@ -292,3 +292,29 @@ def test_a_container_killed_by_a_signal_is_the_abi(tmp_path):
     assert result["hypothesis"] == "ABI mismatch"
     assert "killed by SIGSEGV (signal 11) while running the first computation on the GPU" in result["evidence"]
     assert "inside the container" in result["evidence"]
+
+
+def test_a_launcher_that_is_gone_is_judged_recorded_and_fails_the_host_saying_why(tmp_path):
+    """spark_verify on this machine with a launcher that is not there: the probe cannot run, and the judge says so
+    (module_utils/_verification.py) - the host's state records the failure and the host fails with why and what to
+    do, where the probe's task used to fail alone and leave no state behind."""
+    launcher = tmp_path / "spark-gone"
+    state = tmp_path / "state.json"
+    playbook = tmp_path / "verify.yml"
+    playbook.write_text(json.dumps([{
+        "hosts": "localhost", "gather_facts": False, "connection": "local",
+        "tasks": [{"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_verify"},
+                   "vars": {"spark_verify_launchers": [str(launcher)], "spark_verify_images": [],
+                            "spark_verify_pythons": [], "spark_verify_state_file": str(state),
+                            "spark_verify_fleet_record_dir": ""}}],
+    }]))
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", str(playbook),
+                           "-e", f"ansible_python_interpreter={sys.executable}"], cwd=REPO,
+                          env=ansible_env(), capture_output=True, text=True, check=False)
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    flat = " ".join(proc.stdout.split())
+    assert f"verification failed: image {launcher}: no answer - the probe did not run: the probe could not run " \
+           f"under {launcher}" in flat, proc.stdout[-3000:]
+    assert "Fix: make the launcher or interpreter named run on the host" in flat
+    recorded = json.loads(state.read_text())["verification"]
+    assert recorded["verdict"] == "failed" and recorded["gpu"][0]["verdict"] == "error"

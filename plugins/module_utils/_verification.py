@@ -1,0 +1,191 @@
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""The verification's one judge: from what spark_gpu_verify and spark_abi_scan returned, the state a host records,
+the failures that fail it and the lines a user reads; and the lines again from a recorded state.
+
+Every path calls it: a provision's and a verify's spark_verify (the filter spark_verification), a refresh's check of
+the new images (the same filter, in spark_verify/tasks/images.yml), a new venv's verdict (the filter
+spark_venv_verdict) and the doctor, which reads the recorded state back (spark_doctor). A probe that could not run
+is judged as any other answer ("error", with why), never left to fail its task before the judgement.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _results(registered: Any) -> list[dict]:
+    """A loop's registered results, the skipped ones left out."""
+    if isinstance(registered, dict):
+        return [r for r in registered.get("results", []) if not r.get("skipped")]
+    return []
+
+
+def gpu_entry(kind: str, result: dict) -> dict:
+    """One GPU check as the state records it, from spark_gpu_verify's result (or its failure, as 'error')."""
+    entry = {
+        "kind": kind,
+        "target": result.get("item"),
+        "verdict": result.get("verdict", "error"),
+        "line": result.get("line"),
+        "torch": result.get("torch_version"),
+        "torch_cuda": result.get("torch_cuda"),
+        "device": (result.get("device") or {}).get("name"),
+        "capability": (result.get("device") or {}).get("capability"),
+        "notes": result.get("notes", []),
+        "frameworks": result.get("frameworks"),
+    }
+    if entry["verdict"] != "ok":
+        entry.update(hypothesis=result.get("hypothesis"), evidence=result.get("evidence") or result.get("msg"),
+                     fix=result.get("fix"))
+        if "verdict" not in result:  # the probe itself did not run: the module's message says why
+            entry.update(hypothesis=entry["hypothesis"] or "the probe did not run",
+                         fix=entry["fix"] or "make the launcher or interpreter named run on the host, then verify "
+                                             "again")
+    return entry
+
+
+def abi_entry(result: dict) -> dict:
+    """One ABI scan as the state records it, from spark_abi_scan's result."""
+    return {"target": result.get("item"), "verdict": result.get("verdict", "error"),
+            "findings": result.get("findings", []),
+            "evidence": sorted({f.get("evidence") for f in result.get("findings_by_evidence", [])
+                                if f.get("evidence")}),
+            "notes": result.get("notes", []),
+            "shared_objects": result.get("shared_objects_scanned"), "unreadable": len(result.get("unreadable", []))}
+
+
+def gpu_line(entry: dict, fix: bool = False) -> str:
+    """'GPU image /usr/local/bin/spark-ngc: OK True 13.0', or the verdict with the diagnosis (and its fix)."""
+    line = " ".join(w for w in (f"GPU {entry.get('kind')} {entry.get('target')}:",
+                                str(entry.get("verdict")).upper(), entry.get("line")) if w)
+    if entry.get("notes"):
+        line += f" ({'; '.join(entry['notes'])})"
+    if entry.get("verdict") != "ok":
+        line += f" - {entry.get('hypothesis')}: {entry.get('evidence')}"
+        if fix:
+            line += f". Fix: {entry.get('fix')}"
+    return line
+
+
+def abi_line(entry: dict) -> str:
+    """'ABI /opt/venv/bin/python: OK (40 shared objects)', or the verdict with each finding."""
+    findings = entry.get("findings") or []
+    return (f"ABI {entry.get('target')}: {str(entry.get('verdict')).upper()}"
+            + (f" - {'; '.join(findings)}" if findings else
+               f" ({entry['shared_objects']} shared objects)" if entry.get("shared_objects") is not None else "")
+            + (f"; note: {'; '.join(entry['notes'])}" if entry.get("notes") else ""))
+
+
+def not_verified_line(entry: dict) -> str:
+    return f"NOT VERIFIED {entry.get('target')}: {entry.get('reason')}"
+
+
+def venv_entry(active: Any) -> dict | None:
+    """The bare-pip venv spark_venv made active (its own verification happened before the switch)."""
+    if not isinstance(active, dict) or not active.get("path"):
+        return None
+    check = active.get("verification") or {}
+    stale = active.get("staleness") or {}
+    venv = {"path": active["path"], "matrix": active.get("matrix"), "fingerprint": active.get("fingerprint"),
+            "status": active.get("status"), "line": None, "verified_by": check.get("verified_by"),
+            "stale": bool(stale.get("stale")), "age_days": stale.get("age_days"),
+            "new_venv_failed": bool(active.get("new_venv_failed"))}
+    text = f"VENV {active['path']} ({venv['matrix']}): {str(venv['status']).upper()} {check.get('line') or ''}".rstrip()
+    if venv["verified_by"]:
+        text += f" [{venv['verified_by']}]"
+    if check.get("notes"):
+        text += f" ({'; '.join(check['notes'])})"
+    if venv["stale"]:
+        text += f"; matrix STALE ({venv['age_days']} days since last verified)"
+    if venv["new_venv_failed"]:
+        text += "; the new venv failed verification, this one stayed"
+    venv["line"] = text
+    return venv
+
+
+def judge(data: dict) -> dict:
+    """{state, failures, lines} of a host's verification, from spark_verify's registered results (`images`,
+    `pythons`, `abi`), its platform facts, why the GPU cannot be verified here, what was wanted, the active venv
+    and the pinned images."""
+    platform = data.get("platform") or {}
+    reason = (data.get("gpu_not_verifiable") or "").strip()
+    gpu = [gpu_entry("image", r) for r in _results(data.get("images"))]
+    gpu += [gpu_entry("python", r) for r in _results(data.get("pythons"))]
+    abi = [abi_entry(r) for r in _results(data.get("abi"))]
+    wanted = list(data.get("wanted_images") or []) + list(data.get("wanted_pythons") or [])
+    not_verified = [{"target": t, "reason": reason} for t in wanted] if reason else []
+    failures = [f"{g['kind']} {g['target']}: {g['line'] or 'no answer'} - {g.get('hypothesis')}: {g.get('evidence')}. "
+                f"Fix: {g.get('fix')}" for g in gpu if g["verdict"] != "ok"]
+    failures += [f"ABI {a['target']}: {'; '.join(a['findings'])}" for a in abi if a["verdict"] != "ok"]
+    lines = [gpu_line(g) for g in gpu] + [abi_line(a) for a in abi] + [not_verified_line(n) for n in not_verified]
+    venv = venv_entry(data.get("venv"))
+    if venv:
+        lines.append(venv["line"])
+    if not lines:
+        lines = [f"nothing to verify yet (no images or interpreters provisioned){'; ' + reason if reason else ''}"]
+    if platform.get("simulated"):
+        lines = [f"SIMULATED host: {line}" for line in lines]
+    state = {
+        "platform": platform.get("platform"),
+        "simulated": bool(platform.get("simulated")),
+        "gpu": gpu,
+        "abi": abi,
+        "not_verified": not_verified,
+        "gpu_not_verifiable": reason or None,
+        "venv": venv,
+        "images": [{"name": p.get("name"), "ref": p.get("ref"), "tag": p.get("tag")}
+                   for p in data.get("pinned") or []],
+        "verdict": "failed" if failures else ("not verified" if not_verified or not (gpu or abi) else "ok"),
+    }
+    return {"state": state, "failures": failures, "lines": lines}
+
+
+def recorded_lines(verification: dict) -> list[str]:
+    """The lines of a recorded verification (the state file's), each GPU failure with its fix: the doctor's."""
+    return ([gpu_line(g, fix=True) for g in verification.get("gpu") or []]
+            + [not_verified_line(n) for n in verification.get("not_verified") or []]
+            + [abi_line(a) for a in verification.get("abi") or []])
+
+
+def venv_verdict(build: dict, gpu: dict | None, abi: dict | None, simulated: bool = False) -> dict:
+    """Whether the venv spark_venv built (or found built) passed: the GPU line and the ABI scan must both be ok.
+
+    Returns C(passed), the C(verification) recorded in the venv's marker, and the C(failure) message that
+    names both checks and what stays active.
+    """
+    gpu, abi = gpu or {}, abi or {}
+    gpu_text = f"{gpu.get('verdict', 'error')}: {gpu.get('line') or gpu.get('msg', 'no line')}"
+    if gpu.get("hypothesis"):
+        gpu_text += f" ({gpu['hypothesis']}: {gpu.get('evidence')})"
+    abi_text = f"{abi.get('verdict', 'error')} {'; '.join(abi.get('findings', []))}{abi.get('msg', '')}".rstrip()
+    active = build.get("active")
+    failure = (f"the new venv {build.get('path')} failed verification (gpu {gpu_text}; abi {abi_text}); "
+               + (f"the active venv {active['path']} is untouched" if active else "no venv is active"))
+    return {
+        "passed": gpu.get("verdict") == "ok" and abi.get("verdict") == "ok",
+        "verification": {
+            "line": gpu.get("line"), "gpu": gpu.get("verdict", "error"), "abi": abi.get("verdict", "error"),
+            "abi_findings": abi.get("findings", []), "torch": gpu.get("torch_version"), "simulated": bool(simulated),
+            "verified_by": "stand-in torch on a simulated host (test bed)" if simulated else "GPU probe and ABI scan",
+            # the GPU frameworks the probe did not exercise, and ABI evidence that is not a finding
+            "notes": [*gpu.get("notes", []), *abi.get("notes", [])],
+        },
+        "failure": failure,
+    }
+
+
+def limits(platform: dict | None, can_run_containers: bool) -> dict:
+    """Why a check cannot run on this host: C(gpu) (the GPU line) and C(containers) (scans inside images); '' = it can.
+
+    A simulated host has a recorded nvidia-smi, so nothing about its GPU is verifiable; a host whose Docker cannot
+    start containers (the lab's emulated hosts) can neither scan its images nor run the GPU probe in them.
+    """
+    containers = "" if can_run_containers else \
+        "Docker on this host cannot start containers (spark_verify_can_run_containers: false)"
+    if (platform or {}).get("simulated"):
+        gpu = "simulated host: its GPU is a recorded nvidia-smi" + (
+            " and its Docker cannot start containers" if containers else "")
+    else:
+        gpu = containers
+    return {"gpu": gpu, "containers": containers}
