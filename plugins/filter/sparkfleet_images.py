@@ -10,57 +10,20 @@ import os
 import re
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkfleet.spark.plugins.filter.sparkfleet_inputs import spark_inventory_dir as inventory_dir
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _pinned as pinned_model
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _validate as validate
 from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import diff as lock_diff
 from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import host_platform
 
 
 def spark_images_pull_requests(targets: list[dict], mirrors: dict, platform: str, catalog: list[dict],
-                               moving: list[str], blessed_fallback: bool = True) -> list[dict]:
+                               moving: list[str], launcher_dir: str, blessed_fallback: bool = True,
+                               sized: bool = True) -> list[dict]:
     """What spark_image_pull's O(images) takes for the lock entries a host pulls: one complete request each
-    (where from: the mirror or the registry; the digest; the platforms the index has; the size for the host's
-    platform; the blessed tags to fall back to), so that provision and refresh pull the same way."""
-    requests = []
-    for entry in targets or []:
-        request = {"name": entry["name"], "repository": spark_images_pull_repository(entry, mirrors),
-                   "digest": entry.get("index_digest"), "platforms": entry.get("platforms") or [],
-                   "local_fallback": (spark_images_blessed_local(entry, catalog, mirrors, moving)
-                                      if blessed_fallback else [])}
-        size = (entry.get("sizes") or {}).get(platform)
-        if size:
-            request["size"] = size
-        requests.append(request)
-    return requests
-
-
-def spark_images_pinned(pulled: dict, images: list[dict], launcher_dir: str, targets: list[dict]) -> list[dict]:
-    """What each host runs, from spark_image_pull's result (`pulled.images`), each joined by name to its lock
-    entry in `targets` (what the pull asked for); an image whose pull failed is not pinned."""
-    launchers = {image["name"]: image.get("launcher") for image in images}
-    entries = {entry["name"]: entry for entry in targets or []}
-    pairs = [(entries.get(result.get("name")) or {}, result) for result in pulled.get("images") or []
-             if not result.get("failed")]
-    pinned = []
-    for item, result in pairs:
-        pinned.append({
-            "name": item.get("name"),
-            "registry": item.get("registry"),
-            "repository": item.get("repository"),
-            "tag": item.get("tag"),
-            "index_digest": item.get("index_digest"),
-            "arm64_digest": item.get("arm64_digest"),
-            "resolved_at": item.get("resolved_at"),
-            "fallback": item.get("fallback"),
-            "derived": False,
-            "derived_locked": item.get("derived") or {},
-            "unlocked": bool(item.get("unlocked")),
-            "ref": result.get("ref"),
-            "pulled": bool(result.get("pulled")),
-            "local_fallback": result.get("local_fallback"),
-            "launcher": launchers.get(item.get("name")),
-            "launcher_path": f"{launcher_dir.rstrip('/')}/{launchers.get(item.get('name'))}",
-        })
-    return pinned
+    (module_utils/_pinned.py's pull_request), so that provision and refresh pull the same way."""
+    return pinned_model.pull_requests(targets, catalog, mirrors=mirrors, platform=platform, moving=moving,
+                                      launcher_dir=launcher_dir, blessed_fallback=blessed_fallback, sized=sized)
 
 
 def spark_images_lock_entries(lock: dict | None, names: list[str]) -> list[dict]:
@@ -77,25 +40,7 @@ def spark_images_stale(recorded: list[str], pinned: list[dict]) -> list[str]:
 
 def spark_images_pin_line(image: dict) -> str:
     """'ngc: nvcr.io/nvidia/pytorch:25.09-py3 @ sha256:... (arm64 sha256:...), wanted 25.11-py3: <why>'."""
-    line = (f"{image['name']}: {image['registry']}/{image['repository']}:{image['tag']} @ {image['index_digest']} "
-            f"(arm64 {image['arm64_digest']})")
-    fallback = image.get("fallback")
-    if fallback:
-        line += f", FALLBACK from {fallback['wanted']}: {'; '.join(fallback['reasons'])}"
-    return line
-
-
-def spark_images_blessed_local(image: dict, catalog: list[dict], mirrors: dict, moving: list[str]) -> list[str]:
-    """The REPO:TAG names a host may already have for an image's blessed tags, newest first.
-
-    Moving tags are left out: what a host has under one is of unknown date, never a pin.
-    """
-    entry = next((c for c in catalog if c["name"] == image["name"]), None)
-    if entry is None:
-        return []
-    sources = [image["registry"]] + ([mirrors[image["registry"]]] if (mirrors or {}).get(image["registry"]) else [])
-    return [f"{source}/{image['repository']}:{tag}" for tag in entry.get("tags") or [] if tag not in (moving or [])
-            for source in sources]
+    return pinned_model.pin_line(image)
 
 
 # What each catalog field may hold: it reaches a launcher (a shell script and its file name), a pull and a URL.
@@ -125,12 +70,8 @@ def spark_images_effective(catalog: list[dict], overrides: dict) -> list[dict]:
 
 
 def spark_images_pull_repository(image: dict, mirrors: dict) -> str:
-    """Where a host pulls a locked image from: its registry's pull-through mirror when one is configured.
-
-    Digests are the same on a mirror, so the lock (resolved against the registry itself) stays the truth.
-    """
-    registry = image["registry"]
-    return f"{(mirrors or {}).get(registry, registry)}/{image['repository']}"
+    """Where a host pulls a locked image from: its registry's pull-through mirror when one is configured."""
+    return pinned_model.pull_repository(image, mirrors)
 
 
 def spark_images_lock_diff(lock: dict | None, resolved: list[dict]) -> list[dict]:
@@ -141,8 +82,10 @@ def spark_images_lock_diff(lock: dict | None, resolved: list[dict]) -> list[dict
 DERIVED_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 
-def spark_images_derived_recipes(derived: list[dict], catalog: list[dict], inventory_dir: str) -> list[dict]:
-    """spark_images_derived checked and normalized: files as absolute paths (relative ones from the inventory).
+def spark_images_derived_recipes(derived: list[dict], catalog: list[dict], sources: list) -> list[dict]:
+    """spark_images_derived checked and normalized: files as absolute paths (relative ones from the inventory's
+    directory, module_utils/_inventory.py's, asked only when a file is relative: `sources` are
+    ansible_inventory_sources).
 
     Fails with what was found and what is expected: a missing field, a bad name, a name used twice or by a
     catalog image, a base that is not a catalog image.
@@ -181,7 +124,7 @@ def spark_images_derived_recipes(derived: list[dict], catalog: list[dict], inven
             if "/" in file_name or file_name.startswith("."):
                 raise AnsibleFilterError(f"derived image {name}: file name {file_name!r} must be a plain name "
                                          "(it is copied into the build context as it is named).")
-            files[file_name] = src if os.path.isabs(src) else os.path.join(inventory_dir, src)
+            files[file_name] = src if os.path.isabs(src) else os.path.join(inventory_dir(sources), src)
         recipes.append({"name": name, "base": recipe["base"], "launcher": recipe["launcher"],
                         "apt_packages": list(recipe.get("apt_packages") or []),
                         "dockerfile": recipe.get("dockerfile") or "", "files": files})
@@ -209,42 +152,6 @@ def spark_images_derived_targets(recipes: list[dict], pinned: list[dict]) -> lis
     return targets
 
 
-def spark_images_derived_pinned(built: dict, launcher_dir: str) -> list[dict]:
-    """The derived images a host runs, from spark_image_build's loop results (what its launchers run: the ID)."""
-    pinned = []
-    for result in built.get("results", []):
-        item = result.get("item") or {}
-        recipe, base = item.get("recipe") or {}, item.get("base") or {}
-        pinned.append({
-            "name": recipe.get("name"), "derived": True, "base": base.get("name"),
-            "base_ref": base.get("ref"), "index_digest": base.get("index_digest"),
-            "registry": None, "repository": "sparkfleet/" + str(recipe.get("name")),
-            "tag": (result.get("tag") or "").rpartition(":")[2], "recipe": result.get("recipe"),
-            "image_tag": result.get("tag"), "ref": result.get("image_id") or result.get("tag"),
-            "built": bool(result.get("built")), "pulled": False, "unlocked": False, "fallback": None,
-            "resolved_at": base.get("resolved_at"), "launcher": recipe.get("launcher"),
-            "launcher_path": f"{launcher_dir.rstrip('/')}/{recipe.get('launcher')}",
-        })
-    return pinned
-
-
-def spark_images_inventory_dir(sources: list) -> str:
-    """The directory of the first inventory source (ansible_inventory_sources): the source itself when it is one.
-
-    Where the lock lives by default (its group_vars/all/) and what relative files of a derived image are read from.
-    """
-    if not sources:
-        raise AnsibleFilterError("spark_images_inventory_dir: no inventory source (ansible_inventory_sources is "
-                                 "empty), expected the inventory the lock belongs to; run with -i INVENTORY or set "
-                                 "spark_images_lock_file")
-    first = str(sources[0])
-    if not os.path.exists(first):  # a host list (-i spark-01,spark-02,): no directory to keep the lock in
-        raise AnsibleFilterError(f"the inventory {os.path.basename(first)!r} is a host list, which has no directory "
-                                 "for the lock (group_vars/all/spark_images_lock.yml); run with -i DIR, an inventory "
-                                 "directory, or set spark_images_lock_file")
-    return first if os.path.isdir(first) else os.path.dirname(first)
-
-
 def spark_images_host_platform(arch: str | None) -> str:
     """The platform a host pulls and builds images for, from its architecture (spark_preflight's arch)."""
     return host_platform(arch)
@@ -252,17 +159,14 @@ def spark_images_host_platform(arch: str | None) -> str:
 
 class FilterModule:
     def filters(self):
-        return {"spark_images_pinned": spark_images_pinned, "spark_images_stale": spark_images_stale,
+        return {"spark_images_stale": spark_images_stale,
                 "spark_images_effective": spark_images_effective,
                 "spark_images_pull_repository": spark_images_pull_repository,
                 "spark_images_pull_requests": spark_images_pull_requests,
                 "spark_images_lock_diff": spark_images_lock_diff,
                 "spark_images_pin_line": spark_images_pin_line,
                 "spark_images_derived_recipes": spark_images_derived_recipes,
-                "spark_images_inventory_dir": spark_images_inventory_dir,
                 "spark_images_derived_targets": spark_images_derived_targets,
                 "spark_images_derived_files": spark_images_derived_files,
                 "spark_images_lock_entries": spark_images_lock_entries,
-                "spark_images_blessed_local": spark_images_blessed_local,
-                "spark_images_derived_pinned": spark_images_derived_pinned,
                 "spark_images_host_platform": spark_images_host_platform}

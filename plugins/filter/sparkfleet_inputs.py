@@ -1,14 +1,18 @@
 # Copyright: sparkfleet contributors
 # Apache License 2.0
-"""spark_checked: one value from an inventory, a lock or a matrix, checked where it enters a path, a script or a
-URL, by the validator of its kind (module_utils/_validate.py).
-(ansible-doc reads the filter's documentation from plugins/filter/spark_checked.yml.)
+"""What enters from the inventory. spark_checked: one value from an inventory, a lock or a matrix, checked where
+it enters a path, a script or a URL, by the validator of its kind (module_utils/_validate.py). spark_inventory_dir:
+the inventory's one directory (module_utils/_inventory.py), or a path in it.
+(ansible-doc reads each filter's documentation from plugins/filter/<filter>.yml.)
 """
 
 from __future__ import annotations
 
+import os
+
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _validate as validate
+from ansible_collections.sparkfleet.spark.plugins.module_utils._inventory import NoInventoryDirectory, directory
 
 KINDS = ("tag", "digest", "registry", "repository", "launcher", "host_name", "iso_datetime", "env_name",
          "env_value", "relative_dir", "platform")
@@ -24,6 +28,17 @@ def spark_checked(value, kind: str, what: str):
     return value
 
 
+def spark_inventory_dir(sources: list, path: str = "", host_list: str | None = None) -> str:
+    """The inventory's directory (or `path` in it); for a host list, `host_list` when it is given, else fail."""
+    try:
+        found = directory(sources)
+    except NoInventoryDirectory as exc:
+        if host_list is not None and sources and not any(os.path.exists(str(s)) for s in sources):
+            return host_list
+        raise AnsibleFilterError(str(exc)) from None
+    return os.path.join(found, path) if path else found
+
+
 class FilterModule:
     def filters(self):
-        return {"spark_checked": spark_checked}
+        return {"spark_checked": spark_checked, "spark_inventory_dir": spark_inventory_dir}

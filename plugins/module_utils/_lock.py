@@ -13,7 +13,7 @@ before a refresh rolls out, and the driver's summary and report.json print its l
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import LOCK_FIELDS, validate_lock
+from ansible_collections.sparkfleet.spark.plugins.module_utils._pinned import LOCK_FIELDS, validate_lock
 
 # spark_image_lock's options: the module's and its action plugin's (which runs state=plan in process).
 ARGUMENT_SPEC = {

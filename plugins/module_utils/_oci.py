@@ -1,8 +1,8 @@
 # Copyright: sparkfleet contributors
 # Apache License 2.0
-"""Pure parts of the OCI distribution protocol: references, challenges, manifests, the lock.
+"""Pure parts of the OCI distribution protocol: references, challenges, manifests, platforms.
 
-No network here; spark_image_resolve does the HTTP with Ansible's helpers.
+No network here: the registry client is _registry.py; the lock entry built from what it resolves is _pinned.py.
 """
 
 from __future__ import annotations
@@ -116,7 +116,6 @@ def select_platform(index: dict, architecture: str = "arm64", os_name: str = "li
     return found, platforms
 
 
-# The lock entry's fields, in the order the file is written (its diff is the review).
 # The one architecture map: a machine's architecture as uname -m says it -> Debian's name for it (an apt
 # repository's directory) and the OCI platform its images are pulled for (linux/<Debian's name>).
 DEBIAN_ARCHITECTURES = {"aarch64": "arm64", "x86_64": "amd64"}
@@ -131,63 +130,3 @@ def debian_architecture(arch: str | None) -> str | None:
 def host_platform(arch: str | None) -> str:
     """The platform a host pulls and builds for; a Spark's (linux/arm64) when the architecture is not known."""
     return PLATFORMS.get(arch or "", "linux/arm64")
-
-
-LOCK_FIELDS = ("requested", "registry", "repository", "tag", "index_digest", "arm64_digest", "media_type",
-               "platforms", "sizes", "fallback", "resolved_at", "derived")
-
-
-def validate_lock(lock: object, path: str) -> list[str]:
-    """Problems with a lock as loaded from YAML, each naming the file and the entry."""
-    if lock is None:
-        return []
-    if not isinstance(lock, dict):
-        return [f"{path}: spark_images_lock must be a mapping of image name to entry, found {type(lock).__name__}"]
-    problems = []
-    for name, entry in lock.items():
-        if not isinstance(entry, dict):
-            problems.append(f"{path}: entry {name!r} must be a mapping, found {type(entry).__name__}")
-            continue
-        missing = [f for f in ("registry", "repository", "index_digest", "arm64_digest") if not entry.get(f)]
-        if missing:
-            problems.append(f"{path}: entry {name!r} lacks {', '.join(missing)}")
-        problems += [f"{path}: entry {name!r} {problem}" for problem in _entry_problems(name, entry)]
-    return problems
-
-
-# What each field of a lock entry may hold: every one reaches a launcher (a shell script), a pull or a URL.
-_LOCK_CHECKS = {"registry": validate.registry, "repository": validate.repository, "tag": validate.tag,
-                "index_digest": validate.digest, "arm64_digest": validate.digest, "media_type": validate.media_type,
-                "resolved_at": validate.iso_datetime}
-
-
-def _entry_problems(name: object, entry: dict) -> list[str]:
-    said = [] if validate.launcher(name) is None else [f"name {validate.launcher(name)}"]
-    said += [f"{field} {problem}" for field, check in _LOCK_CHECKS.items()
-             if entry.get(field) is not None and (problem := check(entry[field]))]
-    requested = entry.get("requested")
-    if requested is not None:
-        try:
-            if not isinstance(requested, str) or requested != requested.strip() or len(requested) > 255:
-                raise BadReference(f"{requested!r} is not an image reference")
-            parse_reference(requested)
-        except BadReference as exc:
-            said.append(f"requested: {exc}")
-    platforms = entry.get("platforms") or []
-    said += [f"platforms {problem}" for p in (platforms if isinstance(platforms, list) else [platforms])
-             if (problem := validate.platform(p))]
-    sizes = entry.get("sizes") or {}
-    said += [f"sizes {p!r} is {v!r}; expected a platform and a size in bytes"
-             for p, v in (sizes.items() if isinstance(sizes, dict) else [("sizes", sizes)])
-             if validate.platform(p) or not isinstance(v, int) or isinstance(v, bool)]
-    derived = entry.get("derived") or {}
-    for child, recipe in derived.items() if isinstance(derived, dict) else [("derived", derived)]:
-        said += [f"derived name {problem}" for problem in [validate.launcher(child)] if problem]
-        if not isinstance(recipe, dict):
-            said.append(f"derived.{child} is {recipe!r}; expected a mapping with recipe and tag")
-            continue
-        said += [f"derived.{child}.recipe {problem}" for problem in [validate.digest(recipe.get("recipe"))] if problem]
-        repo, colon, tag = str(recipe.get("tag")).rpartition(":")
-        if not colon or validate.repository(repo) or validate.tag(tag):
-            said.append(f"derived.{child}.tag is {recipe.get('tag')!r}; expected sparkfleet/<name>:<recipe hash>")
-    return said

@@ -71,6 +71,13 @@ options:
   locked_recipe:
     description: The recipe hash the lock records for this image, if any; a different one is a warning.
     type: str
+  launcher:
+    description: The image's launcher (a file name in O(launcher_dir)), for RV(pinned).
+    type: str
+  launcher_dir:
+    description: Where the launchers are (the role's C(spark_images_launcher_dir)), for RV(pinned).
+    type: path
+    default: /usr/local/bin
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -120,6 +127,12 @@ dockerfile:
   description: The rendered Dockerfile.
   returned: success
   type: str
+pinned:
+  description:
+    - What the host runs for this image (module_utils/_pinned.py's record). Its C(ref) is the image ID, which
+      its launcher runs. The role keeps it in C(spark_images_pinned).
+  returned: success
+  type: dict
 """
 
 import json
@@ -135,6 +148,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._derived import (
     tag_for,
 )
 from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils._pinned import derived as derived_record
 
 
 def inspect(module: AnsibleModule, docker: str, ref: str) -> dict | None:
@@ -158,11 +172,20 @@ def main() -> None:
             "network": {"type": "str", "default": ""},
             "read_base": {"type": "bool", "default": True},
             "locked_recipe": {"type": "str"},
+            "launcher": {"type": "str"},
+            "launcher_dir": {"type": "path", "default": "/usr/local/bin"},
             "docker": {"type": "path", "default": "docker"},
         },
         supports_check_mode=True,
     )
     p = module.params
+
+    def done(**result) -> None:
+        """Exit with the result and the record of what the host runs."""
+        module.exit_json(pinned=derived_record(name=p["name"], base=p["base"], base_ref=p["base_ref"],
+                                               base_digest=p["base_digest"], launcher=p["launcher"],
+                                               launcher_dir=p["launcher_dir"], result=result), **result)
+
     docker = module.get_bin_path(p["docker"], required=True)
     contents = {}
     for name in p["files"]:
@@ -172,9 +195,9 @@ def main() -> None:
                 contents[name] = handle.read()
         except OSError as exc:
             if module.check_mode and not os.path.exists(path):  # the copy before this one wrote nothing
-                module.exit_json(changed=True, built=False, image_id=None, tag=None, recipe=None,
-                                 notes=[f"{path} is not on the host yet (check mode copies nothing): the image "
-                                        "would be built once its files are there"])
+                done(changed=True, built=False, image_id=None, tag=None, recipe=None,
+                     notes=[f"{path} is not on the host yet (check mode copies nothing): the image "
+                            "would be built once its files are there"])
             module.fail_json(msg=f"derived image {p['name']}: context file {path} cannot be read ({exc}); nothing "
                                  "was built.")
     recipe = {"name": p["name"], "apt_packages": p["apt_packages"], "dockerfile": p["dockerfile"]}
@@ -195,8 +218,7 @@ def main() -> None:
                          refusals=problems, **result)
     present = inspect(module, docker, tag)
     if present and present["labels"].get("io.sparkfleet.recipe") == sha:
-        module.exit_json(changed=False, image_id=present["id"], **{k: v for k, v in result.items()
-                                                                   if k != "image_id"})
+        done(changed=False, **{**result, "image_id": present["id"]})
     if p["read_base"] and module.check_mode and inspect(module, docker, p["base_ref"]) is None:
         result["notes"] = [f"the base {p['base_ref']} is not on the host yet (check mode pulls nothing): the "
                            "recipe is checked against the base's Python distributions when it is built"]
@@ -222,7 +244,7 @@ def main() -> None:
     result["changed"] = True
     result["diff"] = {"before": "", "after": dockerfile, "after_header": f"{tag} Dockerfile"}
     if module.check_mode:
-        module.exit_json(**result)
+        done(**result)
     os.makedirs(p["context"], exist_ok=True)
     dockerfile_path = os.path.join(p["context"], ".sparkfleet.Dockerfile")
     atomic_write(dockerfile_path, dockerfile)
@@ -238,7 +260,7 @@ def main() -> None:
                          cmd=cmd, **result)
     built = inspect(module, docker, tag)
     result.update(built=True, image_id=built["id"] if built else None)
-    module.exit_json(**result)
+    done(**result)
 
 
 if __name__ == "__main__":

@@ -123,7 +123,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._files import ato
 from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import ARGUMENT_SPEC, LockRefused, removed
 from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import diff as lock_diff
 from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import plan as plan_pulls
-from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import LOCK_FIELDS, validate_lock
+from ansible_collections.sparkfleet.spark.plugins.module_utils._pinned import lock_entry, validate_lock
 from ansible_collections.sparkfleet.spark.plugins.module_utils._yaml import require_yaml, yaml
 
 HEADER = ("# Written by playbooks/pin.yml: the images every host pulls, by digest.\n"
@@ -168,7 +168,7 @@ def write(module: AnsibleModule) -> dict:
     new = {}
     for image, row in zip(module.params["resolved"], rows, strict=True):
         previous = old.get(image["name"]) if isinstance(old, dict) else None
-        entry = {k: image.get(k) for k in LOCK_FIELDS if k not in ("resolved_at", "derived")}
+        entry = lock_entry(image)
         kept = not row["changed"] and isinstance(previous, dict) and previous.get("resolved_at")
         entry["resolved_at"] = previous["resolved_at"] if kept else now
         new[image["name"]] = entry

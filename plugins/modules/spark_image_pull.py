@@ -33,6 +33,8 @@ options:
       - All the images to pull, each a mapping of C(name) (how results name it), C(repository), C(digest) and,
         optionally, C(platforms), C(size) and C(local_fallback) (as the options of the same names).
         O(platform), O(headroom_bytes) and O(record) hold for all of them.
+      - A complete request (the filter C(spark_images_pull_requests) makes one from a lock entry) also carries
+        C(launcher), C(launcher_path) and C(lock), the lock entry; from them RV(pinned) says what the host runs.
     type: list
     elements: dict
   repository:
@@ -107,6 +109,13 @@ images:
   returned: with O(images)
   type: list
   elements: dict
+pinned:
+  description:
+    - With O(images), what the host runs (module_utils/_pinned.py's record), one per image pulled or present, in
+      order; an image that failed has none. The role keeps it in C(spark_images_pinned).
+  returned: with O(images)
+  type: list
+  elements: dict
 ref:
   description: What the host runs, C(REPO@DIGEST).
   returned: success, with O(repository)
@@ -132,6 +141,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _docker_api as docker_api
 from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
 from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import is_digest
+from ansible_collections.sparkfleet.spark.plugins.module_utils._pinned import pinned
 
 
 def short_name(repository: str) -> str:
@@ -323,10 +333,11 @@ def main() -> None:
         except PullFailed as exc:
             module.fail_json(msg=exc.msg, **exc.extra)
         module.exit_json(**result)
-    results, failed = [], []
+    results, failed, records = [], [], []
     for image in params["images"]:
         try:
             entry = puller.pull(image)
+            records.append(pinned(image, entry))
         except PullFailed as exc:
             entry = {"failed": True, "msg": exc.msg, **{k: v for k, v in exc.extra.items() if k in ("rc", "cmd")}}
             failed.append(f"{image.get('name') or image.get('repository')}: {exc.msg}" if len(params["images"]) > 1
@@ -336,8 +347,8 @@ def main() -> None:
     for entry in results:
         entry.pop("changed", None)
     if failed:
-        module.fail_json(msg="; ".join(failed), changed=changed, images=results)
-    module.exit_json(changed=changed, images=results)
+        module.fail_json(msg="; ".join(failed), changed=changed, images=results, pinned=records)
+    module.exit_json(changed=changed, images=results, pinned=records)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import yaml
 
 from sparkfleet import ansible_config as _config
 from sparkfleet.ansible_config import AnsibleConfig
-from sparkfleet.collection_home import ANSIBLE_CFG, COLLECTIONS_DIR, PROJECT_DIR
+from sparkfleet.collection_home import ANSIBLE_CFG, COLLECTIONS_DIR, PROJECT_DIR, collection_module
 from sparkfleet.events import Fleet
 from sparkfleet.processes import end_run
 from sparkfleet.progress import Progress
@@ -222,13 +222,16 @@ class InventoryBusy(Exception):
 @contextlib.contextmanager
 def inventory_lock(inventory: str, command: str):
     """Hold <inventory>/.sparkfleet/run.lock for the run, so two runs never write the image lock or the hosts'
-    records at once; a second run is refused at once, naming the one that holds it. A host list (a,b,) has
-    no directory to lock."""
-    if "," in inventory:
-        yield
+    records at once; a second run is refused at once, naming the one that holds it. The directory is the one the
+    roles keep the lock and the records in (module_utils/_inventory.py); a host list (a,b,) has none to lock."""
+    inventories = collection_module("_inventory")
+    try:
+        directory = Path(inventories.directory([inventory])) / ".sparkfleet"
+    except inventories.NoInventoryDirectory:
+        if os.path.exists(inventory):
+            raise
+        yield  # a host list: no lock, no records
         return
-    base = Path(inventory)
-    directory = (base if base.is_dir() else base.parent) / ".sparkfleet"
     path = directory / "run.lock"
     with private_files():
         directory.mkdir(parents=True, exist_ok=True)

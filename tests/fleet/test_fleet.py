@@ -201,8 +201,9 @@ def test_2_refresh_canary_first_then_the_rest(fleet):
     assert all(launcher_ref(h).endswith(new) for h in HOSTS)
     assert all(any(i["ref"].endswith(new) for i in data["hosts"][h]["images"]) for h in HOSTS)
     # Canary first: the first host finished its rollout before the second one started pulling.
-    # (A "still: Pull the new digests (15 s)" line is the progress of a task already started, not a start.)
-    starts = [line for line in proc.stdout.splitlines() if "Pull the new digests" in line and "still:" not in line]
+    # (A "still: Pull by digest: the new digests (15 s)" line is the progress of a task already started, not a start.)
+    starts = [line for line in proc.stdout.splitlines()
+              if "Pull by digest: the new digests" in line and "still:" not in line]
     assert len(starts) == 3, starts
 
 

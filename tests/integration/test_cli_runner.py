@@ -159,7 +159,12 @@ def test_a_second_run_on_the_same_inventory_is_refused_and_changes_nothing(pyind
         held.flush()
         proc = subprocess.run([str(BIN / "sparkfleet"), "verify", "-i", str(inventory), "--plain", "--report-dir",
                                str(tmp_path / "r")], cwd=REPO, capture_output=True, text=True, env=env, check=False)
+        # The inventory named by its hosts file is the same inventory: its directory holds the lock and records.
+        by_file = subprocess.run([str(BIN / "sparkfleet"), "verify", "-i", str(inventory / "hosts.yml"), "--plain",
+                                  "--report-dir", str(tmp_path / "r")], cwd=REPO, capture_output=True, text=True,
+                                 env=env, check=False)
     assert proc.returncode == 5, proc.stdout[-2000:]
+    assert by_file.returncode == 5 and "holds inventory" in by_file.stderr, by_file.stdout[-2000:]
     assert proc.stderr.startswith(f"sparkfleet: sparkfleet refresh (pid 4242, since 2026-12-01T04:00:00+00:00) "
                                   f"holds inventory {inventory}")
     assert "Nothing was changed." in proc.stderr

@@ -9,6 +9,7 @@ import urllib.request
 
 import pytest
 import yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils._pinned import pull_requests
 from oci_push import push
 
 from conftest import run_module
@@ -107,8 +108,12 @@ def test_all_of_a_hosts_images_in_one_call_each_reported_and_a_failure_named(ano
     two = push(anon.url, "pulltest/two:v1", ["amd64", "arm64"], seed="one-call-b")
     refs = [f"{anon.host}/pulltest/one@{one['digest']}", f"{anon.host}/pulltest/two@{two['digest']}"]
     record = tmp_path / "pulled.json"
-    images = [{"name": "one", "repository": f"{anon.host}/pulltest/one", "digest": one["digest"]},
-              {"name": "two", "repository": f"{anon.host}/pulltest/two", "digest": two["digest"]}]
+    # A complete request, as the role hands it (module_utils/_pinned.py), and a bare one.
+    lock_one = {"name": "one", "registry": anon.host, "repository": "pulltest/one", "tag": "v1",
+                "index_digest": one["digest"], "platforms": ["linux/amd64", "linux/arm64"]}
+    (complete,) = pull_requests([lock_one], [{"name": "one", "launcher": "spark-one", "tags": ["v1"]}], mirrors={},
+                                platform="linux/arm64", moving=[], launcher_dir="/usr/local/bin")
+    images = [complete, {"name": "two", "repository": f"{anon.host}/pulltest/two", "digest": two["digest"]}]
     args = {"images": images, "record": str(record)}
     for ref in refs:
         subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True, check=False)
@@ -119,6 +124,10 @@ def test_all_of_a_hosts_images_in_one_call_each_reported_and_a_failure_named(ano
         assert [(i["name"], i["ref"], i["pulled"]) for i in first["images"]] == [
             ("one", refs[0], False), ("two", refs[1], True)], "only the missing one is pulled"
         assert json.loads(record.read_text()) == [refs[1]], "only what this call pulled is recorded"
+        assert [(p["name"], p["ref"], p["pulled"]) for p in first["pinned"]] == [
+            ("one", refs[0], False), ("two", refs[1], True)], "the module says what the host runs now"
+        assert (first["pinned"][0]["tag"], first["pinned"][0]["index_digest"], first["pinned"][0]["launcher_path"]) == (
+            "v1", one["digest"], "/usr/local/bin/spark-one"), "the record is the lock entry and its launcher"
         again = run_module("spark_image_pull", args)
         assert again["changed"] is False and not any(i["pulled"] for i in again["images"])
 
@@ -129,6 +138,7 @@ def test_all_of_a_hosts_images_in_one_call_each_reported_and_a_failure_named(ano
         assert broken["msg"].startswith(f"gone: docker pull {anon.host}/pulltest/one@{missing} failed"), broken["msg"]
         assert [(i["name"], bool(i.get("failed"))) for i in broken["images"]] == [
             ("one", False), ("two", False), ("gone", True)], "the others still say what they did"
+        assert [p["name"] for p in broken["pinned"]] == ["one", "two"], "an image that failed pins nothing"
     finally:
         for ref in refs:
             subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True, check=False)

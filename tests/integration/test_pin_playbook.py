@@ -150,21 +150,26 @@ def test_prune_removes_only_images_this_project_pulled_and_no_longer_pins(anon, 
     inv = inventory(tmp_path, anon.host, hosts=1)
     record = tmp_path / "pulled.json"
     play = tmp_path / "pull.yml"
+    # The role as site.yml runs it, up to the pull and the prune (its tags select them; no launcher is written).
     play.write_text(json.dumps([{"hosts": "sparks", "gather_facts": False, "tasks": [
-        {"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_images", "tasks_from": "plan.yml"}},
-        {"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_images", "tasks_from": "pull.yml"}}]}]))
+        {"ansible.builtin.import_role": {"name": "sparkfleet.spark.spark_images"}}]}]))
+
+    def pull(*extra: str) -> subprocess.CompletedProcess:
+        return playbook(play, inv, "--tags", "spark_images_plan,spark_images_pull", "-e",
+                        f"spark_images_record_file={record}", *extra)
+
     old_ref = f"{anon.host}/pintest/pytorch@{old['digest']}"
     try:
         assert playbook(REPO / "playbooks" / "pin.yml", inv).returncode == 0
-        first = playbook(play, inv, "-e", f"spark_images_record_file={record}")
+        first = pull()
         assert first.returncode == 0, first.stdout
         new = push(anon.url, "pintest/pytorch:25.11-py3", ["amd64", "arm64"], seed="prune-new")
         assert playbook(REPO / "playbooks" / "pin.yml", inv).returncode == 0
-        kept = playbook(play, inv, "-e", f"spark_images_record_file={record}")
+        kept = pull()
         assert kept.returncode == 0, kept.stdout
         inspect = ["docker", "image", "inspect", old_ref]
         assert subprocess.run(inspect, capture_output=True, check=False).returncode == 0  # kept without the flag
-        pruned = playbook(play, inv, "-e", f"spark_images_record_file={record}", "-e", "spark_images_prune=true")
+        pruned = pull("-e", "spark_images_prune=true")
         assert pruned.returncode == 0, pruned.stdout
         assert subprocess.run(inspect, capture_output=True, check=False).returncode != 0
         new_ref = f"{anon.host}/pintest/pytorch@{new['digest']}"

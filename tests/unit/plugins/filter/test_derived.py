@@ -83,8 +83,14 @@ def test_an_extra_system_package_and_a_new_python_package_are_allowed():
 
 def test_recipes_are_checked_for_shape_before_any_host_is_touched(tmp_path):
     (ok,) = images.spark_images_derived_recipes([recipe(apt_packages=["ffmpeg"], files={"a.sh": "files/a.sh"})],
-                                                CATALOG, str(tmp_path))
+                                                CATALOG, [str(tmp_path)])
     assert ok["files"] == {"a.sh": str(tmp_path / "files/a.sh")}, "relative to the inventory"
+    (absolute,) = images.spark_images_derived_recipes([recipe(apt_packages=["ffmpeg"], files={"a.sh": "/srv/a.sh"})],
+                                                      CATALOG, ["spark-01,"])
+    assert absolute["files"] == {"a.sh": "/srv/a.sh"}, "a host list needs no directory where no file is relative"
+    with pytest.raises(AnsibleFilterError, match="'spark-01,' is a host list"):
+        images.spark_images_derived_recipes([recipe(apt_packages=["ffmpeg"], files={"a.sh": "a.sh"})], CATALOG,
+                                            ["spark-01,"])
     for bad, message in [
         (recipe(base="pytorch-nightly", apt_packages=["x"]), "base 'pytorch-nightly' is not one of the pinned"),
         (recipe(name="NGC Extra", apt_packages=["x"]), "is not a valid image name"),
@@ -94,23 +100,14 @@ def test_recipes_are_checked_for_shape_before_any_host_is_touched(tmp_path):
         (recipe(apt_packages=["x"], files={"../a": "a"}), "must be a plain name"),
     ]:
         with pytest.raises(AnsibleFilterError, match=message):
-            images.spark_images_derived_recipes([bad], CATALOG, str(tmp_path))
+            images.spark_images_derived_recipes([bad], CATALOG, [str(tmp_path)])
 
 
 def test_a_derived_image_needs_its_base_in_the_lock():
-    recipes = images.spark_images_derived_recipes([recipe(apt_packages=["ffmpeg"])], CATALOG, "/inv")
+    recipes = images.spark_images_derived_recipes([recipe(apt_packages=["ffmpeg"])], CATALOG, ["/inv"])
     base = {"name": "ngc", "ref": f"nvcr.io/nvidia/pytorch@{D1}", "index_digest": D1, "unlocked": False,
             "derived": False, "derived_locked": {"ngc-extra": {"recipe": D2}}}
     (target,) = images.spark_images_derived_targets(recipes, [base])
     assert (target["base"]["ref"], target["locked"]) == (base["ref"], D2)
     with pytest.raises(AnsibleFilterError, match=r"base 'ngc' is not in the lock \(locked here: none\)"):
         images.spark_images_derived_targets(recipes, [{**base, "unlocked": True}])
-
-
-def test_a_derived_image_runs_by_its_id_through_its_own_launcher():
-    built = {"results": [{"item": {"recipe": {"name": "ngc-extra", "launcher": "spark-ngc-extra"},
-                                   "base": {"name": "ngc", "ref": f"r@{D1}", "index_digest": D1}},
-                          "tag": "sparkfleet/ngc-extra:0123456789ab", "recipe": D2, "image_id": D1, "built": True}]}
-    (entry,) = images.spark_images_derived_pinned(built, "/usr/local/bin")
-    assert (entry["ref"], entry["launcher_path"], entry["derived"]) == (D1, "/usr/local/bin/spark-ngc-extra", True)
-    assert entry["image_tag"] == "sparkfleet/ngc-extra:0123456789ab"
