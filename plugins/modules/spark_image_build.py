@@ -69,7 +69,9 @@ options:
     type: bool
     default: true
   locked_recipe:
-    description: The recipe hash the lock records for this image, if any; a different one is a warning.
+    description:
+      - The recipe hash the lock records for this image; a different one, or an empty one (the lock has none), is
+        a warning. Left out, nothing is compared (a refresh, which writes the lock after the host passed).
     type: str
   launcher:
     description: The image's launcher (a file name in O(launcher_dir)), for RV(pinned).
@@ -209,7 +211,7 @@ def main() -> None:
     if p["locked_recipe"] and p["locked_recipe"] != sha:
         module.warn(f"derived image {p['name']}: the lock records recipe {p['locked_recipe']}, this run builds "
                     f"{sha} (the recipe or its base changed); run playbooks/pin.yml to lock it.")
-    elif not p["locked_recipe"]:
+    elif p["locked_recipe"] == "":  # left out (None): not compared, as in a refresh, which writes the lock after
         module.warn(f"derived image {p['name']} is not in the lock; run playbooks/pin.yml to record {tag}.")
     problems = refusals(recipe, None, contents)
     if problems:
