@@ -133,10 +133,13 @@ def pull_request(entry: dict, image: dict | None, *, mirrors: dict | None, platf
     return request
 
 
-def pull_requests(entries: list[dict], catalog: list[dict], **options) -> list[dict]:
+def pull_requests(entries: list[dict], catalog: list[dict], *, mirrors: dict | None, platform: str, moving: list[str],
+                  launcher_dir: str, blessed_fallback: bool = True, sized: bool = True) -> list[dict]:
     """pull_request() for each entry, each joined to its catalog image by name."""
     by_name = {image["name"]: image for image in catalog or []}
-    return [pull_request(entry, by_name.get(entry["name"]), **options) for entry in entries or []]
+    return [pull_request(entry, by_name.get(entry["name"]), mirrors=mirrors, platform=platform, moving=moving,
+                         launcher_dir=launcher_dir, blessed_fallback=blessed_fallback, sized=sized)
+            for entry in entries or []]
 
 
 def pinned(request: dict, result: dict) -> dict:
