@@ -33,7 +33,7 @@ def spark_inventory_dir(sources: list, path: str = "", host_list: str | None = N
     try:
         found = directory(sources)
     except NoInventoryDirectory as exc:
-        if host_list is not None and sources and not any(os.path.exists(str(s)) for s in sources):
+        if host_list is not None and exc.host_list:
             return host_list
         raise AnsibleFilterError(str(exc)) from None
     return os.path.join(found, path) if path else found

@@ -14,7 +14,12 @@ import os
 
 
 class NoInventoryDirectory(ValueError):
-    """The sources name no single directory; str() says what was found and what to do."""
+    """The sources name no single directory; str() says what was found and what to do. `host_list` is True when
+    they are host lists only (which have none, and need none where nothing is kept)."""
+
+    def __init__(self, msg: str, host_list: bool = False) -> None:
+        super().__init__(msg)
+        self.host_list = host_list
 
 
 def directory(sources: list | tuple | None) -> str:
@@ -36,7 +41,8 @@ def directory(sources: list | tuple | None) -> str:
         lists = ", ".join(repr(os.path.basename(source)) for source in sources)
         raise NoInventoryDirectory(f"the inventory {lists} is a host list, which has no directory for the lock "
                                    "(group_vars/all/spark_images_lock.yml) or the hosts' records (.sparkfleet/); "
-                                   "run with -i DIR, an inventory directory, or set spark_images_lock_file")
+                                   "run with -i DIR, an inventory directory, or set spark_images_lock_file",
+                                   host_list=True)
     if len(found) > 1:
         said = "; ".join(f"{', '.join(named)} in {place}" for place, named in found.items())
         raise NoInventoryDirectory(f"the inventory sources are in {len(found)} directories ({said}), and the image "

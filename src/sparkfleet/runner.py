@@ -227,8 +227,8 @@ def inventory_lock(inventory: str, command: str):
     inventories = collection_module("_inventory")
     try:
         directory = Path(inventories.directory([inventory])) / ".sparkfleet"
-    except inventories.NoInventoryDirectory:
-        if os.path.exists(inventory):
+    except inventories.NoInventoryDirectory as exc:
+        if not exc.host_list:
             raise
         yield  # a host list: no lock, no records
         return

@@ -22,15 +22,18 @@ def test_sources_in_two_directories_are_refused_naming_each(tmp_path):
     for name in ("lab", "prod"):
         (tmp_path / name).mkdir()
     with pytest.raises(NoInventoryDirectory, match=r"in 2 directories \(.*lab in .*lab; .*prod in .*prod\).*"
-                                                   r"run with one inventory directory"):
+                                                   r"run with one inventory directory") as caught:
         directory([str(tmp_path / "lab"), str(tmp_path / "prod")])
+    assert not caught.value.host_list, "two directories are never let through as a host list"
 
 
 def test_a_host_list_or_no_source_has_no_directory():
-    with pytest.raises(NoInventoryDirectory, match=r"'spark-01,spark-02,' is a host list.*run with -i DIR"):
+    with pytest.raises(NoInventoryDirectory, match=r"'spark-01,spark-02,' is a host list.*run with -i DIR") as listed:
         directory(["spark-01,spark-02,"])
-    with pytest.raises(NoInventoryDirectory, match=r"no inventory source.*-i INVENTORY"):
+    assert listed.value.host_list, "a host list: the CLI runs it without a run lock, the verify keeps no record"
+    with pytest.raises(NoInventoryDirectory, match=r"no inventory source.*-i INVENTORY") as none:
         directory([])
+    assert not none.value.host_list
 
 
 def test_the_same_directory_spelled_two_ways_is_one(tmp_path):
