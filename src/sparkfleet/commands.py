@@ -5,7 +5,6 @@ screen's summary and the exit code. The doctor's and the lab's own steps are in 
 from __future__ import annotations
 
 import argparse
-import datetime
 import getpass
 import json
 import os
@@ -14,7 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sparkfleet import __version__, doctor, report
+from sparkfleet import __version__, doctor, report, reportdir
 from sparkfleet.arguments import COMMANDS, CONTROLLER_CHECKS, REPORT_ROOT
 from sparkfleet.collection_home import PROJECT_DIR, collection_module
 from sparkfleet.events import Fleet
@@ -28,6 +27,7 @@ from sparkfleet.runner import (
     ansible_config,
     inventory_groups,
     inventory_lock,
+    private_files,
 )
 from sparkfleet.terminal import make_console, print_summary
 
@@ -52,10 +52,9 @@ def ask_passwords(options: AnsibleOptions) -> dict[str, str]:
 
 
 def report_dir_for(command: str, chosen: Path | None) -> Path:
-    if chosen:
-        return chosen
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return REPORT_ROOT / f"{stamp}-{command}"
+    """The run's report directory, claimed as sparkfleet's own (reportdir.py); reportdir.Refused if it cannot be."""
+    with private_files():
+        return reportdir.chosen(chosen) if chosen else reportdir.default(command, REPORT_ROOT)
 
 
 def point_latest(directory: Path) -> None:
@@ -82,7 +81,11 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
         error(f"inventory {inventory} not found; expected a directory such as "
               "inventory/example (copy it to inventory/<yours> and list your Sparks there).")
         return EXIT_BAD_INPUT
-    directory = report_dir_for(command.replace("-", "_"), args.report_dir)
+    try:
+        directory = report_dir_for(command.replace("-", "_"), args.report_dir)
+    except (reportdir.Refused, OSError) as exc:
+        error(f"{exc}" if isinstance(exc, reportdir.Refused) else f"cannot make the report directory: {exc}")
+        return EXIT_BAD_INPUT
     if command == "doctor":
         args = doctor.doctor_args(args)
     options = AnsibleOptions.from_args(args, tags)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from sparkfleet import reportdir
 from sparkfleet.collection_home import collection_module
 from sparkfleet.events import Fleet
 from sparkfleet.runner import private_files
@@ -44,8 +45,8 @@ def write(fleet: Fleet, directory: Path, console: Console) -> dict[str, Path]:
     text = "\n".join(r["markdown"] for r in reports)
     paths = {"doctor markdown": directory / "doctor.md", "doctor json": directory / "doctor.json"}
     with private_files():
-        paths["doctor markdown"].write_text(text)
-        paths["doctor json"].write_text(json.dumps([{k: v for k, v in r.items() if k != "markdown"}
-                                                    for r in reports], indent=2) + "\n")
+        reportdir.write_text(paths["doctor markdown"], text)
+        reportdir.write_text(paths["doctor json"], json.dumps([{k: v for k, v in r.items() if k != "markdown"}
+                                                               for r in reports], indent=2) + "\n")
     console.print(text, highlight=False, markup=False, soft_wrap=True)  # Markdown to paste: never re-wrapped
     return paths

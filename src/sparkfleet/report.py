@@ -8,11 +8,11 @@ cannot reach a report.
 from __future__ import annotations
 
 import json
-import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from sparkfleet import reportdir
 from sparkfleet.collection_home import collection_module
 from sparkfleet.events import Fleet, Host
 from sparkfleet.runner import private_files
@@ -196,13 +196,10 @@ def write(report: dict, directory: Path) -> dict[str, Path]:
 
 
 def _write(report: dict, directory: Path) -> dict[str, Path]:
-    directory.mkdir(parents=True, exist_ok=True)
     paths = {"json": directory / "report.json", "markdown": directory / "report.md",
              "junit": directory / "report.junit.xml"}
     texts = {"json": json.dumps(report, indent=2, sort_keys=False) + "\n", "markdown": markdown(report),
              "junit": junit(report)}
     for kind, path in paths.items():
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(texts[kind], encoding="utf-8")
-        os.replace(tmp, path)
+        reportdir.write_text(path, texts[kind])
     return paths

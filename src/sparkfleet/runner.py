@@ -389,12 +389,9 @@ class Run:
         clock = time.monotonic()
         private = Path(tempfile.mkdtemp(prefix="sparkfleet-run-"))
         private.chmod(0o700)
+        # The report directory was claimed (reportdir.py): sparkfleet's own, never a link, the earlier run's
+        # events gone. ansible-runner rotates nothing there: the folder holds this run alone.
         artifacts = self.report_dir / "artifacts"
-        # A report directory used again (--report-dir): the earlier run's events would be read as this run's
-        # (ansible-runner's stats come from the job_events folder), so they go first.
-        shutil.rmtree(artifacts / "run", ignore_errors=True)
-        with private_files():
-            artifacts.mkdir(parents=True, exist_ok=True)
         cancelled = {"asked": False, "ended": False}
         previous_handlers = {sig: signal.getsignal(sig) for sig in CANCEL_SIGNALS}
 
@@ -436,7 +433,7 @@ class Run:
                     envvars=env,
                     artifact_dir=str(artifacts),
                     ident="run",
-                    rotate_artifacts=1,
+                    rotate_artifacts=0,
                     quiet=True,
                     suppress_env_files=True,
                     event_handler=lambda event: (fleet.handle(event), progress.update())[0] or True,
