@@ -76,6 +76,12 @@ options:
     description: Seconds any one command (and a server waiting for its client) may take.
     type: int
     default: 60
+  record:
+    description:
+      - Where the servers started are recorded (pid, start time, owner, command line) while they wait, so that a
+        later run ends one an interrupted run left behind only if it is provably that process.
+    type: path
+    default: /run/sparkfleet/cluster-servers.json
 """
 
 EXAMPLES = r"""
@@ -108,7 +114,7 @@ measures:
   elements: dict
 servers:
   description: The servers run - tool, port, address, peer, served (a client came and the test ended), error,
-    ended_leftover (the pids of an earlier run's servers still waiting on that port, ended first).
+    ended_leftover (the pids of the servers an earlier run recorded and left waiting on that port, ended first).
   returned: action=serve
   type: list
   elements: dict
@@ -116,8 +122,10 @@ servers:
 
 import contextlib
 import ipaddress
+import json
 import os
 import pwd
+import select
 import signal
 import subprocess
 import time
@@ -125,6 +133,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
+from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
 from ansible_collections.sparkfleet.spark.plugins.module_utils._validate import host_name
 
 RDMA_PORT_OFFSET = 64
@@ -151,41 +160,60 @@ def ports(base: int, client: int, rail: int) -> tuple[int, int]:
     return tcp, tcp + RDMA_PORT_OFFSET
 
 
-def processes() -> list[tuple[int, list[str]]]:
-    """Each process this user can read: its pid and argv (/proc/PID/cmdline)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as handle:
-                argv = handle.read().decode("utf-8", "replace").split("\0")
-        except OSError:
-            continue  # gone, or another user's
-        found.append((int(name), argv[:-1] if argv and argv[-1] == "" else argv))
-    return found
-
-
-def same_server(argv: list[str], ours: list[str]) -> bool:
-    """A server of ours for the same port: its command line, the values that change between runs aside (the
-    address it binds, the RDMA device, the seconds)."""
-    if len(argv) != len(ours) or os.path.basename(argv[0]) != os.path.basename(ours[0]):
-        return False
-    port = ours.index("-p") + 1
-    return all(argv[index] == mine for index, mine in enumerate(ours) if index == port or mine.startswith("-"))
-
-
-def signal_pid(pid: int, number: int) -> None:
-    with contextlib.suppress(OSError):  # gone already, or not ours to end
-        os.kill(pid, number)
-
-
-def alive(pid: int) -> bool:
+def identity(pid: int) -> dict | None:
+    """What tells this process from any other that may get its pid later: its start time (clock ticks after
+    boot, /proc/PID/stat), its owner and its whole command line; None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+            fields = handle.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read().decode("utf-8", "replace").split("\0")
+        uid = os.stat(f"/proc/{pid}").st_uid
     except (OSError, IndexError):
+        return None
+    if fields[0] == "Z":
+        return None
+    return {"start": int(fields[19]), "uid": uid, "argv": argv[:-1] if argv and argv[-1] == "" else argv}
+
+
+def read_record(path: str) -> list[dict]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return []
+    return [entry for entry in data if isinstance(entry, dict)] if isinstance(data, list) else []
+
+
+def write_record(path: str, entries: list[dict]) -> None:
+    if not entries:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    atomic_write(path, json.dumps(entries) + "\n", mode=0o600)
+
+
+def end(pid: int, recorded: dict) -> bool:
+    """End the process only if it is still the one recorded (start time, owner, command line), through a pidfd
+    so that a pid reused between the check and the signal is never hit; True when it was ended."""
+    if identity(pid) != {key: recorded.get(key) for key in ("start", "uid", "argv")}:
         return False
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return False  # gone since, or no pidfd here: a process not provably ours is left alone
+    try:
+        if identity(pid) != {key: recorded.get(key) for key in ("start", "uid", "argv")}:
+            return False  # the pid was reused before the pidfd was taken
+        for number, seconds in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, number)
+            if select.select([pidfd], [], [], seconds)[0]:  # readable once the process has ended
+                return True
+        return False
+    finally:
+        os.close(pidfd)
 
 
 class Measure:
@@ -224,9 +252,26 @@ class Measure:
                                                                    "-F"]})
         ended = self.end_leftovers(servers)
         # Each until its one client is done, or the timeout: all at once, the module returning with the last.
-        with ThreadPoolExecutor(max_workers=max(1, len(servers))) as pool:
-            done = list(pool.map(lambda server: self.module.run_command(
-                [timeout, str(self.timeout), *server.pop("argv")], environ_update={"LC_ALL": "C"}), servers))
+        # Each is recorded as it starts (its pid, start time, owner and command line), so that a later run ends
+        # it only if this very process is still waiting (end_leftovers).
+        started = []
+        for server in servers:
+            argv = [timeout, str(self.timeout), *server.pop("argv")]
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # pylint: disable=consider-using-with
+                                    stderr=subprocess.PIPE, text=True, env={**os.environ, "LC_ALL": "C"})
+            started.append(proc)
+            server["_record"] = {"pid": proc.pid, "port": server["port"], **(identity(proc.pid) or {})}
+        record = self.params["record"]
+        write_record(record, read_record(record) + [server["_record"] for server in servers])
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, len(servers))) as pool:
+                outputs = list(pool.map(lambda proc: proc.communicate(), started))
+        finally:
+            mine = {server["_record"]["pid"] for server in servers}
+            write_record(record, [entry for entry in read_record(record) if entry.get("pid") not in mine])
+        done = [(proc.returncode, *outputs[index]) for index, proc in enumerate(started)]
+        for server in servers:
+            del server["_record"]
         for index, (rc, _out, err) in enumerate(done):
             servers[index].update(rc=rc, served=rc == 0, error=None if rc == 0 else (err.strip()[-300:] or
                                                                                      f"exit {rc}"),
@@ -238,23 +283,20 @@ class Measure:
 
         A server waits for its one client until its timeout; a run whose client never came (a rail that did not
         answer) leaves it behind. The next run's server cannot bind the port, its client is served by the old
-        one, and the old one's timeout ends that test midway ('the server has terminated'). Only a process with
-        the very command line this module runs for that port is ended."""
-        wanted = {server["port"]: server["argv"] for server in servers}
+        one, and the old one's timeout ends that test midway ('the server has terminated'). Only a process that
+        an earlier run recorded as it started it, and that still is that process (start time, owner, the whole
+        command line with its bind address), is ended: never another user's iperf3, nor a program calling
+        itself iperf3."""
+        ports = {server["port"] for server in servers}
+        record = self.params["record"]
+        entries = read_record(record)
         found: dict[int, list[int]] = {}
-        for pid, argv in processes():
-            for port, ours in wanted.items():
-                if same_server(argv, ours) and pid != os.getpid():
-                    found.setdefault(port, []).append(pid)
-        pids = [pid for pids in found.values() for pid in pids]
-        for pid in pids:
-            signal_pid(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and any(alive(pid) for pid in pids):
-            time.sleep(0.1)
-        for pid in pids:
-            if alive(pid):
-                signal_pid(pid, signal.SIGKILL)
+        for entry in entries:
+            if entry.get("port") in ports and isinstance(entry.get("pid"), int) and end(entry["pid"], entry):
+                found.setdefault(entry["port"], []).append(entry["pid"])
+        left = [entry for entry in entries if entry.get("port") not in ports]
+        if len(left) != len(entries):
+            write_record(record, left)
         return found
 
     def measure(self) -> list[dict]:
@@ -402,6 +444,7 @@ def main() -> None:
             "rdma_seconds": {"type": "int", "default": 3},
             "port": {"type": "int", "default": 5701},
             "timeout": {"type": "int", "default": 60},
+            "record": {"type": "path", "default": "/run/sparkfleet/cluster-servers.json"},
         },
         supports_check_mode=True,
     )
