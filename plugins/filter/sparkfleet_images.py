@@ -22,8 +22,11 @@ def spark_images_pull_requests(targets: list[dict], mirrors: dict, platform: str
                                sized: bool = True) -> list[dict]:
     """What spark_image_pull's O(images) takes for the lock entries a host pulls: one complete request each
     (module_utils/_pinned.py's pull_request), so that provision and refresh pull the same way."""
-    return pinned_model.pull_requests(targets, catalog, mirrors=mirrors, platform=platform, moving=moving,
-                                      launcher_dir=launcher_dir, blessed_fallback=blessed_fallback, sized=sized)
+    try:
+        return pinned_model.pull_requests(targets, catalog, mirrors=mirrors, platform=platform, moving=moving,
+                                          launcher_dir=launcher_dir, blessed_fallback=blessed_fallback, sized=sized)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 def spark_images_lock_entries(lock: dict | None, names: list[str]) -> list[dict]:
@@ -70,8 +73,12 @@ def spark_images_effective(catalog: list[dict], overrides: dict) -> list[dict]:
 
 
 def spark_images_pull_repository(image: dict, mirrors: dict) -> str:
-    """Where a host pulls a locked image from: its registry's pull-through mirror when one is configured."""
-    return pinned_model.pull_repository(image, mirrors)
+    """Where a host pulls a locked image from: its registry's pull-through mirror when one is configured; the
+    entry and the mirror checked (module_utils/_pinned.py)."""
+    try:
+        return pinned_model.pull_repository(image, mirrors)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 def spark_images_lock_diff(lock: dict | None, resolved: list[dict]) -> list[dict]:

@@ -92,9 +92,24 @@ def pull_repository(entry: dict, mirrors: dict | None) -> str:
     """Where a host pulls a locked image from: its registry's pull-through mirror when one is configured.
 
     Digests are the same on a mirror, so the lock (resolved against the registry itself) stays the truth.
+    Every path that pulls or runs a locked image goes through here, so the entry and the mirror are checked
+    here, as validate_lock checks them (a value such as '--volume=/:/host' never reaches docker's argv): a
+    ValueError says what was found and what is expected.
     """
-    registry = entry["registry"]
-    return f"{(mirrors or {}).get(registry, registry)}/{entry['repository']}"
+    name = entry.get("name", "?") if isinstance(entry, dict) else "?"
+    if not isinstance(entry, dict):
+        raise ValueError(f"spark_images_lock entry {name!r}: must be a mapping, found {type(entry).__name__}")
+    missing = [f for f in ("registry", "repository") if not entry.get(f)]
+    problems = [f"lacks {', '.join(missing)}"] if missing else []
+    problems += _entry_problems("image" if name == "?" else name, entry)
+    registry = entry.get("registry")
+    mirror = (mirrors or {}).get(registry) if isinstance(registry, str) else None
+    if mirror is not None and validate.registry(mirror):
+        problems.append(f"mirror of {registry} in spark_images_mirrors {validate.registry(mirror)}")
+    if problems:
+        raise ValueError(f"spark_images_lock entry {name!r}: {'; '.join(problems)}. Run sparkfleet pin to write "
+                         "the lock again, and set spark_images_mirrors to registry host names")
+    return f"{mirror or registry}/{entry['repository']}"
 
 
 def blessed_local(entry: dict, tags: list[str], mirrors: dict | None, moving: list[str]) -> list[str]:

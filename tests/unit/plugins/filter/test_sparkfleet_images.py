@@ -48,6 +48,22 @@ def test_pulls_go_through_the_registrys_mirror_and_only_then():
     assert images.spark_images_pull_repository(image, {"docker.io": "mirror.lan:5002"}) == "nvcr.io/nvidia/pytorch"
 
 
+@pytest.mark.parametrize(("entry", "mirrors", "said"), [
+    ({"registry": "--volume=/:/host", "repository": "nvidia/pytorch", "index_digest": D1}, {},
+     "registry is '--volume=/:/host'; expected a registry host name"),
+    ({"registry": "nvcr.io", "repository": "nvidia/pytorch", "index_digest": "--privileged"}, {},
+     "index_digest is '--privileged'; expected sha256:"),
+    ({"registry": "nvcr.io", "repository": "nvidia/pytorch", "index_digest": D1}, {"nvcr.io": "-v /:/h"},
+     "mirror of nvcr.io in spark_images_mirrors is '-v /:/h'"),
+])
+def test_a_lock_entry_or_mirror_that_would_reach_dockers_argv_as_an_option_is_refused(entry, mirrors, said):
+    """Issue 34, finding 7: cluster verify used the lock and the mirrors unvalidated; a lock registry
+    '--volume=/:/host' reached docker's argv as an option. Every path that pulls or runs a locked image takes its
+    repository from this one filter, which now checks the entry and the mirror."""
+    with pytest.raises(AnsibleFilterError, match=re.escape(said)):
+        images.spark_images_pull_repository(entry, mirrors)
+
+
 def test_lock_diff_old_to_new_per_image():
     resolved = [{"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch", "tag": "25.11-py3",
                  "index_digest": D1},
