@@ -190,15 +190,27 @@ def check_plan(plan: object) -> str | None:
         if not isinstance(rail, dict) or not isinstance(rail.get("interface"), str) \
                 or not INTERFACE.fullmatch(rail["interface"]):
             return f"a rail is {rail!r:.80}; expected an interface name of 15 characters at most"
-        address = rail.get("address")
-        if address is not None:
-            try:
-                ipaddress.IPv4Interface(address)
-            except ValueError:
-                return f"rail {rail['interface']}'s address is {address!r:.60}; expected an IPv4 address/prefix"
-            if "/" not in str(address):
+        # Every value render_netplan writes is checked: the rail's own mtu and addresses too (a newline there
+        # would write another interface's stanza into the file).
+        if "mtu" in rail and (not isinstance(rail["mtu"], int) or isinstance(rail["mtu"], bool)
+                              or not 1280 <= rail["mtu"] <= 9216):
+            return f"rail {rail['interface']}'s mtu is {rail['mtu']!r:.40}; expected 1280 to 9216"
+        if "addresses" in rail and not isinstance(rail["addresses"], list):
+            return f"rail {rail['interface']}'s addresses are {rail['addresses']!r:.60}; expected a list"
+        for address in [rail.get("address"), *rail.get("addresses", [])]:
+            if address is not None and not _interface_address(address):
                 return f"rail {rail['interface']}'s address is {address!r:.60}; expected an IPv4 address/prefix"
     return None
+
+
+def _interface_address(address: object) -> bool:
+    """An IPv4 address with its prefix, as netplan's addresses take it (198.18.110.10/24), and nothing else."""
+    if not isinstance(address, str) or "/" not in address:
+        return False
+    try:
+        return str(ipaddress.IPv4Interface(address)) == address
+    except ValueError:
+        return False
 
 
 NETPLAN_FILE = "/etc/netplan/40-cx7.yaml"

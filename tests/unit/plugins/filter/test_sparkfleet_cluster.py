@@ -129,6 +129,26 @@ def test_a_plan_a_module_is_handed_is_checked_again_before_it_reaches_a_file(bad
     assert cluster.check_plan(cluster.node_plan(model(), "spark-01")) is None
 
 
+INJECTED = "9000\n    eth9:\n      addresses: [203.0.113.9/24]\n      routes: [{to: default, via: 203.0.113.1}]"
+
+
+@pytest.mark.parametrize(("rail", "said"), [
+    ({"interface": "eth0", "address": "10.0.0.1/24", "mtu": INJECTED}, "rail eth0's mtu is"),
+    ({"interface": "eth0", "address": "10.0.0.1/24", "mtu": 65536}, "expected 1280 to 9216"),
+    ({"interface": "eth0", "address": None, "addresses": ["10.0.0.1/24]\n    eth9: {dhcp4: true"]},
+     "rail eth0's address is"),
+    ({"interface": "eth0", "address": None, "addresses": "10.0.0.1/24"}, "expected a list"),
+])
+def test_a_rails_own_mtu_and_addresses_are_checked_as_render_writes_them(rail, said):
+    """Issue 34, finding 8: a plan built by hand with a newline in a rail's mtu rendered another interface's
+    stanza and a default route; check_plan had skipped the per-rail values render_netplan writes."""
+    plan = {"cluster": "pair", "mtu": 9000, "rails": [rail]}
+    assert said in (cluster.check_plan(plan) or "")
+    good = {**rail, "mtu": 9000, "addresses": ["10.0.0.1/24"]}
+    assert cluster.check_plan({**plan, "rails": [good]}) is None
+    assert "eth9" not in cluster.render_netplan({**plan, "rails": [good]})
+
+
 def test_ibdev2netdev_maps_each_rdma_device_to_its_interface():
     devices = cluster.parse_ibdev2netdev(recording("ibdev2netdev.txt"))
     assert {(d["hca"], d["netdev"], d["state"]) for d in devices} >= {
