@@ -32,6 +32,48 @@ def redact(value: Any, names: list[str], label: str) -> Any:
     return walk(value)
 
 
+# Candidates for an address in free text (an unreachable host's message, a path): each is checked with
+# ipaddress before it is replaced, so versions (13.0), times (05:19:36) and digests stay.
+_ADDRESS = re.compile(r"(?<![\w.:])(?:\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7})(?![\w.:])")
+# A user's home in a path: /home/alice/inventory -> /home/<user>/inventory (and macOS's /Users/alice).
+_HOME = re.compile(r"(?<![\w.-])/(home|Users)/[^/\s\"'`|]+")
+
+
+def scrub(value: Any, homes: list[str] | None = None) -> Any:
+    """`value` with what identifies a site replaced, whatever a host's outcome: every IP address but the
+    loopback's by <address>, a user's home in a path by /home/<user> (and each of `homes`, such as the
+    controller's own, by ~)."""
+    import ipaddress
+
+    homes = sorted({h.rstrip("/") for h in homes or [] if h and h.rstrip("/") not in ("", "/")}, key=len,
+                   reverse=True)
+
+    def address(match: re.Match) -> str:
+        text = match.group(0)
+        try:
+            found = ipaddress.ip_address(text)
+        except ValueError:
+            return text
+        return text if found.is_loopback or found.is_unspecified else "<address>"
+
+    def text(item: str) -> str:
+        for home in homes:
+            item = re.sub(r"(?<![\w.-])" + re.escape(home) + r"(?=/|\b|$)", "~", item)
+        item = _HOME.sub(lambda m: f"/{m.group(1)}/<user>", item)
+        return _ADDRESS.sub(address, item)
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            return text(item)
+        if isinstance(item, list):
+            return [walk(i) for i in item]
+        if isinstance(item, dict):
+            return {walk(k) if isinstance(k, str) else k: walk(v) for k, v in item.items()}
+        return item
+
+    return walk(value)
+
+
 def _row(label: str, value: Any) -> str:
     if value is None or value == "" or value == []:
         value = "-"

@@ -27,13 +27,20 @@ def doctor_args(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def redacted(data: dict, fleet: Fleet) -> dict:
-    """The doctor's report.json as its doctor.md has it: each host's name replaced by its label (host-1, ...)."""
-    redact = collection_module("_doctor").redact
-    for name, host in fleet.hosts.items():
-        label = (host.facts.get("spark_doctor") or {}).get("host")
-        if label and name != "localhost":
-            data = redact(data, [name], label)
-    return data
+    """The doctor's report.json as its doctor.md has it: each host's name replaced by its label (host-1, ...),
+    a host that failed or was unreachable (no doctor's report of its own) by the next free label; and, whatever
+    the hosts' outcome, addresses and users' homes in paths left out (module_utils/_doctor.py's scrub)."""
+    doctor = collection_module("_doctor")
+    labels = {name: (host.facts.get("spark_doctor") or {}).get("host") for name, host in fleet.hosts.items()
+              if name != "localhost" and host is not fleet.controller}
+    taken = {int(label.rpartition("-")[2]) for label in labels.values()
+             if label and label.startswith("host-") and label.rpartition("-")[2].isdigit()}
+    free = (n for n in range(1, len(labels) + len(taken) + 2) if n not in taken)
+    for name in sorted(labels):
+        labels[name] = labels[name] or f"host-{next(free)}"
+    for name in sorted(labels, key=len, reverse=True):  # a name inside another is replaced after it
+        data = doctor.redact(data, [name], labels[name])
+    return doctor.scrub(data, [str(Path.home())])
 
 
 def write(fleet: Fleet, directory: Path, console: Console) -> dict[str, Path]:

@@ -118,3 +118,30 @@ def test_an_empty_directory_of_the_users_is_taken_and_a_group_writable_one_refus
     else:
         raise AssertionError("a directory every user can write was taken")
     assert list(loose.iterdir()) == []
+
+
+def test_the_doctors_reports_hide_an_unreachable_hosts_name_address_and_the_users_home(tmp_path):
+    """Issue 34, finding 9: with a host unreachable, report.json/md/junit kept its real name and address, and
+    report.json absolute paths with user names in them. The host is reached through an ssh_executable of the
+    user's that connects nowhere and says what real ssh says."""
+    home = tmp_path / "home" / "alice"
+    work = home / "fleet"
+    work.mkdir(parents=True)
+    fake = work / "ssh"
+    fake.write_text('#!/bin/sh\necho "ssh: connect to host 203.0.113.77 port 22: Connection timed out" >&2\n'
+                    "exit 255\n")
+    fake.chmod(0o755)
+    (work / "ansible.cfg").write_text(f"[ssh_connection]\nssh_executable = {fake}\n")
+    (work / "hosts.ini").write_text("[sparks]\nspark-secret-lab ansible_host=203.0.113.77\n")
+    proc = piped(["doctor", "-i", str(work / "hosts.ini"), "--plain", "--report-dir", "out"], work,
+                 HOME=str(home))
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-2000:]
+    for name in ("report.json", "report.md", "report.junit.xml"):
+        text = (work / "out" / name).read_text()
+        for private in ("spark-secret-lab", "203.0.113.77", "alice"):
+            assert private not in text, (name, private, text[:3000])
+    data = json.loads((work / "out" / "report.json").read_text())
+    assert list(data["hosts"]) == ["host-1"]
+    assert "<address>" in json.dumps(data["hosts"]["host-1"])
+    for private in ("spark-secret-lab", "203.0.113.77"):
+        assert private not in proc.stdout, "the screen shows the report as written"
