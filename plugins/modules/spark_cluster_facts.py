@@ -90,6 +90,7 @@ import tarfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _user_files as user_files
 
 SYS_NET = "/sys/class/net"
 SYS_IB = "/sys/class/infiniband"
@@ -203,7 +204,14 @@ class Facts:
         files, read_paths = {}, []
         paths = ["/etc/nccl.conf"] + ([os.path.join(user["home"], ".nccl.conf")] if user and user.get("home") else [])
         for path in paths:
-            text = read(path)
+            if path == "/etc/nccl.conf":
+                text = read(path)
+            else:  # the user's own file, read as root: never through a link, from a FIFO or a device
+                try:
+                    text = user_files.read(user["home"], ".nccl.conf", user["uid"])
+                except (user_files.UnsafeFile, OSError) as exc:
+                    self.module.warn(f"NCCL settings not read: {exc}")
+                    continue
             if text is not None:
                 read_paths.append(path)
                 settings = cluster.parse_nccl_conf(text)
@@ -238,7 +246,7 @@ def main() -> None:
     if module.params["user"]:
         try:
             entry = pwd.getpwnam(module.params["user"])
-            user = {"name": entry.pw_name, "exists": True, "home": entry.pw_dir}
+            user = {"name": entry.pw_name, "exists": True, "home": entry.pw_dir, "uid": entry.pw_uid}
         except KeyError:
             user = {"name": module.params["user"], "exists": False, "home": None}
     devices, source = facts.rdma()
@@ -247,7 +255,7 @@ def main() -> None:
               "rdma_source": source, "meminfo": meminfo, "gpu": facts.gpu(),
               "nccl_conf": facts.nccl_conf(user, module.params["image"])}
     if user is not None:
-        result["user"] = user
+        result["user"] = {key: value for key, value in user.items() if key != "uid"}
     module.exit_json(**result)
 
 

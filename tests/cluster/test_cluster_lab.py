@@ -61,6 +61,7 @@ def sparkfleet(lab, name: str, *args: str) -> tuple[subprocess.CompletedProcess,
     proc = subprocess.run([str(BIN / "sparkfleet"), *args, "-i", str(lab["inventory"]), "--plain", "--report-dir",
                            str(report_dir)], cwd=lab["root"], capture_output=True, text=True, check=False,
                           env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
+    assert (report_dir / "report.json").is_file(), f"no report (exit {proc.returncode}): {proc.stderr[-2000:]}"
     return proc, json.loads((report_dir / "report.json").read_text()), report_dir
 
 
@@ -350,3 +351,24 @@ def test_13_link_local_addressing_as_nvidias_option_1_with_host_keys_checked_by_
         assert check["status"] == "ok" and check["expected"].startswith(f"{NODES[1]} at fe80:"), check
         assert check["expected"].endswith(f"%{rail}"), check
     assert len(verdict["bandwidth"]["tcp"]) == 2 and all(b["value"] > 0 for b in verdict["bandwidth"]["tcp"])
+
+
+def test_14_the_cluster_users_link_to_roots_authorized_keys_is_refused_and_roots_file_untouched(lab):
+    """Issue 34, finding 1: the cluster user points ~/.ssh/authorized_keys at /root/.ssh/authorized_keys; the role
+    wrote the other nodes' keys there as root (root login with the key that user holds)."""
+    linked = lab["root"] / "link-local.yml"  # the addressing test 13 left: only the SSH files are at stake here
+    node = NODES[0]
+    on(node, "sh", "-c", "mkdir -p -m 700 /root/.ssh && echo 'ssh-ed25519 AAAA root-own' > /root/.ssh/authorized_keys")
+    on(node, "runuser", "-u", "nvidia", "--", "sh", "-c",
+       "cp ~/.ssh/authorized_keys ~/.ssh/saved && ln -sf /root/.ssh/authorized_keys ~/.ssh/authorized_keys")
+    try:
+        proc, data, _ = provision(lab, "link-attack", "-e", f"@{linked}")
+        assert proc.returncode == 2, proc.stdout[-3000:]
+        (msg,) = [f["msg"] for f in data["hosts"][node]["failures"]]
+        assert "/home/nvidia/.ssh/authorized_keys is a symbolic link" in msg and "Nothing was written" in msg, msg
+        assert on(node, "cat", "/root/.ssh/authorized_keys").stdout == "ssh-ed25519 AAAA root-own\n"
+    finally:
+        on(node, "runuser", "-u", "nvidia", "--", "sh", "-c", "mv ~/.ssh/saved ~/.ssh/authorized_keys")
+        on(node, "rm", "-f", "/root/.ssh/authorized_keys")
+    proc, data, _ = provision(lab, "link-attack-mended", "-e", f"@{linked}")
+    assert proc.returncode == 0 and changed(data) == 0, proc.stdout[-3000:]
