@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import ipaddress
 import json
 import re
 import urllib.parse
@@ -285,6 +286,28 @@ def index_env(indexes: list[str]) -> dict:
     if hosts:
         env["PIP_TRUSTED_HOST"] = " ".join(dict.fromkeys(h for h in hosts if h))
     return env
+
+
+def plain_http_refused(indexes: list[str], allowed: list[str]) -> list[str]:
+    """The plain-http indexes pip would be told to trust (PIP_TRUSTED_HOST: no TLS, anyone on the path may swap a
+    wheel) that are neither on the loopback nor named in `allowed` (host or host:port, like Docker's insecure
+    registries); each as a sentence."""
+    refused = []
+    for url in dict.fromkeys(indexes):
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme != "http":
+            continue
+        host = parts.hostname or ""
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = host == "localhost"
+        if loopback or host in allowed or parts.netloc.rpartition("@")[2] in allowed:
+            continue
+        refused.append(f"{redact_url(url)} is plain http (no TLS: anyone on the path can swap a wheel); use https, "
+                       f"or name {parts.netloc.rpartition('@')[2]} in spark_venv_insecure_indexes to accept that, "
+                       "with spark_venv_require_hashes so each wheel is checked against the hash lock")
+    return refused
 
 
 def hashes_file(directory: str, step_id: str) -> str:

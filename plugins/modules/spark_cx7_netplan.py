@@ -50,7 +50,8 @@ options:
   management_addresses:
     description:
       - The addresses Ansible reaches the node at (C(ansible_host)); a rail that holds one, or would be given one,
-        is refused. C(SSH_CONNECTION)'s is added where the module's environment has it.
+        is refused. A name is resolved on the node (IPv4, within 5 s). C(SSH_CONNECTION)'s is added where the
+        module's environment has it.
     type: list
     elements: str
     default: []
@@ -93,12 +94,16 @@ drift:
   elements: str
 """
 
+import ipaddress
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
@@ -109,6 +114,27 @@ STATE_DIR = "/var/lib/sparkfleet"
 BACKUP = f"{STATE_DIR}/40-cx7.yaml.previous"
 ABSENT = f"{STATE_DIR}/40-cx7.yaml.absent"
 ROLLBACK_SCRIPT = f"{STATE_DIR}/cx7-rollback.sh"
+
+
+def is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        return False
+
+
+def resolve(name: str, seconds: float = 5) -> list[str]:
+    """The IPv4 addresses a name resolves to on this node, within `seconds` (a resolver that never answers
+    gives none: the other checks still stand)."""
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        found = pool.submit(socket.getaddrinfo, name, None, socket.AF_INET).result(timeout=seconds)
+    except (OSError, UnicodeError, FutureTimeout):
+        return []
+    finally:
+        pool.shutdown(wait=False)
+    return sorted({entry[4][0] for entry in found})
 
 
 def rollback_script(path: str) -> str:
@@ -143,6 +169,8 @@ class Netplan:
         interface = routes[0].get("dev") if routes else None
         connection = os.environ.get("SSH_CONNECTION", "").split()
         addresses = [*self.module.params["management_addresses"], *connection[2:3]]
+        # An ansible_host that is a name: the addresses it resolves to here, on the node (a rail must hold none).
+        addresses += [found for name in addresses if not is_address(name) for found in resolve(name)]
         rc, out, _err = self.run([self.ip, "-j", "addr", "show"], 10)
         held = {link.get("ifname"): [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info") or []
                                      if a.get("family") == "inet"]

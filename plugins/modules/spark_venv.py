@@ -65,6 +65,13 @@ options:
     description: Upstream index URL -> the URL to use instead (a mirror, the test bed's index).
     type: dict
     default: {}
+  insecure_indexes:
+    description:
+      - Hosts (C(host) or C(host:port)) whose plain-http index pip may use. Any other C(http://) index is refused
+        (the loopback's are accepted, as Docker accepts loopback registries).
+    type: list
+    elements: str
+    default: []
   extra_packages:
     description: Requirements to add after the matrix, judged by the matrix's component table.
     type: list
@@ -196,6 +203,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix imp
     matrix_secrets,
     pins,
     pip_steps,
+    plain_http_refused,
     plan_extras,
     staleness,
     validate_lock,
@@ -244,6 +252,10 @@ class Venv:
         self.path = os.path.join(self.root, f"{self.matrix['name']}-{self.fp[:12]}")
         self.steps = pip_steps(self.matrix, self.extras, p["index_overrides"], os.path.join(self.path, CONSTRAINTS),
                                self.lock, self.path)
+        refused = plain_http_refused([url for step in self.steps for url in step["indexes"]],
+                                     p["insecure_indexes"])
+        if refused:
+            module.fail_json(msg="; ".join(refused) + ". Nothing was changed.")
         self.result = {"changed": False, "path": self.path, "fingerprint": self.fp, "staleness": self.staleness,
                        "steps": [{"id": s["id"], "why": s["why"], "command": display(s)} for s in self.steps],
                        "extras": [{"requirement": e["requirement"], "policy": e["policy"], "says": e["says"]}
@@ -435,6 +447,7 @@ def main() -> None:
             "link": {"type": "path", "default": "/opt/sparkfleet/venv"},
             "python": {"type": "str", "default": "python3"},
             "index_overrides": {"type": "dict", "default": {}},
+            "insecure_indexes": {"type": "list", "elements": "str", "default": []},
             "extra_packages": {"type": "list", "elements": "str", "default": []},
             "pip_env": {"type": "dict", "default": {}, "no_log": True},
             "lock": {"type": "dict"},

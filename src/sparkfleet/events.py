@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -134,7 +135,7 @@ class Fleet:
         name = data.get("host")
         if not name:
             return
-        res = data.get("res") or {}
+        res = visible(data.get("res") or {})  # what a host said is shown, never obeyed by the terminal
         for warning in (res.get("warnings") or []) if isinstance(res, dict) else []:
             text = warning.get("msg") if isinstance(warning, dict) else str(warning)
             if text and text not in self.warnings:
@@ -215,6 +216,23 @@ class Fleet:
 
 
 MAX_DIFF = 20000  # characters of one task's diff kept; the rest is named, not shown
+
+
+# The C0 controls but tab and newline, DEL and the C1 controls: ESC starts a terminal's escape sequences (a
+# title set, the screen cleared, a hyperlink), and C1's CSI (0x9b) is one by itself on some terminals.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(value: Any) -> Any:
+    """value with every control character a host could send (in a message, a fact, a diff) written as \\xNN, so
+    that text from a host never reaches the screen or a report as an escape sequence."""
+    if isinstance(value, str):
+        return _CONTROLS.sub(lambda m: f"\\x{ord(m.group(0)):02x}", value)
+    if isinstance(value, list):
+        return [visible(item) for item in value]
+    if isinstance(value, dict):
+        return {visible(key) if isinstance(key, str) else key: visible(item) for key, item in value.items()}
+    return value
 
 
 def item_failure(res: dict) -> str:

@@ -321,8 +321,17 @@ def test_12_a_rail_on_the_management_link_is_refused_and_nothing_is_written(lab)
         assert held["rc"] != 0 and held["msg"].startswith(
             "refused, nothing written: rail interface enp1s0f1np1 holds 198.18.110.11/24, the address Ansible "
             "reaches this node at")
+        # Issue 34, suspected and proved: an ansible_host that is a DNS name matched no address, so only the
+        # default-route check stood. The name is resolved on the node.
+        on(NODES[1], "sh", "-c", "echo '198.18.110.11 spark-mgmt.lab' >> /etc/hosts")
+        named = module(lab, NODES[1], "spark_cx7_netplan", {"plan": plan(NODES[1]),
+                                                            "management_addresses": ["spark-mgmt.lab"]})
+        assert named["rc"] != 0 and named["msg"].startswith(
+            "refused, nothing written: rail interface enp1s0f1np1 holds 198.18.110.11/24, the address Ansible "
+            "reaches this node at"), named
     finally:
         on(NODES[1], "ip", "link", "del", "mgmt0", check=False)
+        on(NODES[1], "sed", "-i", "/spark-mgmt.lab/d", "/etc/hosts", check=False)
 
 
 def test_13_link_local_addressing_as_nvidias_option_1_with_host_keys_checked_by_name(lab):

@@ -192,6 +192,21 @@ def test_check_mode_reports_the_build_and_creates_nothing(place, tmp_path):
     assert not (tmp_path / "venvs").exists() and not (tmp_path / "venv").exists()
 
 
+def test_a_plain_http_index_off_the_loopback_is_refused_unless_named(place, tmp_path):
+    """Issue 34, suspected and proved: a plain-http mirror was trusted (PIP_TRUSTED_HOST) with no TLS and, by
+    default, no hash lock: anyone on the path could swap a wheel. It is refused before anything is made, unless
+    the user names it as Docker's insecure registries are named; the loopback's (the test bed's) stay accepted."""
+    mirror = {step["index_url"]: "http://wheels.lan:8080/simple" for step in MATRIX["steps"]}
+    refused = run_module("spark_venv", place(index_overrides=mirror), "--check")
+    assert refused["failed"]
+    assert refused["msg"].startswith("http://wheels.lan:8080/simple is plain http (no TLS: anyone on the path can "
+                                     "swap a wheel); use https, or name wheels.lan:8080 in spark_venv_insecure_indexes")
+    assert refused["msg"].count("wheels.lan:8080/simple is plain http") == 1, "each index said once"
+    assert not (tmp_path / "venvs").exists()
+    named = run_module("spark_venv", place(index_overrides=mirror, insecure_indexes=["wheels.lan:8080"]), "--check")
+    assert not named["failed"] and named["action"] == "build", named.get("msg")
+
+
 def test_the_hosts_pip_configuration_cannot_change_the_sequence(place, tmp_path):
     bad = tmp_path / "constraints.txt"
     bad.write_text("torch==2.9.1\n")

@@ -1,4 +1,5 @@
-"""The report directory is sparkfleet's own (issue 34, findings 2 and 3): each test performs the attack as it
+"""Attacks on what the sparkfleet command writes and shows (issue 34): the report directory (findings 2 and 3),
+the doctor's redaction (9), and text from a host reaching the terminal. Each test performs the attack as it
 was reproduced, as root, and checks the victim is untouched and the user told why (exit 4, before anything is
 deleted). The doctor on this machine is the command: it needs no inventory, as an owner types it.
 """
@@ -8,9 +9,8 @@ from __future__ import annotations
 import json
 import os
 import stat
-from pathlib import Path
 
-from pty_screen import piped
+from pty_screen import Screen, piped
 
 from sparkfleet import reportdir
 
@@ -145,3 +145,22 @@ def test_the_doctors_reports_hide_an_unreachable_hosts_name_address_and_the_user
     assert "<address>" in json.dumps(data["hosts"]["host-1"])
     for private in ("spark-secret-lab", "203.0.113.77"):
         assert private not in proc.stdout, "the screen shows the report as written"
+
+
+def test_escape_sequences_a_host_sends_reach_neither_the_terminal_nor_the_reports(tmp_path):
+    """Issue 34, suspected and proved: text from a host (here what its ssh says, as a hostile network or host
+    could make it) reached the screen as it came, escape sequences and all: a window title set, the screen
+    cleared. It is shown with each control character written out."""
+    work = tmp_path / "work"
+    work.mkdir()
+    fake = work / "ssh"
+    fake.write_text("#!/bin/sh\nprintf 'ssh: \\033]0;owned\\007\\033[2Jbanner\\n' >&2\nexit 255\n")
+    fake.chmod(0o755)
+    (work / "ansible.cfg").write_text(f"[ssh_connection]\nssh_executable = {fake}\n")
+    (work / "hosts.ini").write_text("[sparks]\nspark-01 ansible_host=127.0.0.1\n")
+    screen = Screen(["verify", "-i", "hosts.ini", "--report-dir", "out"], work).wait()
+    assert screen.rc == 3, screen.text[-3000:]
+    assert "\x1b]0;owned" not in screen.raw and "\x1b[2J" not in screen.raw
+    assert "\\x1b]0;owned\\x07\\x1b[2Jbanner" in screen.text, screen.text[-2000:]
+    for name in ("report.md", "report.junit.xml"):
+        assert "\x1b" not in (work / "out" / name).read_text()
