@@ -21,6 +21,9 @@ description:
     that fails, the previous file is restored and applied at once. If it succeeds, the timer stays armed until a
     second call with O(confirm=true) (after Ansible reached the node again over its management link) disarms it,
     so a node cut off by the change comes back by itself, as C(netplan try) does.
+  - The module's action plugin makes that second call itself, in the same task, right after the change, over a
+    new connection (O(confirm_after_apply)), so each node is confirmed as soon as it applied, never after the whole
+    play did.
 version_added: "0.2.0"
 author: sparkfleet contributors (@sparkfleet)
 extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes]
@@ -47,6 +50,13 @@ options:
     description: Disarm the rollback of the last change (call it once Ansible reached the node again).
     type: bool
     default: false
+  confirm_after_apply:
+    description:
+      - The action plugin confirms a change at once, in the same task, over a new connection to the node (each host
+        right after its own change, not after the whole play applied). Set false to leave the timer armed, to be
+        confirmed (O(confirm=true)) or to run out.
+    type: bool
+    default: true
   management_addresses:
     description:
       - The addresses Ansible reaches the node at (C(ansible_host)); a rail that holds one, or would be given one,
@@ -84,9 +94,13 @@ applied:
   returned: success
   type: bool
 rollback_unit:
-  description: The armed rollback timer's unit; null when none is armed.
+  description: The armed rollback timer's unit; null when none is armed (or the action plugin confirmed it).
   returned: success
   type: str
+confirmed:
+  description: Whether the action plugin reached the node again over a new connection and disarmed the timer.
+  returned: when a change was applied with a rollback and O(confirm_after_apply=true)
+  type: bool
 drift:
   description: How the rails differed from the file as written (it is applied again); empty when they did not.
   returned: success
@@ -297,6 +311,7 @@ def main() -> None:
             "rollback_seconds": {"type": "int", "default": 120},
             "wait_seconds": {"type": "int", "default": 30},
             "confirm": {"type": "bool", "default": False},
+            "confirm_after_apply": {"type": "bool", "default": True},
             "management_addresses": {"type": "list", "elements": "str", "default": []},
         },
         required_if=[("confirm", False, ("plan",))],
