@@ -29,6 +29,7 @@ STUCK = "stuck process"
 ABI = "ABI mismatch"
 NO_TORCH = "torch not importable"
 NOT_SPARK_GPU = "not a Spark GPU"
+FRAMEWORK = "a GPU framework failed"
 UNKNOWN = "unexplained"
 
 
@@ -100,14 +101,32 @@ def _died_while(probe: dict[str, dict]) -> str:
 
 
 def frameworks_probed(probe: dict[str, dict]) -> dict:
-    """Which GPU frameworks the probe exercised (torch) and which others it found installed but did not.
-
-    not_probed is None when the interpreter could not list its distributions (or an older probe ran)."""
+    """Which GPU frameworks the probe exercised and how each did (C(results), one per framework, in the probe's
+    order), and which others it found installed but did not exercise (C(not_probed): imported only, or the probe
+    ran without --frameworks; None when the interpreter could not list its distributions). C(hung) names the
+    framework the probe was in when it stopped answering."""
     line = probe.get("frameworks") or {}
     installed = line.get("installed")
-    return {"probed": line.get("probed") or ["torch"],
-            "not_probed": [f for f in installed or [] if f.get("framework") != "torch"] if installed is not None
-            else None}
+    results = [dict(data, name=kind.split(":", 1)[1]) for kind, data in probe.items() if kind.startswith("framework:")]
+    started = (probe.get("framework_start") or {}).get("name")
+    ran = {r["name"] for r in results if r.get("verdict") in ("ok", "failed")}
+    return {"probed": ["torch", *sorted(ran)],
+            "results": results,
+            "hung": started if started and started not in {r["name"] for r in results} else None,
+            "not_probed": [f for f in installed or [] if f.get("framework") not in ("torch", *ran)]
+            if installed is not None else None}
+
+
+def framework_line(result: dict) -> str:
+    """'jax 0.8.1 on NVIDIA H200: ok (0.9 s)', 'triton: failed at compile - ...'."""
+    where = f" on {result['device']}" if result.get("device") else ""
+    head = f"{result.get('name')} {result.get('version') or ''}".strip() + where
+    if result.get("verdict") == "ok":
+        extra = f", {result['ptxas']}" if result.get("ptxas") and "TRITON_PTXAS_PATH" in result["ptxas"] else ""
+        return f"{head}: ok ({result.get('seconds')} s{extra})"
+    if result.get("verdict") == "not exercised":
+        return f"{head}: not exercised ({result.get('error')})"
+    return f"{head}: failed at {result.get('stage')} - {result.get('error')}"
 
 
 def diagnose(probe: dict[str, dict], *, launch_error: str | None = None, timed_out: bool = False,
@@ -139,10 +158,15 @@ def diagnose(probe: dict[str, dict], *, launch_error: str | None = None, timed_o
         "notes": [],
         "frameworks": frameworks_probed(probe),
     }
-    others = result["frameworks"]["not_probed"]
-    if others:
+    frameworks = result["frameworks"]
+    others = frameworks["not_probed"]
+    exercised = (probe.get("frameworks") or {}).get("exercised")
+    if frameworks["results"]:
+        result["notes"].append("frameworks: " + "; ".join(framework_line(r) for r in frameworks["results"]))
+    if others and not exercised:
         result["notes"].append("probed torch only; installed, not probed: " + ", ".join(
             f"{f['framework']} ({', '.join(f['distributions'])})" for f in others))
+    broken = [r for r in frameworks["results"] if r.get("verdict") == "failed"]
     cap = tuple(device.get("capability") or ()) or None
     major = cuda_major(torch.get("cuda"))
     if (torch.get("available") and major == expected_cuda_major and device.get("compute", False)
@@ -154,6 +178,15 @@ def diagnose(probe: dict[str, dict], *, launch_error: str | None = None, timed_o
                     "fix": "check that this host is a DGX Spark and that the right device is visible"}
         if not spark:
             result["notes"].append(f"compute capability {cap}: not a Spark ({device.get('name')})")
+        if frameworks["hung"] and timed_out:
+            return {**result, "hypothesis": STUCK,
+                    "evidence": f"torch is fine; the probe hung while probing {frameworks['hung']}",
+                    "fix": f"a stuck process may hold the GPU, or {frameworks['hung']} waits on it: reopen the shell "
+                           "or restart the container, then check nvidia-smi for leftover processes"}
+        if broken:
+            return {**result, "hypothesis": FRAMEWORK,
+                    "evidence": "torch is fine; " + "; ".join(framework_line(r) for r in broken),
+                    "fix": "; ".join(f"{r['name']}: {r.get('fix')}" for r in broken)}
         return {**result, "verdict": "ok"}
 
     smi = env.get("nvidia_smi") or {}

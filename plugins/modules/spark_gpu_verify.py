@@ -17,7 +17,7 @@ description:
     --ipc=host --ulimit memlock=-1 --ulimit stack=67108864)) right after it
     starts, before any project package is installed. Going through the
     launcher verifies exactly what users run.
-  - The probe exercises torch; it lists the other GPU frameworks installed (RV(frameworks)).
+  - The probe exercises torch and, with O(frameworks), every other GPU framework installed (RV(frameworks)).
   - The probe reports the torch version, C(torch.version.cuda),
     C(torch.cuda.is_available()), the device name, capability and arch list,
     and runs a tiny real computation on the GPU. RV(line) is the user's own
@@ -71,6 +71,20 @@ options:
     description: Extra environment variables for the probe (O(python)) or the launcher (O(launcher)).
     type: dict
     default: {}
+  frameworks:
+    description:
+      - Probe every other GPU framework installed too, in the same interpreter, each with its own smallest real
+        GPU operation, bounded in time - jax (a jitted operation placed on a GPU device), cupy (a kernel compiled by
+        NVRTC), numba-cuda (C(cuda.detect()) and a kernel), triton (a kernel JIT-compiled and run; on a ptxas
+        failure once more with C(TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas), saying which worked), bitsandbytes
+        (an 8-bit optimizer step on the GPU that must change the parameter), cuda-python (device count and a
+        runtime call), onnxruntime-gpu (a graph run with the CUDA execution provider actually used). Others found
+        (flash-attn, xformers, vLLM, TensorRT, ...) are imported, and listed as not exercised with why.
+      - A framework that runs on the CPU, fails or hangs fails the verdict (hypothesis C(a GPU framework failed)),
+        each with its stage, the library's own error and the fix.
+      - Set false where the GPU is a test double (a simulated host).
+    type: bool
+    default: true
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -121,7 +135,7 @@ hypothesis:
   type: str
   sample: runtime/flags
   choices: [runtime/flags, device visibility, permissions, stuck process, ABI mismatch, torch not importable,
-            not a Spark GPU, unexplained]
+            not a Spark GPU, a GPU framework failed, unexplained]
 evidence:
   description: What was found that makes the hypothesis hold.
   returned: success
@@ -159,12 +173,14 @@ notes:
   elements: str
 frameworks:
   description:
-    - Which GPU frameworks the probe exercised (C(probed), torch) and which others the interpreter has
-      installed (C(not_probed), by the distributions that bring them; null when it cannot list them), so that
-      a verified line never silently covers jax, cupy, tensorflow and the like.
+    - The GPU frameworks the probe exercised (C(probed)), each one's result (C(results) - name, verdict C(ok),
+      C(failed) or C(not exercised), stage, error, fix, version, device, seconds, and for triton the ptxas that
+      worked), the framework it hung in (C(hung)), and those installed but not exercised (C(not_probed), by the
+      distributions that bring them; null when the interpreter cannot list them).
   returned: success
   type: dict
-  sample: {probed: [torch], not_probed: [{framework: jax, distributions: [jax-cuda13-plugin 0.12.0.1]}]}
+  sample: {probed: [torch, jax], hung: null, not_probed: [],
+           results: [{name: jax, verdict: ok, version: 0.8.1, device: NVIDIA H200, seconds: 1.2}]}
 target:
   description: What was probed.
   returned: success
@@ -230,6 +246,7 @@ def main() -> None:
             "expected_cuda_major": {"type": "int", "default": 13},
             "spark": {"type": "bool", "default": True},
             "environment": {"type": "dict", "default": {}},
+            "frameworks": {"type": "bool", "default": True},
         },
         required_one_of=[["python", "launcher"]],
         mutually_exclusive=[["python", "launcher"]],
@@ -239,11 +256,12 @@ def main() -> None:
     extra = {str(k): str(v) for k, v in params["environment"].items()}
     env = dict(os.environ, LC_ALL="C", **extra)
     launch_error = None
+    flags = ["--frameworks"] if params["frameworks"] else []
     if params["launcher"]:
         docker = module.get_bin_path(params["docker"], required=True)
         name = f"sparkfleet-verify-{uuid.uuid4().hex[:12]}"
         env["SPARK_CONTAINER_NAME"] = name
-        argv = [params["launcher"], "python3", "-"]
+        argv = [params["launcher"], "python3", "-", *flags]
         target = {"kind": "container", "launcher": params["launcher"], "command": argv}
 
         def remove_container() -> None:
@@ -253,7 +271,7 @@ def main() -> None:
         if rc == _DOCKER_LAUNCH_FAILED and not out.strip():
             launch_error = err.strip() or "docker run exited 125"
     else:
-        argv = [params["python"], "-"]
+        argv = [params["python"], "-", *flags]
         target = {"kind": "python", "python": params["python"], "command": argv}
         rc, out, err = run_probe(argv, env, params["timeout"])
     probe = parse_probe_output(out)

@@ -136,3 +136,52 @@ def cudart_major(names: list[str]) -> int | None:
         if match:
             return int(match.group(1))
     return None
+
+
+# The stack the smoke step trains with, as the issue that asked for it checked it on the CPU: torch 2.13 (the
+# machine's CPU build, for Debian's Python 3.11), the matrix's transformers and peft, and an old torchao (NGC's
+# 0.13) that the test then upgrades as the bare-pip sequence's third step does.
+SMOKE_STACK = ["torch==2.13.0", "transformers==5.13.1", "peft==0.19.1", "torchao==0.13.0"]
+
+
+def smoke_venv() -> Path:
+    """A venv of Debian's Python 3.11 with SMOKE_STACK (real wheels: the machine's store, then PyPI), built once."""
+    env = CACHE / "smoke-venv"
+    want = repr(SMOKE_STACK)
+    stamp = env / ".sparkfleet-installed"
+    if stamp.exists() and stamp.read_text() == want:
+        return env
+    python3_11 = Path("/usr/bin/python3.11")
+    if not python3_11.exists():
+        raise Unavailable("Debian's /usr/bin/python3.11 is not here (the torch CPU wheel in store is for cp311)")
+    subprocess.run([str(python3_11), "-m", "venv", "--clear", str(env)], check=True, capture_output=True)
+    _pip("install", "-q", *SMOKE_STACK, python=str(env / "bin" / "python"))
+    stamp.write_text(want)
+    return env
+
+
+def install(env: Path, *requirements: str) -> None:
+    _pip("install", "-q", *requirements, python=str(env / "bin" / "python"))
+
+
+# GPU frameworks as a user's venv may hold them on a machine where none can run on a GPU: jax with its CUDA 12
+# plugin (a build for the wrong CUDA major: jax falls back to the CPU), numba-cuda and cuda-python (CUDA 13 builds;
+# here without a driver). Real wheels, for Debian's Python 3.11 like the smoke venv.
+FRAMEWORKS_STACK = ["jax==0.10.2", "jaxlib==0.10.2", "numpy", "ml_dtypes", "opt_einsum", "scipy", "numba-cuda==0.30.4"]
+FRAMEWORKS_NO_DEPS = ["jax-cuda12-plugin==0.10.2"]  # its pjrt (465 MB) left out: jax cannot load it either way
+
+
+def frameworks_venv() -> Path:
+    env = CACHE / "frameworks-venv"
+    want = repr([FRAMEWORKS_STACK, FRAMEWORKS_NO_DEPS])
+    stamp = env / ".sparkfleet-installed"
+    if stamp.exists() and stamp.read_text() == want:
+        return env
+    python3_11 = Path("/usr/bin/python3.11")
+    if not python3_11.exists():
+        raise Unavailable("Debian's /usr/bin/python3.11 is not here")
+    subprocess.run([str(python3_11), "-m", "venv", "--clear", str(env)], check=True, capture_output=True)
+    _pip("install", "-q", *FRAMEWORKS_STACK, python=str(env / "bin" / "python"))
+    _pip("install", "-q", "--no-deps", *FRAMEWORKS_NO_DEPS, python=str(env / "bin" / "python"))
+    stamp.write_text(want)
+    return env

@@ -18,6 +18,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils import (
     _gpu_probe,
     _program_abi_image,
     _program_imports,
+    _smoke,
 )
 
 
@@ -43,9 +44,20 @@ def test_the_gpu_probe_reports_the_environment_first_then_torch():
     lines = [json.loads(line) for line in _run("-I", "-c", _gpu_probe.PROBE).splitlines()]
     assert lines[0]["kind"] == "env" and lines[0]["python"] == sys.version.split()[0]
     # then the GPU frameworks it will not exercise; this test venv has none of them
-    assert lines[1] == {"kind": "frameworks", "probed": ["torch"], "installed": []}
+    assert lines[1] == {"kind": "frameworks", "probed": ["torch"], "installed": [], "exercised": False}
     assert lines[2]["kind"] == "torch"  # imported or not, it says which
     assert _gpu_probe.parse_probe_output("\n".join(json.dumps(line) for line in lines))["env"]["uid"] >= 0
+
+
+def test_the_smoke_step_says_where_it_is_first_and_stops_with_a_verdict():
+    """Run by this test venv (no torch here): it reaches the import stage and says what to do."""
+    lines = [json.loads(line) for line in _run("-I", "-c", _smoke.SMOKE, "--headroom-mb", "0").splitlines()]
+    assert [line["kind"] for line in lines] == ["smoke", "stage", "stage", "verdict"]
+    assert lines[0]["options"]["headroom_mb"] == 0
+    verdict = lines[-1]
+    assert (verdict["verdict"], verdict["stage"]) == ("failed", "import")
+    assert verdict["error"] == "ModuleNotFoundError: No module named 'torch'"
+    assert _smoke.judge("\n".join(json.dumps(line) for line in lines), "", 0, 60)["gpu_verified"] is False
 
 
 def test_the_abi_scan_runs_as_files_beside_each_other_as_in_an_image(tmp_path):

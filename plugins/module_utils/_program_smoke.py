@@ -1,0 +1,232 @@
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""The smoke step: a program of its own, run by the Python interpreter under test (a venv's, or an image's through
+its launcher), that trains a tiny causal LM for a few dozen steps and must learn.
+
+"It ran" is not proof: a job can run to its end and learn nothing (a flat loss, an exploding gradient norm). So
+this builds a tiny Llama from a config in code (random weights, a fixed seed: nothing is downloaded), attaches
+LoRA with peft (where an old torchao makes peft refuse), quantizes the base to 4 bits through bitsandbytes where
+it is installed and a GPU is there, compiles one Triton kernel where Triton and a GPU are, and runs the steps on
+a fixed batch. It passes only when the loss falls by the stated margin, every gradient norm is finite and no
+value is NaN.
+
+spark_smoke_train sends this file's source on stdin; options follow "-" on the command line. It prints one JSON
+object per line as it goes (the stage it reached first), so a run that hangs or dies leaves its stage behind.
+Written for any Python 3 an image may carry: no f-strings, no annotations.
+"""
+
+import json
+import math
+import os
+import sys
+import time
+
+STAGES = ("headroom", "import", "build", "quantize", "lora", "compile", "step", "learning")
+
+
+def emit(kind, **data):
+    data["kind"] = kind
+    sys.stdout.write(json.dumps(data) + "\n")
+    sys.stdout.flush()
+
+
+def options(argv):
+    found = {"steps": 40, "lr": 0.01, "min_drop": 0.05, "headroom_mb": 2048, "device": "auto",
+             "shuffle_labels": False}
+    index = 0
+    while index < len(argv):
+        key = argv[index].lstrip("-").replace("-", "_")
+        if key == "shuffle_labels":
+            found[key] = True
+        elif key in found:
+            index += 1
+            found[key] = type(found[key])(argv[index])
+        index += 1
+    return found
+
+
+def mem_available_mb():
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def installed(name):
+    try:
+        from importlib import metadata
+        return metadata.version(name)
+    except Exception:
+        return None
+
+
+TRITON_KERNEL = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 2.0, mask=mask)
+"""
+
+
+def compile_triton(torch):
+    import importlib
+    import tempfile
+    folder = tempfile.mkdtemp(prefix="sparkfleet-smoke-")
+    with open(os.path.join(folder, "sparkfleet_smoke_kernel.py"), "w") as handle:
+        handle.write(TRITON_KERNEL)
+    sys.path.insert(0, folder)
+    try:
+        kernel = importlib.import_module("sparkfleet_smoke_kernel")
+    finally:
+        sys.path.remove(folder)
+    x = torch.ones(64, device="cuda")
+    out = torch.empty_like(x)
+    kernel.scale[(1,)](x, out, 64, BLOCK=64)
+    torch.cuda.synchronize()
+    return float(out.sum().item()) == 128.0
+
+
+class Stop(Exception):
+    """The stage the smoke step stopped at, the library's own words (str), the fix, and what it measured."""
+
+    def __init__(self, stage, error, fix, data=None):
+        Exception.__init__(self, error)
+        self.stage = stage
+        self.fix = fix
+        self.data = data or {}
+
+
+def run(opts):
+    before = mem_available_mb()
+    emit("stage", stage="headroom", mem_available_mb=before)
+    if before is not None and before < opts["headroom_mb"]:
+        raise Stop("headroom", "MemAvailable is %d MiB, below the %d MiB headroom the smoke step keeps" % (
+            before, opts["headroom_mb"]), "free memory (a training job, a cached model) or lower the headroom")
+    emit("stage", stage="import")
+    try:
+        import torch
+        import transformers
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except Exception as exc:
+        raise Stop("import", "%s: %s" % (type(exc).__name__, exc),
+                   "install the matrix's stack (role spark_venv) or use the NGC/Unsloth container") from exc
+    try:
+        import peft
+    except Exception as exc:
+        raise Stop("import", "peft: %s: %s" % (type(exc).__name__, exc),
+                   "install the matrix's peft (role spark_venv's first step)") from exc
+    cuda = opts["device"] != "cpu" and torch.cuda.is_available()
+    if opts["device"] == "cuda" and not cuda:
+        raise Stop("import", "torch sees no GPU (torch.cuda.is_available() is False)",
+                   "fix the GPU line first (sparkfleet verify): the smoke step is asked to run on the GPU")
+    device = "cuda" if cuda else "cpu"
+    parts = {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
+             "torchao": installed("torchao"), "trl": installed("trl"), "bitsandbytes": installed("bitsandbytes"),
+             "triton": installed("triton") if cuda else None, "loop": "plain"}
+    emit("stage", stage="build", device=device, parts=parts)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
+    quantized = False
+    if cuda and parts["bitsandbytes"]:
+        emit("stage", stage="quantize")
+        try:
+            import tempfile
+
+            from transformers import BitsAndBytesConfig
+            folder = tempfile.mkdtemp(prefix="sparkfleet-smoke-model-")
+            LlamaForCausalLM(config).save_pretrained(folder)
+            model = LlamaForCausalLM.from_pretrained(folder, quantization_config=BitsAndBytesConfig(
+                load_in_4bit=True, bnb_4bit_compute_dtype=torch.float32), device_map={"": 0})
+            quantized = True
+        except Exception as exc:
+            raise Stop("quantize", "%s: %s" % (type(exc).__name__, str(exc)[-600:]),
+                       "bitsandbytes works out of the box from 0.49.2 (a CUDA 13 build); reinstall it from the "
+                       "matrix") from exc
+    else:
+        model = LlamaForCausalLM(config).to(device)
+    parts["quantized_4bit"] = quantized
+    emit("stage", stage="lora")
+    try:
+        model = peft.get_peft_model(model, peft.LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
+                                                           target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    except Exception as exc:
+        text = "%s: %s" % (type(exc).__name__, str(exc)[-600:])
+        fix = ("upgrade torchao last, as the bare-pip sequence's third step does: pip install -U "
+               "\"torchao==0.17.0\" (the torchao in the NGC base image is too old for peft's LoRA attach)"
+               if "torchao" in text else "check the versions of peft and transformers against the matrix")
+        raise Stop("lora", text, fix) from exc
+    if cuda and parts["triton"]:
+        emit("stage", stage="compile")
+        try:
+            parts["triton_kernel"] = compile_triton(torch)
+        except Exception as exc:
+            raise Stop("compile", "%s: %s" % (type(exc).__name__, str(exc)[-600:]),
+                       "set TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas and retry") from exc
+    emit("stage", stage="step")
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, config.vocab_size, (4, 32), generator=generator).to(device)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=opts["lr"])
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    losses, norms, started = [], [], time.time()
+    for step in range(opts["steps"]):
+        labels = tokens
+        if opts["shuffle_labels"]:  # a run that cannot learn: new targets every step
+            labels = torch.randint(0, config.vocab_size, tokens.shape, generator=generator).to(device)
+        try:
+            loss = model(input_ids=tokens, labels=labels).loss
+            optimizer.zero_grad()
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1e9)
+            optimizer.step()
+        except Exception as exc:
+            raise Stop("step", "step %d: %s: %s" % (step, type(exc).__name__, str(exc)[-600:]),
+                       "a failure inside a training step on this stack: check the ABI scan and the GPU line") from exc
+        losses.append(float(loss.item()))
+        norms.append(float(norm.item()))
+    seconds = time.time() - started
+    after = mem_available_mb()
+    result = {"device": device, "steps": opts["steps"], "lr": opts["lr"], "losses": [round(v, 4) for v in losses],
+              "grad_norm_max": max(norms) if norms else None,
+              "seconds_per_step": round(seconds / max(1, opts["steps"]), 4),
+              "peak_gpu_memory_mb": round(torch.cuda.max_memory_allocated() / 2 ** 20, 1) if cuda else None,
+              "mem_available_mb": {"before": before, "after": after}, "parts": parts}
+    bad = [v for v in losses + norms if not math.isfinite(v)]
+    window = max(1, min(5, len(losses) // 3))
+    first, last = sum(losses[:window]) / window, sum(losses[-window:]) / window
+    result.update(first_loss=round(first, 4), last_loss=round(last, 4), drop=round(1 - last / first, 4)
+                  if first else None)
+    if bad:
+        raise Stop("learning", "a loss or gradient norm is not finite (%s) after %d steps" % (bad[0], len(losses)),
+                   "a run that diverges learns nothing: check the stack's versions against the matrix", result)
+    if not first or last > first * (1 - opts["min_drop"]):
+        raise Stop("learning", "the loss did not fall by %d%%: %.4f -> %.4f over %d steps (lr %s)" % (
+            round(opts["min_drop"] * 100), first, last, len(losses), opts["lr"]),
+            "a run that does not learn proves nothing: check the learning rate and the stack against the matrix "
+            "(NVIDIA/dgx-spark-playbooks#85 trained a broken model that ran to its end)", result)
+    return result
+
+
+def main():
+    opts = options(sys.argv[1:])
+    emit("smoke", options=opts)
+    try:
+        result = run(opts)
+    except Stop as stop:
+        emit("verdict", **dict(stop.data, verdict="failed", stage=stop.stage, error=str(stop), fix=stop.fix))
+        return
+    emit("verdict", verdict="ok", stage=None, error=None, fix=None, **result)
+
+
+if __name__ == "__main__":
+    main()

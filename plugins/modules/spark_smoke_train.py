@@ -1,0 +1,207 @@
+#!/usr/bin/python
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Prove an environment by a training step that must learn: a tiny causal LM, LoRA through peft, a few dozen steps."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: spark_smoke_train
+short_description: Run a tiny training step in an image or a venv and require that it learns
+description:
+  - Runs the smoke step (C(module_utils/_program_smoke.py)) under a Python interpreter on the host (O(python), a
+    venv's) or in a fresh container started by an image's launcher (O(launcher)), as spark_gpu_verify runs its
+    probe.
+  - The step builds a tiny Llama from a config in code (random weights, a fixed seed, nothing downloaded),
+    attaches LoRA with peft, quantizes the base to 4 bits through bitsandbytes where it is installed and a GPU is
+    there, compiles one Triton kernel where Triton and a GPU are, and trains O(steps) steps on a fixed batch.
+  - RV(verdict) is C(ok) only when the loss falls by O(min_drop), every gradient norm is finite and no value is
+    NaN. A failure names its RV(stage) (headroom, import, build, quantize, lora, compile, step, learning) with the
+    library's own error and the fix the user's rules give (an old torchao that peft refuses - upgrade torchao
+    last).
+  - It refuses to start below O(headroom_mb) of C(MemAvailable), saying so. On a host without a GPU it runs on
+    the CPU; RV(gpu_verified) is then false whatever the verdict.
+version_added: "0.3.0"
+author: sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
+options:
+  python:
+    description: Interpreter to run the step on the host. Exactly one of O(python) and O(launcher).
+    type: path
+  launcher:
+    description: A launcher installed by spark_images, run as C(LAUNCHER python3 -) with the step on stdin.
+    type: path
+  docker:
+    description: Docker CLI (to remove a hung container).
+    type: path
+    default: docker
+  steps:
+    description: Training steps.
+    type: int
+    default: 40
+  learning_rate:
+    description: The optimizer's learning rate (0 makes a run that cannot learn).
+    type: float
+    default: 0.01
+  min_drop:
+    description: The share by which the mean of the last steps' losses must be below the first steps'.
+    type: float
+    default: 0.05
+  headroom_mb:
+    description: The step refuses to start when C(MemAvailable) is below this many MiB.
+    type: int
+    default: 2048
+  device:
+    description: C(auto) (the GPU when torch sees one, else the CPU), C(cuda) (a GPU required) or C(cpu).
+    type: str
+    choices: [auto, cuda, cpu]
+    default: auto
+  shuffle_labels:
+    description: New random targets every step - a run that cannot learn (for tests of the judgement).
+    type: bool
+    default: false
+  timeout:
+    description: Seconds the whole step may take.
+    type: int
+    default: 600
+  environment:
+    description: Extra environment variables for the step (O(python)) or the launcher (O(launcher)).
+    type: dict
+    default: {}
+"""
+
+EXAMPLES = r"""
+- name: Prove the venv by a training step
+  sparkfleet.spark.spark_smoke_train:
+    python: /opt/sparkfleet/venv/bin/python
+  register: smoke
+
+- name: Prove the pinned NGC image
+  sparkfleet.spark.spark_smoke_train:
+    launcher: /usr/local/bin/spark-ngc
+    device: cuda
+"""
+
+RETURN = r"""
+verdict:
+  description: C(ok) when the run learned, C(failed) otherwise.
+  returned: success
+  type: str
+gpu_verified:
+  description: The run learned on a GPU (a run on the CPU never counts as GPU verification).
+  returned: success
+  type: bool
+stage:
+  description: Where a failed run stopped - headroom, import, build, quantize, lora, compile, step, learning.
+  returned: success
+  type: str
+error:
+  description: The library's own error, or what the losses did.
+  returned: success
+  type: str
+fix:
+  description: The one thing to do next.
+  returned: success
+  type: str
+device:
+  description: C(cuda) or C(cpu).
+  returned: when the step got that far
+  type: str
+losses:
+  description: The loss of each step.
+  returned: when the steps ran
+  type: list
+  elements: float
+first_loss:
+  description: The mean loss of the first steps.
+  returned: when the steps ran
+  type: float
+last_loss:
+  description: The mean loss of the last steps.
+  returned: when the steps ran
+  type: float
+drop:
+  description: 1 - last_loss / first_loss.
+  returned: when the steps ran
+  type: float
+seconds_per_step:
+  description: Wall seconds per training step.
+  returned: when the steps ran
+  type: float
+peak_gpu_memory_mb:
+  description: torch's peak GPU memory allocated, in MiB (null on the CPU).
+  returned: when the steps ran
+  type: float
+mem_available_mb:
+  description: C(MemAvailable) before and after (on a Spark, the unified memory the run took).
+  returned: when the steps ran
+  type: dict
+parts:
+  description: Which optional parts ran - versions of torch, transformers, peft, torchao, trl, bitsandbytes,
+    triton; quantized_4bit, triton_kernel, the loop.
+  returned: when the step got that far
+  type: dict
+timed_out:
+  description: The step did not finish within O(timeout).
+  returned: success
+  type: bool
+"""
+
+import os
+import subprocess
+import uuid
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils._smoke import SMOKE, judge
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "path"},
+            "launcher": {"type": "path"},
+            "docker": {"type": "path", "default": "docker"},
+            "steps": {"type": "int", "default": 40},
+            "learning_rate": {"type": "float", "default": 0.01},
+            "min_drop": {"type": "float", "default": 0.05},
+            "headroom_mb": {"type": "int", "default": 2048},
+            "device": {"type": "str", "choices": ["auto", "cuda", "cpu"], "default": "auto"},
+            "shuffle_labels": {"type": "bool", "default": False},
+            "timeout": {"type": "int", "default": 600},
+            "environment": {"type": "dict", "default": {}},
+        },
+        required_one_of=[["python", "launcher"]],
+        mutually_exclusive=[["python", "launcher"]],
+        supports_check_mode=True,
+    )
+    p = module.params
+    args = ["--steps", str(p["steps"]), "--lr", repr(p["learning_rate"]), "--min-drop", repr(p["min_drop"]),
+            "--headroom-mb", str(p["headroom_mb"]), "--device", p["device"]]
+    args += ["--shuffle-labels"] if p["shuffle_labels"] else []
+    env = dict(os.environ, LC_ALL="C", **{str(k): str(v) for k, v in p["environment"].items()})
+    name = None
+    if p["launcher"]:
+        name = f"sparkfleet-smoke-{uuid.uuid4().hex[:12]}"
+        env["SPARK_CONTAINER_NAME"] = name
+        argv = [p["launcher"], "python3", "-", *args]
+    else:
+        argv = [p["python"], "-", *args]
+    try:
+        # subprocess: run_command has no timeout, and a wedged GPU or image hangs the step.
+        proc = subprocess.run(argv, input=SMOKE.encode(), capture_output=True, timeout=p["timeout"], env=env,  # pylint: disable=ansible-bad-function
+                              check=False)
+        rc, out, err = proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
+    except subprocess.TimeoutExpired as exc:
+        if name:
+            docker = module.get_bin_path(p["docker"])
+            if docker:
+                subprocess.run([docker, "rm", "-f", name], capture_output=True, check=False)  # pylint: disable=ansible-bad-function
+        rc, out, err = None, (exc.stdout or b"").decode(errors="replace"), (exc.stderr or b"").decode(errors="replace")
+    except OSError as exc:
+        module.fail_json(msg=f"the smoke step could not start {argv[0]}: {exc}")
+    module.exit_json(changed=False, **judge(out, err, rc, p["timeout"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""The smoke step with real wheels on this machine's CPU (issue 36): a training step that must learn.
+
+The ground truth of each case is written in its test: peft 0.19.1 refuses torchao 0.13.0 at the LoRA attach with
+its own words ("only versions above 0.16.0 are supported"); with torchao 0.17.0 the same tiny Llama learns; a run
+with a learning rate of zero, or with its labels shuffled every step, runs to its end and learns nothing, and is
+judged failed at the learning stage. On a machine without a GPU the verdict says CPU and never counts as GPU
+verification. The tests share one venv and run in order (the second upgrades torchao, as the bare-pip sequence's
+third step does).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_module
+
+pytestmark = pytest.mark.network
+
+
+@pytest.fixture(scope="module")
+def venv():
+    import wheels
+
+    try:
+        return wheels.smoke_venv()
+    except wheels.Unavailable as exc:
+        pytest.skip(str(exc))
+
+
+def smoke(venv, **args) -> dict:
+    result = run_module("spark_smoke_train", {"python": str(venv / "bin" / "python"), "timeout": 300, **args})
+    assert not result["failed"], result.get("msg")
+    return result
+
+
+def test_1_an_old_torchao_fails_at_the_lora_attach_with_peft_s_words_and_the_fix(venv):
+    import wheels
+
+    wheels.install(venv, "torchao==0.13.0")  # the venv is kept between runs: as the stack had it, before step 3
+    result = smoke(venv)
+    assert (result["verdict"], result["stage"]) == ("failed", "lora")
+    assert result["error"] == ("ImportError: Found an incompatible version of torchao. Found version 0.13.0, but "
+                               "only versions above 0.16.0 are supported")
+    assert result["fix"].startswith('upgrade torchao last, as the bare-pip sequence\'s third step does: pip install '
+                                    '-U "torchao==0.17.0"')
+    assert result["gpu_verified"] is False
+
+
+def test_2_with_torchao_0_17_the_tiny_llama_learns_on_the_cpu_and_that_is_not_gpu_verification(venv):
+    import wheels
+
+    wheels.install(venv, "torchao==0.17.0")
+    result = smoke(venv)
+    assert (result["verdict"], result["device"]) == ("ok", "cpu"), result
+    assert result["gpu_verified"] is False
+    assert len(result["losses"]) == 40 and result["drop"] >= 0.05
+    assert result["last_loss"] < result["first_loss"]
+    assert result["parts"]["torchao"] == "0.17.0" and result["parts"]["quantized_4bit"] is False
+    assert result["seconds_per_step"] > 0 and result["mem_available_mb"]["before"] > 0
+
+
+@pytest.mark.parametrize("cannot_learn", [{"learning_rate": 0.0}, {"shuffle_labels": True}])
+def test_3_a_run_that_cannot_learn_runs_to_its_end_and_is_judged_failed_at_learning(venv, cannot_learn):
+    result = smoke(venv, **cannot_learn)
+    assert (result["verdict"], result["stage"]) == ("failed", "learning"), result
+    assert len(result["losses"]) == 40, "it ran to its end"
+    assert result["error"].startswith("the loss did not fall by 5%")
+
+
+def test_4_below_the_memory_headroom_it_refuses_to_start(venv):
+    result = smoke(venv, headroom_mb=10 ** 9)
+    assert (result["verdict"], result["stage"]) == ("failed", "headroom")
+    assert "below the 1000000000 MiB headroom" in result["error"]
+    assert "losses" not in result
+
+
+def test_5_asked_for_the_gpu_where_there_is_none_it_says_so(venv):
+    result = smoke(venv, device="cuda")
+    assert (result["verdict"], result["stage"]) == ("failed", "import")
+    assert result["error"] == "torch sees no GPU (torch.cuda.is_available() is False)"
+
+
+def test_6_a_step_that_hangs_is_bounded_and_names_where_it_was(venv):
+    result = smoke(venv, timeout=2, steps=100000)
+    assert result["timed_out"] and result["verdict"] == "failed"
+    assert result["error"].startswith("the step did not finish within 2 s (it was at ")
