@@ -88,8 +88,15 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
                   "verified_by": (venv.get("verification") or {}).get("verified_by"),
                   "stale": bool((venv.get("staleness") or {}).get("stale"))} if venv and venv.get("path") else None),
         "verification": {"verdict": state.get("verdict"), "lines": verify.get("lines") or [],
-                         "gpu": [{"target": g.get("target"), "verdict": g.get("verdict"), "line": g.get("line")}
+                         "gpu": [{"target": g.get("target"), "name": g.get("name"), "digest": g.get("digest"),
+                                  "verdict": g.get("verdict"), "line": g.get("line"),
+                                  "frameworks": [{k: r.get(k) for k in ("name", "verdict", "stage", "version")}
+                                                 for r in (g.get("frameworks") or {}).get("results") or []]}
                                  for g in state.get("gpu") or []],
+                         "smoke": [{k: m.get(k) for k in ("target", "name", "digest", "verdict", "device", "stage",
+                                                          "first_loss", "last_loss", "drop", "seconds_per_step",
+                                                          "peak_gpu_memory_mb", "gpu_verified")}
+                                   for m in state.get("smoke") or []],
                          "failures": verify.get("failures") or []} if verify else None,
         "abi_findings": [f for a in state.get("abi") or [] for f in a.get("findings") or []],
         "abi_evidence": sorted({k for a in state.get("abi") or [] for k in a.get("evidence") or []}),

@@ -21,11 +21,29 @@ def _results(registered: Any) -> list[dict]:
     return []
 
 
-def gpu_entry(kind: str, result: dict) -> dict:
-    """One GPU check as the state records it, from spark_gpu_verify's result (or its failure, as 'error')."""
+def named(pinned: list | None) -> dict[str, dict]:
+    """The pinned images by the launcher that runs each: a result keyed by launcher path names its image."""
+    return {p.get("launcher_path"): {"name": p.get("name"), "ref": p.get("ref")}
+            for p in pinned or [] if isinstance(p, dict) and p.get("launcher_path")}
+
+
+def _short(ref: str | None) -> str | None:
+    """sha256:0123456789ab (the digest's first 12 hex digits), or an image ID / tag as it is."""
+    if not ref:
+        return None
+    digest = ref.rpartition("@")[2] if "@" in ref else ref
+    return digest[:19] if digest.startswith("sha256:") else digest
+
+
+def gpu_entry(kind: str, result: dict, images: dict[str, dict] | None = None) -> dict:
+    """One GPU check as the state records it, from spark_gpu_verify's result (or its failure, as 'error'), named
+    by its image (name and digest) where the launcher is a pinned image's."""
+    image = (images or {}).get(result.get("item")) or {}
     entry = {
         "kind": kind,
         "target": result.get("item"),
+        "name": image.get("name"),
+        "digest": image.get("ref"),
         "verdict": result.get("verdict", "error"),
         "line": result.get("line"),
         "torch": result.get("torch_version"),
@@ -55,9 +73,18 @@ def abi_entry(result: dict) -> dict:
             "shared_objects": result.get("shared_objects_scanned"), "unreadable": len(result.get("unreadable", []))}
 
 
+def _what(entry: dict) -> str:
+    """'image ngc sha256:0123456789ab (/usr/local/bin/spark-ngc)', or 'python /opt/venv/bin/python'."""
+    if entry.get("name"):
+        return (f"{entry.get('kind')} {entry['name']} {_short(entry.get('digest')) or ''} "
+                f"({entry.get('target')})").replace("  ", " ")
+    return f"{entry.get('kind')} {entry.get('target')}"
+
+
 def gpu_line(entry: dict, fix: bool = False) -> str:
-    """'GPU image /usr/local/bin/spark-ngc: OK True 13.0', or the verdict with the diagnosis (and its fix)."""
-    line = " ".join(w for w in (f"GPU {entry.get('kind')} {entry.get('target')}:",
+    """'GPU image ngc sha256:0123456789ab (/usr/local/bin/spark-ngc): OK True 13.0', or the verdict with the
+    diagnosis (and its fix)."""
+    line = " ".join(w for w in (f"GPU {_what(entry)}:",
                                 str(entry.get("verdict")).upper(), entry.get("line")) if w)
     if entry.get("notes"):
         line += f" ({'; '.join(entry['notes'])})"
@@ -66,6 +93,34 @@ def gpu_line(entry: dict, fix: bool = False) -> str:
         if fix:
             line += f". Fix: {entry.get('fix')}"
     return line
+
+
+def smoke_entry(kind: str, result: dict, images: dict[str, dict] | None = None) -> dict:
+    """One smoke step as the state records it, from spark_smoke_train's result (or its failure, as 'error')."""
+    image = (images or {}).get(result.get("item")) or {}
+    entry = {"kind": kind, "target": result.get("item"), "name": image.get("name"), "digest": image.get("ref"),
+             "verdict": result.get("verdict", "error"), "device": result.get("device"),
+             "gpu_verified": bool(result.get("gpu_verified")), "stage": result.get("stage"),
+             "error": result.get("error") or result.get("msg"), "fix": result.get("fix"),
+             "first_loss": result.get("first_loss"), "last_loss": result.get("last_loss"), "drop": result.get("drop"),
+             "seconds_per_step": result.get("seconds_per_step"), "peak_gpu_memory_mb": result.get("peak_gpu_memory_mb"),
+             "mem_available_mb": result.get("mem_available_mb"), "parts": result.get("parts")}
+    if entry["verdict"] == "ok" and not entry["gpu_verified"]:
+        entry.update(verdict="failed", stage="device",
+                     error=f"it learned on the {entry['device'] or 'CPU'}, not on the GPU: that is no GPU "
+                           "verification", fix="fix the GPU line first (the verification above)")
+    return entry
+
+
+def smoke_line(entry: dict) -> str:
+    """'SMOKE image ngc sha256:… (…): OK loss 5.47 -> 5.01 (-8%), 0.006 s/step, peak 120 MiB', or where it stopped."""
+    head = f"SMOKE {_what(entry)}: {str(entry.get('verdict')).upper()}"
+    if entry.get("verdict") == "ok":
+        drop = round((entry.get("drop") or 0) * 100)
+        peak = f", peak {entry['peak_gpu_memory_mb']} MiB" if entry.get("peak_gpu_memory_mb") is not None else ""
+        return (f"{head} loss {entry.get('first_loss')} -> {entry.get('last_loss')} (-{drop}%) on "
+                f"{entry.get('device')}, {entry.get('seconds_per_step')} s/step{peak}")
+    return f"{head} at {entry.get('stage')} - {entry.get('error')}. Fix: {entry.get('fix')}"
 
 
 def abi_line(entry: dict) -> str:
@@ -110,15 +165,21 @@ def judge(data: dict) -> dict:
     and the pinned images."""
     platform = data.get("platform") or {}
     reason = (data.get("gpu_not_verifiable") or "").strip()
-    gpu = [gpu_entry("image", r) for r in _results(data.get("images"))]
+    images = named(data.get("pinned"))
+    gpu = [gpu_entry("image", r, images) for r in _results(data.get("images"))]
     gpu += [gpu_entry("python", r) for r in _results(data.get("pythons"))]
     abi = [abi_entry(r) for r in _results(data.get("abi"))]
+    smoke_data = data.get("smoke") or {}
+    smoke = [smoke_entry("image", r, images) for r in _results(smoke_data.get("images"))]
+    smoke += [smoke_entry("python", r) for r in _results(smoke_data.get("pythons"))]
     wanted = list(data.get("wanted_images") or []) + list(data.get("wanted_pythons") or [])
     not_verified = [{"target": t, "reason": reason} for t in wanted] if reason else []
     failures = [f"{g['kind']} {g['target']}: {g['line'] or 'no answer'} - {g.get('hypothesis')}: {g.get('evidence')}. "
                 f"Fix: {g.get('fix')}" for g in gpu if g["verdict"] != "ok"]
     failures += [f"ABI {a['target']}: {'; '.join(a['findings'])}" for a in abi if a["verdict"] != "ok"]
-    lines = [gpu_line(g) for g in gpu] + [abi_line(a) for a in abi] + [not_verified_line(n) for n in not_verified]
+    failures += [smoke_line(m) for m in smoke if m["verdict"] != "ok"]
+    lines = [gpu_line(g) for g in gpu] + [abi_line(a) for a in abi] + [smoke_line(m) for m in smoke]
+    lines += [not_verified_line(n) for n in not_verified]
     venv = venv_entry(data.get("venv"))
     if venv:
         lines.append(venv["line"])
@@ -131,6 +192,7 @@ def judge(data: dict) -> dict:
         "simulated": bool(platform.get("simulated")),
         "gpu": gpu,
         "abi": abi,
+        "smoke": smoke,
         "not_verified": not_verified,
         "gpu_not_verifiable": reason or None,
         "venv": venv,
@@ -145,7 +207,8 @@ def recorded_lines(verification: dict) -> list[str]:
     """The lines of a recorded verification (the state file's), each GPU failure with its fix: the doctor's."""
     return ([gpu_line(g, fix=True) for g in verification.get("gpu") or []]
             + [not_verified_line(n) for n in verification.get("not_verified") or []]
-            + [abi_line(a) for a in verification.get("abi") or []])
+            + [abi_line(a) for a in verification.get("abi") or []]
+            + [smoke_line(m) for m in verification.get("smoke") or []])
 
 
 def venv_verdict(build: dict, gpu: dict | None, abi: dict | None, simulated: bool = False) -> dict:

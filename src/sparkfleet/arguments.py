@@ -73,7 +73,8 @@ EXIT_CODES = ("Exit codes: 0 all ok, 2 a host failed, 3 a host was unreachable, 
 EXAMPLES = {
     "provision": ["sparkfleet provision -i inventory/mylab", "sparkfleet provision -i inventory/mylab --check --diff "
                   "--limit spark-01", "sparkfleet provision -i inventory/mylab -u nvidia -b -K --ask-vault-pass"],
-    "verify": ["sparkfleet verify -i inventory/mylab", "sparkfleet verify -i inventory/mylab --json | jq .hosts"],
+    "verify": ["sparkfleet verify -i inventory/mylab", "sparkfleet verify -i inventory/mylab --smoke",
+               "sparkfleet verify -i inventory/mylab --json | jq .hosts"],
     "pin": ["sparkfleet pin -i inventory/mylab --check --diff", "sparkfleet pin -i inventory/mylab"],
     "refresh": ["sparkfleet refresh -i inventory/mylab --check",
                 "sparkfleet refresh -i inventory/mylab -e '{\"refresh_batches\": [1, 2, \"50%\"]}'"],
@@ -189,6 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "doctor":
             command.add_argument("--keep-hostnames", action="store_true",
                                  help="keep the hosts' names in the report (replaced by host-N otherwise)")
+        if name in ("provision", "verify", "refresh"):
+            command.add_argument("--smoke", action="store_true",
+                                 help="also prove each image and venv by the smoke step: a tiny model trained on "
+                                      "the GPU for a few dozen steps, which must learn (-e spark_verify_smoke=true)")
     matrix_sub = group(sub, "matrix", "the bare-pip stack matrix",
                        "The bare-pip stack matrix (matrix/spark-stack.yml).")
     subcommand(matrix_sub, "check", "matrix-check", "check every pin against its index", "playbooks/matrix_check.yml "

@@ -88,6 +88,8 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
         return EXIT_BAD_INPUT
     if command == "doctor":
         args = doctor.doctor_args(args)
+    if getattr(args, "smoke", False):
+        args = argparse.Namespace(**{**vars(args), "extra_vars": [*args.extra_vars, '{"spark_verify_smoke": true}']})
     options = AnsibleOptions.from_args(args, tags)
     as_json = getattr(args, "json", False)
     if as_json:

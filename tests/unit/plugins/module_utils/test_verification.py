@@ -29,3 +29,40 @@ def test_the_doctor_reads_back_the_judges_own_lines_each_failure_with_its_fix():
     assert recorded[0] == out["lines"][0] == "GPU image /usr/local/bin/spark-ngc: OK True 13.0"
     assert recorded[1] == out["lines"][1] + ". Fix: add --runtime=nvidia --gpus all"
     assert recorded[2] == out["lines"][2] == "ABI /opt/venv/bin/python: OK (40 shared objects)"
+
+
+PINNED = [{"name": "ngc", "ref": "nvcr.io/nvidia/pytorch@sha256:" + "0123456789ab" + "c" * 52,
+           "launcher_path": "/usr/local/bin/spark-ngc"}]
+LEARNED = {"item": "/usr/local/bin/spark-ngc", "verdict": "ok", "gpu_verified": True, "device": "cuda",
+           "first_loss": 5.47, "last_loss": 5.01, "drop": 0.084, "seconds_per_step": 0.006, "peak_gpu_memory_mb": 120.5,
+           "parts": {"torchao": "0.17.0", "quantized_4bit": True}}
+
+
+def test_each_result_names_its_image_by_name_and_digest():
+    ok = {"item": "/usr/local/bin/spark-ngc", "verdict": "ok", "line": "True 13.0", "notes": []}
+    out = judge({"images": {"results": [ok]}, "pinned": PINNED})
+    assert out["lines"] == ["GPU image ngc sha256:0123456789ab (/usr/local/bin/spark-ngc): OK True 13.0"]
+    assert out["state"]["gpu"][0]["name"] == "ngc" and out["state"]["gpu"][0]["digest"] == PINNED[0]["ref"]
+
+
+def test_a_smoke_step_that_learned_on_the_gpu_passes_and_says_what_it_measured():
+    out = judge({"smoke": {"images": {"results": [LEARNED]}}, "pinned": PINNED})
+    assert out["failures"] == []
+    assert out["lines"] == ["SMOKE image ngc sha256:0123456789ab (/usr/local/bin/spark-ngc): OK loss 5.47 -> 5.01 "
+                            "(-8%) on cuda, 0.006 s/step, peak 120.5 MiB"]
+    assert recorded_lines(out["state"]) == out["lines"]
+
+
+def test_a_smoke_step_that_did_not_learn_or_learned_on_the_cpu_fails_the_host():
+    stuck = {"item": "/opt/venv/bin/python", "verdict": "failed", "stage": "lora", "gpu_verified": False,
+             "error": "ImportError: Found an incompatible version of torchao. Found version 0.13.0, but only versions "
+                      "above 0.16.0 are supported", "fix": 'pip install -U "torchao==0.17.0"'}
+    on_cpu = {**LEARNED, "item": "/opt/other/bin/python", "device": "cpu", "gpu_verified": False,
+              "peak_gpu_memory_mb": None}
+    out = judge({"smoke": {"pythons": {"results": [stuck, on_cpu]}}})
+    assert out["failures"] == [
+        "SMOKE python /opt/venv/bin/python: FAILED at lora - ImportError: Found an incompatible version of torchao. "
+        "Found version 0.13.0, but only versions above 0.16.0 are supported. Fix: pip install -U \"torchao==0.17.0\"",
+        "SMOKE python /opt/other/bin/python: FAILED at device - it learned on the cpu, not on the GPU: that is no GPU "
+        "verification. Fix: fix the GPU line first (the verification above)"]
+    assert out["state"]["verdict"] == "failed"
