@@ -15,6 +15,7 @@ Written for any Python 3 an image may carry: no f-strings, no annotations.
 
 import glob
 import json
+import math
 import os
 import subprocess
 import sys
@@ -174,7 +175,7 @@ def probe_bitsandbytes():
     optimizer.step()
     torch.cuda.synchronize()
     moved = float((before - weight.detach()).abs().max().item())
-    if not moved > 0:
+    if math.isnan(moved) or moved <= 0:
         raise Failed("step", "an Adam8bit step on the GPU left the parameter unchanged",
                      "reinstall bitsandbytes from a build for CUDA 13 (0.49.2 or later works out of the box)")
     return {"version": bitsandbytes.__version__, "device": torch.cuda.get_device_name(0), "moved": moved}

@@ -257,8 +257,10 @@ class Measure:
         started = []
         for server in servers:
             argv = [timeout, str(self.timeout), *server.pop("argv")]
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # pylint: disable=consider-using-with
-                                    stderr=subprocess.PIPE, text=True, env={**os.environ, "LC_ALL": "C"})
+            # Popen, not run_command: the pid is recorded while the server waits, for a later run to check.
+            proc = subprocess.Popen(  # pylint: disable=consider-using-with,ansible-bad-function,use-run-command-not-popen
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                env={**os.environ, "LC_ALL": "C"})
             started.append(proc)
             server["_record"] = {"pid": proc.pid, "port": server["port"], **(identity(proc.pid) or {})}
         record = self.params["record"]
