@@ -157,6 +157,10 @@ class Fleet:
                 if name in host.facts and host is not self.controller:
                     # the fleet's (a run_once task's), not this host's own
                     self.controller_facts[name] = host.facts.pop(name)
+        elif outcome == "failed" and not data.get("ignore_errors") and connection_gone(res):
+            # Ansible calls it a module failure, but the host was never reached (a container that is not there):
+            # the connection's own words, as for an unreachable host.
+            host.unreachable = str(res.get("module_stderr")).strip()[:500]
         elif outcome == "failed" and not data.get("ignore_errors"):
             msg = res.get("msg") if isinstance(res, dict) else str(res)
             if isinstance(res, dict) and isinstance(res.get("results"), list):  # a loop: say which items and why
@@ -233,6 +237,21 @@ def visible(value: Any) -> Any:
     if isinstance(value, dict):
         return {visible(key) if isinstance(key, str) else key: visible(item) for key, item in value.items()}
     return value
+
+
+# What a connection plugin's command says when the host is not there to run a module on: Ansible reports the
+# module's empty output ("Module result deserialization failed: No start of json char found", "MODULE FAILURE")
+# and leaves the reason in module_stderr.
+_CONNECTION_GONE = re.compile(r"No such container|Cannot connect to the Docker daemon|container \S+ is not running|"
+                              r"ssh: connect to host|Could not resolve hostname|Connection refused")
+
+
+def connection_gone(res: Any) -> bool:
+    """A failed result that is the connection's, not the module's: the host was not reached."""
+    if not isinstance(res, dict) or not isinstance(res.get("module_stderr"), str):
+        return False
+    return (str(res.get("msg", "")).startswith(("Module result deserialization failed", "MODULE FAILURE"))
+            and bool(_CONNECTION_GONE.search(res["module_stderr"])))
 
 
 def item_failure(res: dict) -> str:

@@ -441,6 +441,8 @@ class Run:
                     passwords=self.passwords,
                 )
             outcome = outcome_from_stats(runner.status, runner.rc or 0, runner.stats)
+            # A host the connection never reached though Ansible counted a failure (a container not there).
+            outcome.unreachable |= {name for name, host in fleet.hosts.items() if host.unreachable}
             if outcome.bad_input:
                 outcome.errors = ansible_errors(artifacts / "run" / "stdout", self.inventory)
         except KeyboardInterrupt:

@@ -1,0 +1,24 @@
+"""What an owner met on the lab (issue 35), as they met it: at a real terminal (a pty), from a directory of their
+own. Each test reproduces the item as reported and failed on the code before."""
+
+from __future__ import annotations
+
+import json
+
+from pty_screen import Screen
+
+
+def test_a_host_that_is_not_there_is_unreachable_with_the_connections_own_words(tmp_path):
+    """Item 2: `verify -l sparkfleet-lab-2,sparkfleet-lab-9` (lab-9 does not exist) printed "Module result
+    deserialization failed: No start of json char found" and exited 2; the cause was only in the artifacts."""
+    (tmp_path / "inv").mkdir()
+    (tmp_path / "inv" / "hosts.yml").write_text(
+        "all:\n  children:\n    sparks:\n      hosts:\n        sparkfleet-trial-9:\n"
+        "          ansible_connection: community.docker.docker\n")
+    screen = Screen(["verify", "-i", "inv", "--report-dir", "out"], tmp_path, columns=100).wait()
+    assert screen.rc == 3, screen.text[-3000:]
+    line = next(line for line in screen.lines() if line.startswith("sparkfleet-trial-9: UNREACHABLE"))
+    assert "No such container: sparkfleet-trial-9" in line or "Cannot connect to the Docker daemon" in line, line
+    assert "deserialization" not in screen.text
+    host = json.loads((tmp_path / "out" / "report.json").read_text())["hosts"]["sparkfleet-trial-9"]
+    assert host["reachable"] is False and host["unreachable"] == line.split("UNREACHABLE ", 1)[1].strip()
