@@ -33,13 +33,21 @@ def host_report(host: Host, refresh: dict | None = None, rollout: str | None = N
                             refresh=entry, changes=host.changes)
 
 
+def with_history(entry: dict, check: bool) -> dict:
+    """'converged' means nothing changed (the README's word): a host whose verification state stayed the same
+    while a task changed it (a launcher repaired by hand) is 'updated', or under --check 'would change'."""
+    if entry.get("history") == "converged" and (entry.get("counts") or {}).get("changed"):
+        return {**entry, "history": "would change" if check else "updated"}
+    return entry
+
+
 def build(fleet: Fleet, meta: dict[str, Any]) -> dict:
     refresh = fleet.controller_facts.get("spark_images_refresh")
     moved = refresh and not meta.get("check") and any(d.get("changed") for d in refresh.get("diff") or [])
     return {
         "schema": SCHEMA,
         **meta,
-        "hosts": {name: host_report(host, refresh if moved else None, fleet.play)
+        "hosts": {name: with_history(host_report(host, refresh if moved else None, fleet.play), bool(meta.get("check")))
                   for name, host in sorted(fleet.hosts.items())},
         "refresh": ({"diff": [{k: d.get(k) for k in ("name", "tag", "old", "new", "changed", "line")}
                               for d in refresh.get("diff", [])]} if refresh else None),

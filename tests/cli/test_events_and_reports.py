@@ -386,3 +386,16 @@ def table_lines(data: dict) -> list[str]:
     from sparkfleet.collection_home import collection_module
 
     return collection_module("_cluster").verdict_lines(data["clusters"])
+
+
+@pytest.mark.parametrize(("history", "changed", "check", "shown"), [
+    ("converged", 1, False, "updated"),       # a launcher edited by hand and repaired: something changed
+    ("converged", 1, True, "would change"),   # --check --diff showed the diff: a real run would change it
+    ("converged", 0, False, "converged"),
+    ("fresh", 3, False, "fresh"),
+])
+def test_history_is_converged_only_when_nothing_changed(history, changed, check, shown):
+    """Issue 35, item 4: `history: converged` with `changed: 1` after a hand-edited launcher was repaired, where
+    the README defines converged as nothing changed."""
+    entry = {"history": history, "counts": {"ok": 30, "changed": changed, "failed": 0}}
+    assert report.with_history(entry, check)["history"] == shown
