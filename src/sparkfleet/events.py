@@ -140,6 +140,10 @@ class Fleet:
             text = warning.get("msg") if isinstance(warning, dict) else str(warning)
             if text and text not in self.warnings:
                 self.warnings.append(text)
+        if outcome == "failed" and ran_on_the_controller(res):
+            # A task delegated to the controller (resolve once for the fleet, write the lock) is reported under the
+            # play's first host by Ansible; the failure is the controller's, where the owner should look.
+            name = self.controller.name
         host = self.host(name)
         host.last_task = data.get("task")
         host.batches.setdefault(self.play or "", self.play_starts.get(self.play or "", 1))
@@ -244,6 +248,12 @@ def visible(value: Any) -> Any:
 # and leaves the reason in module_stderr.
 _CONNECTION_GONE = re.compile(r"No such container|Cannot connect to the Docker daemon|container \S+ is not running|"
                               r"ssh: connect to host|Could not resolve hostname|Connection refused")
+
+
+def ran_on_the_controller(res: Any) -> bool:
+    """The result of a task delegated to the controller (delegate_to: localhost)."""
+    delegated = res.get("_ansible_delegated_vars") if isinstance(res, dict) else None
+    return isinstance(delegated, dict) and delegated.get("ansible_delegated_host") in ("localhost", "127.0.0.1")
 
 
 def connection_gone(res: Any) -> bool:

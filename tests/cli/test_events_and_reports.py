@@ -399,3 +399,19 @@ def test_history_is_converged_only_when_nothing_changed(history, changed, check,
     the README defines converged as nothing changed."""
     entry = {"history": history, "counts": {"ok": 30, "changed": changed, "failed": 0}}
     assert report.with_history(entry, check)["history"] == shown
+
+
+def test_a_failure_of_a_task_run_on_the_controller_is_the_controllers_not_the_first_hosts():
+    """Issue 35, item 5: with the registry down, refresh showed `sparkfleet-lab-1 ... FAILED Resolve every
+    configured image, once for the fleet`; Ansible reports a run_once task delegated to localhost under the play's
+    first host, and the owner went looking at the wrong machine."""
+    fleet = Fleet()
+    fleet.handle(event("ok", "sparkfleet-lab-1", {"changed": False}, task="Gather Spark platform facts"))
+    fleet.handle(event("failed", "sparkfleet-lab-1", {
+        "msg": "cannot reach http://127.0.0.1:5000/v2/: connection refused",
+        "_ansible_delegated_vars": {"ansible_delegated_host": "localhost", "ansible_connection": "local"}},
+        task="Resolve every configured image, once for the fleet"))
+    assert fleet.hosts["sparkfleet-lab-1"].failures == []
+    (failure,) = fleet.hosts["localhost"].failures
+    assert failure["task"] == "Resolve every configured image, once for the fleet"
+    assert failure["msg"].startswith("cannot reach http://127.0.0.1:5000/v2/")
