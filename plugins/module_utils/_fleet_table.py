@@ -84,7 +84,10 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
         "images": [{"name": p.get("name"), "ref": p.get("ref"), "tag": p.get("tag"), "source": image_source(p)}
                    for p in facts.get("spark_images_pinned") or []],
         "venv": ({"path": venv.get("path"), "matrix": venv.get("matrix"), "fingerprint": venv.get("fingerprint"),
-                  "status": venv.get("status"), "line": (venv.get("verification") or {}).get("line"),
+                  # a venv checked with the test bed's stand-in torch on a simulated host is never "verified"
+                  "status": "simulated" if (venv.get("verification") or {}).get("simulated")
+                  and venv.get("status") == "verified" else venv.get("status"),
+                  "line": (venv.get("verification") or {}).get("line"),
                   "verified_by": (venv.get("verification") or {}).get("verified_by"),
                   "stale": bool((venv.get("staleness") or {}).get("stale"))} if venv and venv.get("path") else None),
         "verification": {"verdict": state.get("verdict"), "lines": verify.get("lines") or [],

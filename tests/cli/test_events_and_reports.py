@@ -53,7 +53,8 @@ def test_provision_stream_gives_each_hosts_facts():
     assert one["runtime"]["registered"] is True and "nvidia" in one["runtime"]["runtimes"]
     assert [i["name"] for i in one["images"]] == ["ngc", "unsloth"]
     assert all("@sha256:" in i["ref"] for i in one["images"])
-    assert one["venv"]["matrix"] == "unsloth-2026.7.2" and one["venv"]["status"] == "verified"
+    # Issue 35, item 7: a venv checked with the stand-in torch of a simulated host is never called verified.
+    assert one["venv"]["matrix"] == "unsloth-2026.7.2" and one["venv"]["status"] == "simulated"
     assert one["venv"]["stale"] is True and "stand-in torch" in one["venv"]["verified_by"]
     assert one["verification"]["verdict"] == "not verified"  # simulated hosts never pass
     assert one["counts"]["failed"] == 0 and one["counts"]["ok"] > 10 and one["counts"]["changed"] > 0
@@ -68,7 +69,7 @@ def test_summary_markdown_and_junit_from_the_provision_stream():
     data = report.build(replay("provision-lab"), META)
     rows = {row[0]: row for row in report.summary_rows(data)}
     assert rows[LAB][1:4] == ["spark (simulated)", "fresh", "registered"]
-    assert rows[LAB][5] == "unsloth-2026.7.2 verified STALE"
+    assert rows[LAB][5] == "unsloth-2026.7.2 simulated STALE"
     assert rows[LAB][7] == "GPU not verifiable (simulated)"
     markdown = report.markdown(data)
     assert markdown.startswith("# sparkfleet provision — successful")
