@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sparkfleet import __version__, doctor, report, reportdir
+from sparkfleet import __version__, doctor, report, reportdir, variables
 from sparkfleet.arguments import COMMANDS, CONTROLLER_CHECKS, REPORT_ROOT
 from sparkfleet.collection_home import PROJECT_DIR, collection_module
 from sparkfleet.events import Fleet
@@ -80,6 +80,13 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
     if "," not in inventory and not Path(inventory).exists():
         error(f"inventory {inventory} not found; expected a directory such as "
               "inventory/example (copy it to inventory/<yours> and list your Sparks there).")
+        return EXIT_BAD_INPUT
+    sources = {**({} if "," in inventory else variables.inventory_names(inventory, config.env)),
+               **variables.extra_names(args.extra_vars)}
+    misnamed = variables.unknown(sources)
+    if misnamed:
+        error("these variables look like sparkfleet's but are not (nothing was run; fix each name, or remove it, "
+              "then run again):\n  " + "\n  ".join(misnamed))
         return EXIT_BAD_INPUT
     try:
         directory = report_dir_for(command.replace("-", "_"), args.report_dir)

@@ -22,3 +22,18 @@ def test_a_host_that_is_not_there_is_unreachable_with_the_connections_own_words(
     assert "deserialization" not in screen.text
     host = json.loads((tmp_path / "out" / "report.json").read_text())["hosts"]["sparkfleet-trial-9"]
     assert host["reachable"] is False and host["unreachable"] == line.split("UNREACHABLE ", 1)[1].strip()
+
+
+def test_a_misspelt_variable_is_named_with_the_nearest_known_one_and_nothing_runs(tmp_path):
+    """Item 8: a typo in a variable (spark_verify_can_run_container) was silently ignored and surfaced later as a
+    Docker error. Named now, with the nearest known one, exit 4, before any host is touched."""
+    (tmp_path / "inv" / "host_vars").mkdir(parents=True)
+    (tmp_path / "inv" / "hosts.yml").write_text("all:\n  children:\n    sparks:\n      hosts:\n        spark-01:\n"
+                                                "          ansible_connection: community.docker.docker\n")
+    (tmp_path / "inv" / "host_vars" / "spark-01.yml").write_text("spark_verify_can_run_container: false\n")
+    screen = Screen(["provision", "-i", "inv", "-e", "spark_venv_enabeld=true"], tmp_path, columns=100).wait()
+    assert screen.rc == 4, screen.text[-3000:]
+    assert "spark_verify_can_run_container, set for host spark-01: did you mean spark_verify_can_run_containers?" \
+        in screen.text
+    assert "spark_venv_enabeld, set for -e (inline): did you mean spark_venv_enabled?" in screen.text
+    assert not (tmp_path / "reports").exists(), "nothing ran"
