@@ -10,6 +10,7 @@ events.py (what each host did), report.py and terminal.py (the reports and the s
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -25,6 +26,20 @@ from sparkfleet.terminal import make_console, print_summary
 __all__ = ["main"]
 
 
+def collection_version() -> str:
+    """The collection's version: galaxy.yml in a checkout, MANIFEST.json where it was installed as a collection."""
+    galaxy, manifest = PROJECT_DIR / "galaxy.yml", PROJECT_DIR / "MANIFEST.json"
+    if galaxy.is_file():
+        found = re.search(r"^version:\s*(\S+)", galaxy.read_text(), re.M)
+        return found.group(1) if found else "?"
+    if manifest.is_file():
+        try:
+            return str(json.loads(manifest.read_text())["collection_info"]["version"])
+        except (ValueError, KeyError, TypeError):
+            return "?"
+    return "?"
+
+
 def version_text() -> str:
     """sparkfleet, ansible-core, the collection and the configuration a run here would use (like ansible --version)."""
     core = ansible_core_version() or "not installed"
@@ -32,7 +47,9 @@ def version_text() -> str:
         config = ansible_config().described
     except ValueError as exc:
         config = str(exc)
-    return (f"sparkfleet {__version__}\n  ansible-core {core}\n  collection sparkfleet.spark = {PROJECT_DIR}\n"
+    collection = collection_version()
+    return (f"sparkfleet {__version__}\n  ansible-core {core}\n  collection sparkfleet.spark {collection} = "
+            f"{PROJECT_DIR}\n"
             f"  config file = {config}\n  python = {sys.version.split()[0]} ({sys.executable})")
 
 

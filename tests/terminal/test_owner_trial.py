@@ -37,3 +37,14 @@ def test_a_misspelt_variable_is_named_with_the_nearest_known_one_and_nothing_run
         in screen.text
     assert "spark_venv_enabeld, set for -e (inline): did you mean spark_venv_enabled?" in screen.text
     assert not (tmp_path / "reports").exists(), "nothing ran"
+
+
+def test_version_names_the_collections_version_beside_its_path(tmp_path):
+    """Item 10: `--version` named the collection's path but not its version."""
+    import re
+
+    from conftest import REPO
+
+    screen = Screen(["--version"], tmp_path).wait()
+    version = re.search(r"^version:\s*(\S+)", (REPO / "galaxy.yml").read_text(), re.M).group(1)
+    assert f"collection sparkfleet.spark {version} = " in screen.text, screen.text
