@@ -88,11 +88,6 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
         error("these variables look like sparkfleet's but are not (nothing was run; fix each name, or remove it, "
               "then run again):\n  " + "\n  ".join(misnamed))
         return EXIT_BAD_INPUT
-    try:
-        directory = report_dir_for(command.replace("-", "_"), args.report_dir)
-    except (reportdir.Refused, OSError) as exc:
-        error(f"{exc}" if isinstance(exc, reportdir.Refused) else f"cannot make the report directory: {exc}")
-        return EXIT_BAD_INPUT
     if command == "doctor":
         args = doctor.doctor_args(args)
     if getattr(args, "smoke", False):
@@ -101,7 +96,7 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
     as_json = getattr(args, "json", False)
     if as_json:
         console = make_console(stderr=True, no_color=args.no_color)
-    run = Run(playbook=playbook, inventory=inventory, report_dir=directory.resolve(), options=options,
+    run = Run(playbook=playbook, inventory=inventory, report_dir=Path("."), options=options,
               extra_vars=args.extra_vars, passwords=ask_passwords(options),
               live=False if args.plain or as_json else None, console=console, fast=getattr(args, "fast", False),
               config=config)
@@ -109,6 +104,13 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
     try:
         # the controller's checks write nothing into the inventory: they need not wait for a provision
         with inventory_lock("localhost," if command in CONTROLLER_CHECKS else inventory, command.replace("-", " ")):
+            # Claimed once the inventory is this run's: a run refused as busy touches no report directory.
+            try:
+                directory = report_dir_for(command.replace("-", "_"), args.report_dir)
+            except (reportdir.Refused, OSError) as exc:
+                error(f"{exc}" if isinstance(exc, reportdir.Refused) else f"cannot make the report directory: {exc}")
+                return EXIT_BAD_INPUT
+            run.report_dir = directory.resolve()
             outcome, meta = run.execute(fleet)
             if outcome.exit_code() == EXIT_OK and fleet.targeted_nothing():
                 groups = inventory_groups(inventory, config)

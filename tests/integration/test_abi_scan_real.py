@@ -325,17 +325,22 @@ def test_real_jax_plugin_for_cuda13_with_its_cuda13_wheels_is_clean():
 
 @pytest.mark.network
 def test_the_gpu_verification_names_the_frameworks_it_did_not_probe():
-    """The GPU probe runs torch only; the real jax-cuda13-plugin and cuda-bindings on its path are listed as
-    installed and not probed, in the result and in the note the verification line carries."""
+    """Without --frameworks the probe runs torch only: the real jax-cuda13-plugin and cuda-bindings on its path are
+    listed as installed and not probed, in the result and in the note the verification line carries. With it (the
+    default) each is probed and judged here, where there is no GPU: jax's plugin without jax does not import, and
+    cuda-bindings finds no driver."""
     site = _site("jax-cuda13-plugin==0.12.0.1 cuda-bindings==13.0.0", wheels.X86_64)
-    result = run_module("spark_gpu_verify", {"python": sys.executable, "spark": False, "timeout": 120,
-                                             "environment": {"PYTHONPATH": str(site)}})
-    assert result["frameworks"] == {"probed": ["torch"], "not_probed": [
+    args = {"python": sys.executable, "spark": False, "timeout": 120, "environment": {"PYTHONPATH": str(site)}}
+    result = run_module("spark_gpu_verify", {**args, "frameworks": False})
+    assert result["frameworks"] == {"probed": ["torch"], "results": [], "hung": None, "not_probed": [
         {"framework": "jax", "distributions": ["jax-cuda13-plugin 0.12.0.1"]},
         {"framework": "cuda-python", "distributions": ["cuda-bindings 13.0.0"]}]}
     assert ("probed torch only; installed, not probed: jax (jax-cuda13-plugin 0.12.0.1), cuda-python "
             "(cuda-bindings 13.0.0)") in result["notes"]
     assert result["verdict"] == "failed"  # no GPU here: the frameworks are listed whatever the verdict
+    probed = {r["name"]: r for r in run_module("spark_gpu_verify", args)["frameworks"]["results"]}
+    assert (probed["jax"]["verdict"], probed["jax"]["stage"]) == ("failed", "import")
+    assert (probed["cuda-python"]["verdict"], probed["cuda-python"]["stage"]) == ("failed", "device")
 
 
 @pytest.fixture(scope="module")
