@@ -216,6 +216,38 @@ def end(pid: int, recorded: dict) -> bool:
         os.close(pidfd)
 
 
+def spawn(argv: list[str], env: dict[str, str]) -> tuple[int, int, int]:
+    """Start argv (a full path) with stdin from /dev/null and its output on pipes: (pid, stdout, stderr)."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=[  # pylint: disable=ansible-bad-function
+            (os.POSIX_SPAWN_DUP2, null, 0), (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2),
+            (os.POSIX_SPAWN_CLOSE, out_r), (os.POSIX_SPAWN_CLOSE, err_r)])
+    finally:
+        for fd in (out_w, err_w, null):
+            os.close(fd)
+    return pid, out_r, err_r
+
+
+def collect(pid: int, out_r: int, err_r: int) -> tuple[int, str, str]:
+    """Read both pipes to their end (neither can fill and block the child), then wait: (rc, stdout, stderr)."""
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    open_fds = [out_r, err_r]
+    while open_fds:
+        for fd in select.select(open_fds, [], [])[0]:
+            data = os.read(fd, 65536)
+            if data:
+                chunks[fd].append(data)
+            else:
+                open_fds.remove(fd)
+                os.close(fd)
+    _pid, status = os.waitpid(pid, 0)
+    rc = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+    return rc, b"".join(chunks[out_r]).decode(errors="replace"), b"".join(chunks[err_r]).decode(errors="replace")
+
+
 class Measure:
     def __init__(self, module: AnsibleModule):
         self.module = module
@@ -257,21 +289,19 @@ class Measure:
         started = []
         for server in servers:
             argv = [timeout, str(self.timeout), *server.pop("argv")]
-            # Popen, not run_command: the pid is recorded while the server waits, for a later run to check.
-            proc = subprocess.Popen(  # pylint: disable=consider-using-with,ansible-bad-function
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                env={**os.environ, "LC_ALL": "C"})
-            started.append(proc)
-            server["_record"] = {"pid": proc.pid, "port": server["port"], **(identity(proc.pid) or {})}
+            # Spawned, not run_command: the pid is recorded while the server waits, for a later run to check.
+            child = spawn(argv, {**os.environ, "LC_ALL": "C"})
+            started.append(child)
+            server["_record"] = {"pid": child[0], "port": server["port"], **(identity(child[0]) or {})}
         record = self.params["record"]
         write_record(record, read_record(record) + [server["_record"] for server in servers])
         try:
             with ThreadPoolExecutor(max_workers=max(1, len(servers))) as pool:
-                outputs = list(pool.map(lambda proc: proc.communicate(), started))
+                outputs = list(pool.map(lambda child: collect(*child), started))
         finally:
             mine = {server["_record"]["pid"] for server in servers}
             write_record(record, [entry for entry in read_record(record) if entry.get("pid") not in mine])
-        done = [(proc.returncode, *outputs[index]) for index, proc in enumerate(started)]
+        done = outputs
         for server in servers:
             del server["_record"]
         for index, (rc, _out, err) in enumerate(done):
