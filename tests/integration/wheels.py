@@ -144,10 +144,11 @@ def cudart_major(names: list[str]) -> int | None:
 SMOKE_STACK = ["torch==2.13.0", "transformers==5.13.1", "peft==0.19.1", "torchao==0.13.0"]
 
 
-def smoke_venv() -> Path:
-    """A venv of Debian's Python 3.11 with SMOKE_STACK (real wheels: the machine's store, then PyPI), built once."""
-    env = CACHE / "smoke-venv"
-    want = repr(SMOKE_STACK)
+def _py311_venv(name: str, *installs: list[str]) -> Path:
+    """A venv of Debian's Python 3.11 under .cache/tests/<name>, each list of `installs` one pip install (a list
+    starting with --no-deps installs without dependencies), built once and kept while the lists stay the same."""
+    env = CACHE / name
+    want = repr(list(installs))
     stamp = env / ".sparkfleet-installed"
     if stamp.exists() and stamp.read_text() == want:
         return env
@@ -155,9 +156,15 @@ def smoke_venv() -> Path:
     if not python3_11.exists():
         raise Unavailable("Debian's /usr/bin/python3.11 is not here (the torch CPU wheel in store is for cp311)")
     subprocess.run([str(python3_11), "-m", "venv", "--clear", str(env)], check=True, capture_output=True)
-    _pip("install", "-q", *SMOKE_STACK, python=str(env / "bin" / "python"))
+    for requirements in installs:
+        _pip("install", "-q", *requirements, python=str(env / "bin" / "python"))
     stamp.write_text(want)
     return env
+
+
+def smoke_venv() -> Path:
+    """SMOKE_STACK (real wheels: the machine's store, then PyPI)."""
+    return _py311_venv("smoke-venv", SMOKE_STACK)
 
 
 def install(env: Path, *requirements: str) -> None:
@@ -172,16 +179,4 @@ FRAMEWORKS_NO_DEPS = ["jax-cuda12-plugin==0.10.2"]  # its pjrt (465 MB) left out
 
 
 def frameworks_venv() -> Path:
-    env = CACHE / "frameworks-venv"
-    want = repr([FRAMEWORKS_STACK, FRAMEWORKS_NO_DEPS])
-    stamp = env / ".sparkfleet-installed"
-    if stamp.exists() and stamp.read_text() == want:
-        return env
-    python3_11 = Path("/usr/bin/python3.11")
-    if not python3_11.exists():
-        raise Unavailable("Debian's /usr/bin/python3.11 is not here")
-    subprocess.run([str(python3_11), "-m", "venv", "--clear", str(env)], check=True, capture_output=True)
-    _pip("install", "-q", *FRAMEWORKS_STACK, python=str(env / "bin" / "python"))
-    _pip("install", "-q", "--no-deps", *FRAMEWORKS_NO_DEPS, python=str(env / "bin" / "python"))
-    stamp.write_text(want)
-    return env
+    return _py311_venv("frameworks-venv", FRAMEWORKS_STACK, ["--no-deps", *FRAMEWORKS_NO_DEPS])
