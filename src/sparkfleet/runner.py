@@ -399,6 +399,7 @@ class Run:
             if cancelled["asked"]:  # a second Ctrl-C (or SIGTERM): stop waiting
                 raise KeyboardInterrupt
             cancelled["asked"] = True
+            cancelled["by"] = signal.Signals(signum).name
             progress.note(f"cancelling ({signal.Signals(signum).name}): ending the run's processes; "
                           "Ctrl-C again to stop waiting")
 
@@ -453,6 +454,10 @@ class Run:
                 signal.signal(sig, handler)
             shutil.rmtree(private, ignore_errors=True)
             scrub_artifacts(artifacts)
+        if outcome.status == "canceled" and not outcome.errors:
+            outcome.errors = [f"cancelled ({cancelled.get('by', 'SIGINT')}): every process of the run was ended; "
+                              "what it changed before stays, and the hosts' summary shows it. Run the command "
+                              "again to finish"]
         finished = datetime.datetime.now(datetime.UTC)
         meta = {"playbook": self.playbook, "inventory": str(self.inventory), "limit": self.options.limit,
                 "check": self.options.check, "started_at": started.replace(microsecond=0).isoformat(),

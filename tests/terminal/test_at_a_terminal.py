@@ -247,6 +247,10 @@ def test_cancelling_ends_every_process_of_the_run_before_the_lock_is_freed(home,
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if the run had kept it
         data = json.loads((home / "reports" / "latest" / "report.json").read_text())
         assert (data["status"], data["exit_code"]) == ("canceled", 130)
+        # Issue 35, item 10: a cancelled run's report said errors: [].
+        (said,) = data["errors"]
+        assert said.startswith(f"cancelled ({'SIGTERM' if how == 'SIGTERM' else 'SIGINT'}): every process of the "
+                               "run was ended"), said
     finally:
         registry.close()
 
