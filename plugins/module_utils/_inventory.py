@@ -1,7 +1,8 @@
 # Copyright: sparkfleet contributors
 # Apache License 2.0
 """The inventory's directory: where sparkfleet keeps what belongs to an inventory - the image lock
-(group_vars/all/spark_images_lock.yml), the hosts' records and the run lock (.sparkfleet/) - and where a derived
+(group_vars/all/spark_images_lock.yml), the stack matrix's hash lock (group_vars/all/spark_venv_lock.yml), the hosts'
+records and the run lock (.sparkfleet/) - and where a derived
 image's relative files are read from. One function, for the roles' defaults (the filter spark_inventory_dir) and
 for the CLI's run lock, so the lock, the records and the run lock can never be kept in different places.
 
@@ -40,8 +41,10 @@ def directory(sources: list | tuple | None) -> str:
     if not found:
         lists = ", ".join(repr(os.path.basename(source)) for source in sources)
         raise NoInventoryDirectory(f"the inventory {lists} is a host list, which has no directory for the lock "
-                                   "(group_vars/all/spark_images_lock.yml) or the hosts' records (.sparkfleet/); "
-                                   "run with -i DIR, an inventory directory, or set spark_images_lock_file",
+                                   "(group_vars/all/spark_images_lock.yml), the matrix's hash lock "
+                                   "(group_vars/all/spark_venv_lock.yml) or the hosts' records (.sparkfleet/); "
+                                   "run with -i DIR, an inventory directory, or name the file (spark_images_lock_file, "
+                                   "spark_venv_lock_file, matrix_lock_file)",
                                    host_list=True)
     if len(found) > 1:
         said = "; ".join(f"{', '.join(named)} in {place}" for place, named in found.items())

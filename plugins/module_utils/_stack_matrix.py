@@ -288,6 +288,34 @@ def index_env(indexes: list[str]) -> dict:
     return env
 
 
+def loopback(host: str) -> bool:
+    """An address of the host itself (127.0.0.0/8, ::1, localhost): the owner's own, reached by no one else."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def mirrors(matrix: dict, overrides: dict) -> list[str]:
+    """The mirrors (spark_venv_index_overrides) the matrix's steps would be installed from instead of their own
+    indexes, each as 'upstream -> mirror' (credentials masked), leaving out mirrors on the host's own loopback.
+
+    A mirror is another party between the index the matrix was verified against and the host: it can serve other
+    bytes under the same name and version. Its wheels are trusted only against the hash lock (written by
+    `sparkfleet matrix lock` through the same mirrors, then reviewed), so a venv built from one needs the lock. An
+    index on the loopback is the owner's own (as a loopback registry is Docker's): no lock is asked of it.
+    """
+    found = []
+    for step in matrix.get("steps") or []:
+        url = step.get("index_url") if isinstance(step, dict) else None
+        if not isinstance(url, str):
+            continue
+        used = override(url, overrides)
+        if used != url.rstrip("/") and not loopback(urllib.parse.urlsplit(used).hostname or ""):
+            found.append(f"{redact_url(url.rstrip('/'))} -> {redact_url(used)}")
+    return list(dict.fromkeys(found))
+
+
 def plain_http_refused(indexes: list[str], allowed: list[str]) -> list[str]:
     """The plain-http indexes pip would be told to trust (PIP_TRUSTED_HOST: no TLS, anyone on the path may swap a
     wheel) that are neither on the loopback nor named in `allowed` (host or host:port, like Docker's insecure
@@ -298,11 +326,7 @@ def plain_http_refused(indexes: list[str], allowed: list[str]) -> list[str]:
         if parts.scheme != "http":
             continue
         host = parts.hostname or ""
-        try:
-            loopback = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            loopback = host == "localhost"
-        if loopback or host in allowed or parts.netloc.rpartition("@")[2] in allowed:
+        if loopback(host) or host in allowed or parts.netloc.rpartition("@")[2] in allowed:
             continue
         refused.append(f"{redact_url(url)} is plain http (no TLS: anyone on the path can swap a wheel); use https, "
                        f"or name {parts.netloc.rpartition('@')[2]} in spark_venv_insecure_indexes to accept that, "

@@ -62,7 +62,10 @@ options:
     type: str
     default: python3
   index_overrides:
-    description: Upstream index URL -> the URL to use instead (a mirror, the test bed's index).
+    description:
+      - Upstream index URL -> the URL to use instead (a mirror, the test bed's index).
+      - A mirror off the host's loopback is used only with O(lock) (its wheels checked against the lock's sha256);
+        without it the module fails before anything is made.
     type: dict
     default: {}
   insecure_indexes:
@@ -201,6 +204,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix imp
     hashes_file,
     index_env,
     matrix_secrets,
+    mirrors,
     pins,
     pip_steps,
     plain_http_refused,
@@ -247,7 +251,8 @@ class Venv:
             if self.extras:
                 module.fail_json(msg=f"extra_packages ({', '.join(e['requirement'] for e in self.extras)}) are not "
                                      "in the hash lock, which holds the matrix's steps only: drop them, or build "
-                                     "without the lock (spark_venv_require_hashes: false). Nothing was changed.")
+                                     "without the lock (spark_venv_require_hashes: false, from the matrix's own "
+                                     "indexes). Nothing was changed.")
         self.fp = fingerprint(self.matrix, self.extras, self.lock)
         self.path = os.path.join(self.root, f"{self.matrix['name']}-{self.fp[:12]}")
         self.steps = pip_steps(self.matrix, self.extras, p["index_overrides"], os.path.join(self.path, CONSTRAINTS),
@@ -256,6 +261,13 @@ class Venv:
                                      p["insecure_indexes"])
         if refused:
             module.fail_json(msg="; ".join(refused) + ". Nothing was changed.")
+        unlocked = mirrors(self.matrix, p["index_overrides"]) if self.lock is None else []
+        if unlocked:
+            module.fail_json(msg=f"the venv would be built from a mirror ({'; '.join(unlocked)}) without the hash "
+                                 "lock: a mirror can serve other bytes under the same name and version, so its "
+                                 "wheels are installed only against the lock. Write it with `sparkfleet matrix lock "
+                                 "-i INVENTORY` (it resolves through the same mirrors), review and commit it, then "
+                                 "run again; or build from the matrix's own indexes. Nothing was changed.")
         self.result = {"changed": False, "path": self.path, "fingerprint": self.fp, "staleness": self.staleness,
                        "steps": [{"id": s["id"], "why": s["why"], "command": display(s)} for s in self.steps],
                        "extras": [{"requirement": e["requirement"], "policy": e["policy"], "says": e["says"]}

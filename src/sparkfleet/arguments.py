@@ -36,10 +36,11 @@ COMMANDS = {
                      "ones without moving a pinned package (a conflict is named as pip states it); show the "
                      "matrix's age."),
     "matrix-lock": ("playbooks/matrix_check.yml", None,
-                    "The matrix check, then, when it passes, the hash lock of the whole resolved set written beside "
-                    "the matrix (matrix/spark-stack.lock.yml): every package each step resolves to with its wheel's "
-                    "sha256, what the venv installs with pip's --require-hashes (spark_venv_require_hashes: true). "
-                    "Review its diff like the matrix's; nothing is written when a step does not resolve."),
+                    "The matrix check, then, when it passes, the hash lock of the whole resolved set written with "
+                    "the inventory (group_vars/all/spark_venv_lock.yml): every package each step resolves to, "
+                    "through the inventory's mirrors, with its wheel's sha256, what the venv installs with pip's "
+                    "--require-hashes (always from a mirror, else with spark_venv_require_hashes: true). Review its "
+                    "diff like the matrix's and commit it; nothing is written when a step does not resolve."),
     "advisories-check": ("playbooks/advisories_check.yml", None,
                          "List the issues of NVIDIA/dgx-spark-playbooks created or updated since "
                          "matrix/advisories.yml was last reviewed (its checked_on), for review. Opt-in network: asks "
@@ -80,7 +81,8 @@ EXAMPLES = {
                 "sparkfleet refresh -i inventory/mylab -e '{\"refresh_batches\": [1, 2, \"50%\"]}'"],
     "doctor": ["sparkfleet doctor", "sparkfleet doctor -i inventory/mylab -l spark-03"],
     "matrix-check": ["sparkfleet matrix check", "sparkfleet matrix check -e matrix_check_skip_steps=torch"],
-    "matrix-lock": ["sparkfleet matrix lock", "sparkfleet matrix lock --check --diff"],
+    "matrix-lock": ["sparkfleet matrix lock -i inventory/mylab",
+                    "sparkfleet matrix lock -i inventory/mylab --check --diff"],
     "cluster-verify": ["sparkfleet cluster verify -i inventory/mylab",
                        "sparkfleet cluster verify -i inventory/mylab -e cluster_verify_tcp_seconds=10"],
     "advisories-check": ["sparkfleet advisories check",
@@ -199,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     subcommand(matrix_sub, "check", "matrix-check", "check every pin against its index", "playbooks/matrix_check.yml "
                "(-e matrix_check_skip_steps=torch for an index this machine cannot reach)", CONFIGURED)
     subcommand(matrix_sub, "lock", "matrix-lock", "check, then write the hash lock of the whole resolved set",
-               "playbooks/matrix_check.yml -e matrix_lock=true (matrix_lock_file: another path)", CONFIGURED)
+               "playbooks/matrix_check.yml -e matrix_lock=true (matrix_lock_file or spark_venv_lock_file: another "
+               "path)", CONFIGURED)
     advisories_sub = group(sub, "advisories", "upstream advisories (matrix/advisories.yml)",
                            "Upstream advisories: known problems with images, pins and playbooks, dated "
                            "(matrix/advisories.yml).")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import subprocess
 
 import pytest
@@ -127,32 +126,50 @@ def test_the_real_sequence_against_real_pypi():
     assert steps["torchao"]["constraints"][0] == "torch==2.10.0", "a skipped step's pins still hold"
 
 
-def _lock_run(pyindex, candidate, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "ansible-playbook"), "playbooks/matrix_check.yml", *flags,
-                           "-e", f"matrix_check_file={candidate}", "-e", '{"matrix_lock": true}',
-                           "-e", '{"matrix_check_index_overrides": ' + json.dumps(pyindex.overrides) + "}"],
+def _inventory(tmp_path, pyindex):
+    """An owner's inventory whose venv indexes are the test bed's (its mirrors, as group_vars give them)."""
+    inventory = tmp_path / "inventory"
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text("all:\n  hosts:\n    spark-01:\n")
+    (inventory / "group_vars" / "all" / "main.yml").write_text(
+        yaml.safe_dump({"spark_venv_index_overrides": pyindex.overrides}))
+    return inventory
+
+
+def _lock_run(pyindex, candidate, *flags: str, inventory=None) -> subprocess.CompletedProcess:
+    inventory = inventory or _inventory(candidate.parent, pyindex)
+    return subprocess.run([str(BIN / "ansible-playbook"), "playbooks/matrix_check.yml", "-i", str(inventory),
+                           *flags, "-e", f"matrix_check_file={candidate}", "-e", '{"matrix_lock": true}'],
                           cwd=REPO, capture_output=True, text=True, env=ansible_env(), check=False)
 
 
 def test_matrix_lock_records_every_resolved_wheel_with_the_sha256_of_its_bytes(pyindex, tmp_path):
-    """`sparkfleet matrix lock` = the playbook with matrix_lock: the lock beside the matrix holds each step's
-    resolved set, each sha256 that of the wheel file the index serves; a second run changes nothing."""
+    """`sparkfleet matrix lock` = the playbook with matrix_lock: the lock, written with the inventory (never into
+    sparkfleet's own matrix/, shared by every inventory and read-only in a pip install), holds each step's resolved
+    set through the inventory's mirrors, each sha256 that of the wheel file the index serves; a second run changes
+    nothing."""
     candidate = tmp_path / "spark-stack.yml"
     candidate.write_text(yaml.safe_dump(MATRIX))
-    checked = _lock_run(pyindex, candidate, "--check")
+    inventory = _inventory(tmp_path, pyindex)
+    written = inventory / "group_vars" / "all" / "spark_venv_lock.yml"
+    ours = sorted(p.name for p in (REPO / "matrix").iterdir())
+    checked = _lock_run(pyindex, candidate, "--check", inventory=inventory)
     assert checked.returncode == 0, checked.stdout[-3000:]
-    assert not (tmp_path / "spark-stack.lock.yml").exists(), "check mode wrote the lock"
-    first = _lock_run(pyindex, candidate)
+    assert not written.exists(), "check mode wrote the lock"
+    first = _lock_run(pyindex, candidate, inventory=inventory)
     assert first.returncode == 0, first.stdout[-3000:]
-    lock = yaml.safe_load((tmp_path / "spark-stack.lock.yml").read_text())
+    assert f"The hash lock of {MATRIX['name']} is changed in {written}" in first.stdout
+    assert sorted(p.name for p in (REPO / "matrix").iterdir()) == ours, "the lock went into sparkfleet's matrix/"
+    lock = yaml.safe_load(written.read_text())["spark_venv_lock"]
     assert sorted(lock["steps"]) == ["stack", "torch", "torchao", "unsloth"]
     files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in pyindex.root.rglob("*.whl")}
     for entries in lock["steps"].values():
         for entry in entries:
             assert files[entry["wheel"]] == entry["sha256"], entry
     assert {e["name"] for e in lock["steps"]["stack"]} >= {"transformers", "peft", "trl", "torch"}
-    again = _lock_run(pyindex, candidate)
+    again = _lock_run(pyindex, candidate, inventory=inventory)
     assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-2000:]
+    assert f"is unchanged in {written}" in again.stdout
 
 
 def test_no_lock_is_written_when_a_step_does_not_resolve_and_the_old_one_stays(pyindex, tmp_path):
@@ -160,7 +177,9 @@ def test_no_lock_is_written_when_a_step_does_not_resolve_and_the_old_one_stays(p
     matrix["steps"][3]["packages"] = ["torchao==0.99.0"]
     candidate = tmp_path / "spark-stack.yml"
     candidate.write_text(yaml.safe_dump(matrix))
-    (tmp_path / "spark-stack.lock.yml").write_text("# the reviewed lock\n")
-    proc = _lock_run(pyindex, candidate)
+    inventory = _inventory(tmp_path, pyindex)
+    written = inventory / "group_vars" / "all" / "spark_venv_lock.yml"
+    written.write_text("# the reviewed lock\n")
+    proc = _lock_run(pyindex, candidate, inventory=inventory)
     assert proc.returncode == 2
-    assert (tmp_path / "spark-stack.lock.yml").read_text() == "# the reviewed lock\n"
+    assert written.read_text() == "# the reviewed lock\n"

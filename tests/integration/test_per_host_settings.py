@@ -21,29 +21,46 @@ def test_a_per_host_require_hashes_is_judged_on_that_host_alone(tmp_path):
     inventory = tmp_path / "inventory"
     (inventory / "host_vars").mkdir(parents=True)
     (inventory / "hosts.yml").write_text(
-        "all:\n  hosts:\n    spark-a:\n    spark-b:\n    spark-c:\n  vars:\n    ansible_connection: local\n"
+        "all:\n  hosts:\n    spark-a:\n    spark-b:\n    spark-c:\n    spark-d:\n    spark-e:\n"
+        "  vars:\n    ansible_connection: local\n"
         f"    ansible_python_interpreter: {sys.executable}\n")
     # spark-a, first in the play, builds without the lock: before, the fleet-wide check was skipped on it.
     (inventory / "host_vars" / "spark-b.yml").write_text(json.dumps(
         {"spark_venv_require_hashes": True, "spark_venv_lock_file": str(tmp_path / "missing.lock.yml")}))
     (inventory / "host_vars" / "spark-c.yml").write_text(json.dumps(
         {"spark_venv_require_hashes": True, "spark_venv_lock_file": str(lock)}))
+    # spark-d builds from a mirror off its loopback with no lock at the inventory's path: refused (issue 34, a
+    # mirror's wheels are trusted only against the lock); spark-e's mirror is on its own loopback: no lock asked.
+    (inventory / "host_vars" / "spark-d.yml").write_text(json.dumps(
+        {"spark_venv_index_overrides": {"https://pypi.org/simple": "https://ci:TOKEN@mirror.lan/pypi"}}))
+    (inventory / "host_vars" / "spark-e.yml").write_text(json.dumps(
+        {"spark_venv_index_overrides": {"https://pypi.org/simple": "http://127.0.0.1:5090/pypi"}}))
     playbook = tmp_path / "preflight.yml"
     playbook.write_text(
         "- hosts: all\n  gather_facts: false\n  tasks:\n"
         "    - ansible.builtin.include_role:\n        name: sparkfleet.spark.spark_venv\n"
-        "        tasks_from: preflight\n      vars:\n"
-        "        __spark_venv_matrix: \"{{ lookup('ansible.builtin.file', spark_venv_matrix_file) | from_yaml }}\"\n")
+        "        tasks_from: preflight\n")
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook), "--check"],
                           cwd=REPO, capture_output=True, text=True, check=False,
                           env=ansible_env(ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json"))
     result = json.loads(proc.stdout)
     stats = result["stats"]
-    assert stats["spark-a"]["failures"] == 0 and stats["spark-c"]["failures"] == 0, proc.stdout[-3000:]
-    assert stats["spark-b"]["failures"] == 1
-    failures = [host["msg"] for play in result["plays"] for task in play["tasks"]
-                for name, host in task["hosts"].items() if name == "spark-b" and host.get("failed")]
-    assert failures == [
+    for fine in ("spark-a", "spark-c", "spark-e"):
+        assert stats[fine]["failures"] == 0, (fine, proc.stdout[-3000:])
+    assert stats["spark-b"]["failures"] == stats["spark-d"]["failures"] == 1
+
+    def failures(host: str) -> list[str]:
+        return [result["msg"] for play in result["plays"] for task in play["tasks"]
+                for name, result in task["hosts"].items() if name == host and result.get("failed")]
+
+    assert failures("spark-b") == [
         f"spark_venv_require_hashes is true but the hash lock {tmp_path / 'missing.lock.yml'} does not exist on the "
-        "controller; write it with `sparkfleet matrix lock` (it checks the matrix first), review it, then run "
-        "again. Nothing on the host changed."], failures
+        "controller; write it with `sparkfleet matrix lock -i INVENTORY` (it checks the matrix first, through the "
+        "inventory's mirrors), review and commit it, then run again. Nothing on the host changed."]
+    assert failures("spark-d") == [
+        "the venv would be built from a mirror (https://pypi.org/simple -> https://ci:***@mirror.lan/pypi), whose "
+        "wheels are installed only against the hash lock, but the hash lock "
+        f"{inventory / 'group_vars' / 'all' / 'spark_venv_lock.yml'} does not exist on the controller; write it "
+        "with `sparkfleet matrix lock -i INVENTORY` (it checks the matrix first, through the inventory's mirrors), "
+        "review and commit it, then run again. Nothing on the host changed."]
+    assert "TOKEN" not in proc.stdout

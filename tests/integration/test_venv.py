@@ -194,7 +194,7 @@ def test_check_mode_reports_the_build_and_creates_nothing(place, tmp_path):
     assert not (tmp_path / "venvs").exists() and not (tmp_path / "venv").exists()
 
 
-def test_a_plain_http_index_off_the_loopback_is_refused_unless_named(place, tmp_path):
+def test_a_plain_http_index_off_the_loopback_is_refused_unless_named(place, pyindex, tmp_path):
     """Issue 34, suspected and proved: a plain-http mirror was trusted (PIP_TRUSTED_HOST) with no TLS and, by
     default, no hash lock: anyone on the path could swap a wheel. It is refused before anything is made, unless
     the user names it as Docker's insecure registries are named; the loopback's (the test bed's) stay accepted."""
@@ -206,7 +206,25 @@ def test_a_plain_http_index_off_the_loopback_is_refused_unless_named(place, tmp_
     assert refused["msg"].count("wheels.lan:8080/simple is plain http") == 1, "each index said once"
     assert not (tmp_path / "venvs").exists()
     named = run_module("spark_venv", place(index_overrides=mirror, insecure_indexes=["wheels.lan:8080"]), "--check")
-    assert not named["failed"] and named["action"] == "build", named.get("msg")
+    assert named["failed"] and "without the hash lock" in named["msg"], "a mirror's wheels were taken unlocked"
+    locked = run_module("spark_venv", place(index_overrides=mirror, insecure_indexes=["wheels.lan:8080"],
+                                            lock=_lock(pyindex)), "--check")
+    assert not locked["failed"] and locked["action"] == "build", locked.get("msg")
+
+
+def test_a_mirror_off_the_loopback_is_used_only_with_the_hash_lock(place, pyindex, tmp_path):
+    """Issue 34: a venv built from any index other than the matrix's own uses the hash lock. A mirror can serve
+    other bytes under a pinned name and version; without the lock pip would take them. Refused before anything is
+    made, naming the mirror (its token masked) and the command that writes the lock; the loopback's index (the
+    owner's own, as the test bed's) builds without one (test_the_sequence_builds_...)."""
+    mirror = {"https://pypi.org/simple": "https://ci:s3cr3t@wheels.example.lan/simple"}
+    refused = run_module("spark_venv", place(index_overrides={**pyindex.overrides, **mirror}), "--check")
+    assert refused["failed"]
+    assert refused["msg"].startswith("the venv would be built from a mirror (https://pypi.org/simple -> "
+                                     "https://ci:***@wheels.example.lan/simple) without the hash lock")
+    assert "sparkfleet matrix lock -i INVENTORY" in refused["msg"] and refused["msg"].endswith("Nothing was changed.")
+    assert "s3cr3t" not in json.dumps(refused)
+    assert not (tmp_path / "venvs").exists() and not (tmp_path / "venv").exists()
 
 
 def test_the_hosts_pip_configuration_cannot_change_the_sequence(place, tmp_path):
