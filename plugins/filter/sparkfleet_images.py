@@ -13,6 +13,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkfleet.spark.plugins.filter.sparkfleet_inputs import spark_inventory_dir as inventory_dir
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _pinned as pinned_model
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _validate as validate
+from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import dated as lock_dated
 from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import diff as lock_diff
 from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import host_platform
 
@@ -84,6 +85,12 @@ def spark_images_pull_repository(image: dict, mirrors: dict) -> str:
 def spark_images_lock_diff(lock: dict | None, resolved: list[dict]) -> list[dict]:
     """Per image: the digest the lock pins now and the one the tag resolves to (old -> new)."""
     return lock_diff(lock, resolved)
+
+
+def spark_images_dated(resolved: list[dict], lock: dict | None) -> list[dict]:
+    """The resolved images with the resolved_at the lock will give them (the lock's where the digest did not
+    move): what a refresh writes the launchers from."""
+    return lock_dated(lock, resolved)
 
 
 DERIVED_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -171,6 +178,7 @@ class FilterModule:
                 "spark_images_pull_repository": spark_images_pull_repository,
                 "spark_images_pull_requests": spark_images_pull_requests,
                 "spark_images_lock_diff": spark_images_lock_diff,
+                "spark_images_dated": spark_images_dated,
                 "spark_images_pin_line": spark_images_pin_line,
                 "spark_images_derived_recipes": spark_images_derived_recipes,
                 "spark_images_derived_targets": spark_images_derived_targets,

@@ -20,6 +20,13 @@ def spark_verification(data: dict) -> dict:
     return verification.judge(data)
 
 
+def spark_verification_refreshed(check: dict, state_text: str | None, launchers: list[str]) -> dict:
+    """The state a refresh records for a host that passed it: the refresh's check of its images, with its
+    interpreters and venv as the state file (its text, read by the preflight facts) had them."""
+    previous = state_file.parse(state_text)
+    return verification.refreshed((previous or {}).get("verification"), check, list(launchers or []))
+
+
 def spark_fleet_table(hosts: list, hostvars: Any, active: list | None = None) -> list[str]:
     """The fleet table (module_utils/_fleet_table, the sparkfleet CLI's table too) as lines, from hostvars.
 
@@ -76,4 +83,5 @@ class FilterModule:
         return {"spark_verification": spark_verification, "spark_fleet_table": spark_fleet_table,
                 "spark_verification_history": spark_verification_history,
                 "spark_state_unchanged": spark_state_unchanged,
-                "spark_verification_limits": spark_verification_limits}
+                "spark_verification_limits": spark_verification_limits,
+                "spark_verification_refreshed": spark_verification_refreshed}

@@ -214,6 +214,8 @@ def _interface_address(address: object) -> bool:
 
 
 NETPLAN_FILE = "/etc/netplan/40-cx7.yaml"
+# The first line of every file render_netplan writes: a node that leaves its cluster has only such a file removed.
+NETPLAN_MARK = "# Written by sparkfleet (role spark_cluster)"
 
 
 def render_netplan(plan: dict) -> str:
@@ -221,7 +223,7 @@ def render_netplan(plan: dict) -> str:
     of the port, the MTU, static addresses or IPv4 link-local. The IPv6 link-local address is kept on each
     rail: `cluster verify` finds which peer port is at the other end of each cable through it. No other
     interface is named, so the management link is never touched."""
-    lines = [f"# Written by sparkfleet (role spark_cluster) for cluster {plan['cluster']}: the CX-7 rails only.",
+    lines = [f"{NETPLAN_MARK} for cluster {plan['cluster']}: the CX-7 rails only.",
              "# Edit spark_clusters in the inventory instead; the next run rewrites this file.",
              "network:", "  version: 2", "  ethernets:"]
     for rail in plan["rails"]:

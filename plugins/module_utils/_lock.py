@@ -74,6 +74,18 @@ def diff(lock: dict | None, resolved: list[dict]) -> list[dict]:
     return rows
 
 
+def dated(lock: dict | None, resolved: list[dict]) -> list[dict]:
+    """The resolved images as the lock will hold them: an image whose digest did not move keeps the lock's
+    resolved_at (spark_image_lock keeps it), one that moved has its resolution's. A refresh writes the launchers
+    from these, so they say what a provision after it writes from the new lock, and that provision changes
+    nothing."""
+    lock = lock if isinstance(lock, dict) else {}
+    rows = diff(lock, resolved)
+    return [{**image, "resolved_at": lock[image["name"]].get("resolved_at") or image.get("resolved_at")}
+            if not row["changed"] and isinstance(lock.get(image["name"]), dict) else image
+            for image, row in zip(resolved, rows, strict=True)]
+
+
 def removed(lock: dict | None, names: list[str]) -> list[str]:
     """Lines for the images the lock has that are no longer configured."""
     return [f"{name} removed (no longer configured)" for name in (lock if isinstance(lock, dict) else {})

@@ -255,3 +255,29 @@ def limits(platform: dict | None, can_run_containers: bool) -> dict:
     else:
         gpu = containers
     return {"gpu": gpu, "containers": containers}
+
+
+def refreshed(previous: dict | None, check: dict, launchers: list[str]) -> dict:
+    """The host's verification state after a refresh passed on it: its images' entries as the refresh's check
+    judged them (`check`, judge()'s state of the images alone), its interpreters' and its venv's as the last
+    provision recorded them (`previous`), in the order judge() gives - what a provision right after the refresh
+    records, so that it changes nothing. `launchers`: the images' launcher paths (a not-verified entry names
+    either a launcher or an interpreter)."""
+    if not isinstance(previous, dict):
+        return check
+
+    def interpreters(key: str) -> list[dict]:
+        return [e for e in previous.get(key) or [] if isinstance(e, dict) and e.get("kind") == "python"]
+
+    gpu = [e for e in check.get("gpu") or [] if e.get("kind") == "image"] + interpreters("gpu")
+    # judge() lists the interpreters' ABI scans first (an interpreter is a path, an image a reference)
+    abi = [e for e in previous.get("abi") or [] if isinstance(e, dict) and str(e.get("target", "")).startswith("/")]
+    abi += [e for e in check.get("abi") or [] if not str(e.get("target", "")).startswith("/")]
+    smoke = [e for e in check.get("smoke") or [] if e.get("kind") == "image"] + interpreters("smoke")
+    not_verified = [n for n in check.get("not_verified") or [] if n.get("target") in launchers]
+    not_verified += [n for n in previous.get("not_verified") or []
+                     if isinstance(n, dict) and n.get("target") not in launchers]
+    failed = any(e.get("verdict") != "ok" for e in gpu + abi + smoke)
+    return {**check, "gpu": gpu, "abi": abi, "smoke": smoke, "not_verified": not_verified,
+            "venv": previous.get("venv"),
+            "verdict": "failed" if failed else ("not verified" if not_verified or not (gpu or abi) else "ok")}

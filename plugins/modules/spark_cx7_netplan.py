@@ -32,8 +32,16 @@ options:
     description:
       - The node's plan, as the filter C(sparkfleet.spark.spark_cluster_node_plan) makes it from C(spark_clusters)
         (C(cluster), C(mtu), C(rails) with C(interface), C(hca), C(address)).
-      - Required unless O(confirm=true).
+      - Required unless O(confirm=true) or O(state=absent).
     type: dict
+  state:
+    description:
+      - C(present) writes and applies the plan. C(absent) (a node that left every cluster) removes the file and
+        applies, with the same rollback and confirmation, but only a file sparkfleet wrote (its first line says
+        so). A file written by hand, as NVIDIA's guide has owners do, is left as it is (RV(left)).
+    type: str
+    choices: [present, absent]
+    default: present
   path:
     description: The netplan file.
     type: path
@@ -101,6 +109,10 @@ confirmed:
   description: Whether the action plugin reached the node again over a new connection and disarmed the timer.
   returned: when a change was applied with a rollback and O(confirm_after_apply=true)
   type: bool
+left:
+  description: Why the file was left in place with O(state=absent) (it was not written by sparkfleet); null otherwise.
+  returned: success
+  type: str
 drift:
   description: How the rails differed from the file as written (it is applied again); empty when they did not.
   returned: success
@@ -216,9 +228,11 @@ class Netplan:
         rc, out, _err = self.run([self.ip, "-j", "addr", "show"], 10)
         return {link.get("ifname"): link for link in (json.loads(out) if rc == 0 and out.strip() else [])}
 
-    def reached(self, plan: dict) -> list[str]:
-        """What is still missing on the rails: an interface, its MTU, its address."""
+    def reached(self, plan: dict | None) -> list[str]:
+        """What is still missing on the rails: an interface, its MTU, its address (nothing, for no plan)."""
         missing = []
+        if plan is None:
+            return missing
         links = self.links()
         for rail in plan["rails"]:
             link = links.get(rail["interface"])
@@ -266,7 +280,8 @@ class Netplan:
         self.run([self.netplan, "apply"])
         self.disarm()
 
-    def apply(self, plan: dict, text: str, before: str | None) -> str | None:
+    def apply(self, plan: dict | None, text: str | None, before: str | None) -> str | None:
+        """Write `text` (None: remove the file), apply, and wait for the plan's rails (none for a removal)."""
         os.makedirs(STATE_DIR, mode=0o755, exist_ok=True)
         self.stop_timer()  # an earlier change's, before its backup is replaced by this one's
         if before is None:
@@ -287,7 +302,10 @@ class Netplan:
                 self.module.fail_json(msg=f"cannot arm the rollback of the CX-7 netplan (systemd-run: "
                                           f"{(err or out).strip()[:500]}); nothing was applied. Set "
                                           "spark_cluster_rollback_seconds: 0 to apply without one.", rc=rc)
-        atomic_write(self.path, text, 0o600)
+        if text is None:
+            os.unlink(self.path)
+        else:
+            atomic_write(self.path, text, 0o600)
         rc, out, err = self.run([self.netplan, "apply"])
         deadline = time.monotonic() + self.module.params["wait_seconds"]
         missing = [f"netplan apply failed: {(err or out).strip()[:500]}"] if rc != 0 else self.reached(plan)
@@ -303,10 +321,32 @@ class Netplan:
         return f"{UNIT}.timer" if seconds > 0 else None
 
 
+def leave(module: AnsibleModule, netplan: Netplan) -> None:
+    """state=absent: the file removed and applied with a rollback, if sparkfleet wrote it."""
+    try:
+        with open(netplan.path, encoding="utf-8") as handle:
+            before = handle.read()
+    except FileNotFoundError:
+        module.exit_json(changed=False, path=netplan.path, applied=False, rollback_unit=None, drift=[], left=None)
+    result = {"changed": False, "path": netplan.path, "applied": False, "rollback_unit": None, "drift": [],
+              "left": None}
+    if not before.startswith(cluster.NETPLAN_MARK):
+        result["left"] = (f"{netplan.path} was not written by sparkfleet (its first line is not "
+                          f"'{cluster.NETPLAN_MARK}...'): left as it is")
+        module.exit_json(**result)
+    result.update(changed=True, diff={"before": before, "after": "", "before_header": netplan.path,
+                                      "after_header": f"{netplan.path} (removed: this node is in no cluster)"})
+    if not module.check_mode:
+        result["rollback_unit"] = netplan.apply(None, None, before)
+        result["applied"] = True
+    module.exit_json(**result)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "plan": {"type": "dict"},
+            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
             "path": {"type": "path", "default": cluster.NETPLAN_FILE},
             "rollback_seconds": {"type": "int", "default": 120},
             "wait_seconds": {"type": "int", "default": 30},
@@ -314,7 +354,6 @@ def main() -> None:
             "confirm_after_apply": {"type": "bool", "default": True},
             "management_addresses": {"type": "list", "elements": "str", "default": []},
         },
-        required_if=[("confirm", False, ("plan",))],
         supports_check_mode=True,
     )
     netplan = Netplan(module)
@@ -323,7 +362,12 @@ def main() -> None:
         if armed and not module.check_mode:
             netplan.disarm()
         module.exit_json(changed=armed, path=netplan.path, applied=False, rollback_unit=None)
+    if module.params["state"] == "absent":
+        leave(module, netplan)
     plan = module.params["plan"]
+    if plan is None:
+        module.fail_json(msg="spark_cx7_netplan: plan is required with state=present (the node's plan from "
+                             "spark_cluster_node_plan); nothing was written.")
     problem = cluster.check_plan(plan)
     if problem:
         module.fail_json(msg=f"spark_cx7_netplan: {problem}")

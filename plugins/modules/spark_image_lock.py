@@ -170,7 +170,7 @@ def write(module: AnsibleModule) -> dict:
         previous = old.get(image["name"]) if isinstance(old, dict) else None
         entry = lock_entry(image)
         kept = not row["changed"] and isinstance(previous, dict) and previous.get("resolved_at")
-        entry["resolved_at"] = previous["resolved_at"] if kept else now
+        entry["resolved_at"] = previous["resolved_at"] if kept else (image.get("resolved_at") or now)
         new[image["name"]] = entry
     for recipe in module.params["derived"]:
         base = new.get(recipe["base"])

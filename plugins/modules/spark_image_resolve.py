@@ -123,11 +123,14 @@ images:
       platforms: [linux/amd64, linux/arm64]
       sizes: {linux/amd64: 9876543210, linux/arm64: 9123456789}
       fallback: {wanted: 25.11-py3, used: 25.09-py3, reasons: ["25.11-py3: 404 manifest unknown"]}
+      resolved_at: "2026-12-04T08:00:00+00:00"
 requests:
   description: HTTP requests made, per registry (to show that each tag is resolved once).
   returned: success
   type: dict
 """
+
+import datetime
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import BadReference, parse_reference
@@ -155,6 +158,8 @@ def main() -> None:
     )
     registries: dict[str, Registry] = {}
     resolved = []
+    # When the tags were resolved (the lock's resolved_at of a digest that moved, and the launchers' comment).
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
     for image in module.params["images"]:
         host = image["registry"]
         try:
@@ -186,6 +191,7 @@ def main() -> None:
             "repository": image["repository"], **found,
             "fallback": (None if found["tag"] == wanted
                          else {"wanted": wanted, "used": found["tag"], "reasons": reasons}),
+            "resolved_at": now,
         })
     module.exit_json(changed=False, images=resolved,
                      requests={host: reg.requests for host, reg in registries.items()})

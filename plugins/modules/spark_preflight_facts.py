@@ -198,6 +198,12 @@ ansible_facts:
         memory_available_bytes:
           description: MemAvailable from C(/proc/meminfo).
           type: int
+        cx7_netplan:
+          description:
+            - Whether the CX-7 netplan (C(/etc/netplan/40-cx7.yaml)) is there (C(exists)) and was written by
+              sparkfleet (C(sparkfleet), its first line says so); role spark_cluster removes only such a file from
+              a node that left its cluster.
+          type: dict
 """
 
 import os
@@ -206,6 +212,7 @@ import subprocess
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _docker_api as docker_api
+from ansible_collections.sparkfleet.spark.plugins.module_utils._cluster import NETPLAN_FILE, NETPLAN_MARK
 from ansible_collections.sparkfleet.spark.plugins.module_utils._docker_daemon import (
     DAEMON_JSON,
     REGISTRATION_KEYS,
@@ -341,6 +348,8 @@ class PreflightFacts:
             "state_file": {"path": self.module.params["state_file"], "text": _read(self.module.params["state_file"])},
             "memory_total_bytes": mem.get("MemTotal"),
             "memory_available_bytes": mem.get("MemAvailable"),
+            "cx7_netplan": {"exists": os.path.lexists(NETPLAN_FILE),
+                            "sparkfleet": (_read(NETPLAN_FILE) or "").startswith(NETPLAN_MARK)},
         }
 
 

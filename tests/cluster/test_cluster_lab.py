@@ -412,3 +412,33 @@ def test_14_the_cluster_users_link_to_roots_authorized_keys_is_refused_and_roots
         on(node, "rm", "-f", "/root/.ssh/authorized_keys")
     proc, data, _ = provision(lab, "link-attack-mended", "-e", f"@{linked}")
     assert proc.returncode == 0 and changed(data) == 0, proc.stdout[-3000:]
+
+
+def test_15_leaving_takes_back_the_trust_and_the_netplan_sparkfleet_wrote_and_leaves_a_hand_written_one(lab):
+    """Issue 34: leaving a cluster takes the trust back and its netplan file, --check --diff showing each first.
+    Node 2's file was rewritten by hand (NVIDIA's guide has owners write 40-cx7.yaml themselves): it stays."""
+    left = lab["root"] / "left.yml"
+    left.write_text(yaml.safe_dump({"spark_clusters": []}))
+    mine = on(NODES[1], "sed", "1d", "/etc/netplan/40-cx7.yaml").stdout  # the same rails, without sparkfleet's line
+    on(NODES[1], "sh", "-c", f"printf '%s' '{mine}' > /etc/netplan/40-cx7.yaml")
+    written = on(NODES[0], "cat", "/etc/netplan/40-cx7.yaml").stdout
+    proc, data, _ = provision(lab, "leave-check", "-e", f"@{left}", "--check", "--diff")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert f"{NODES[0]}: would change Remove the CX-7 netplan of a cluster this node has left" in proc.stdout
+    assert f"-    {RAILS[1]}:" in proc.stdout and "(removed: this node is in no cluster)" in proc.stdout
+    assert f"{NODES[1]}: would change Remove the CX-7 netplan" not in proc.stdout
+    assert on(NODES[0], "cat", "/etc/netplan/40-cx7.yaml").stdout == written, "check mode removed the file"
+    assert "sparkfleet cluster" in on(NODES[0], "cat", "/home/nvidia/.ssh/authorized_keys").stdout
+
+    proc, data, _ = provision(lab, "leave", "-e", f"@{left}")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert on(NODES[0], "test", "-e", "/etc/netplan/40-cx7.yaml", check=False).returncode == 1
+    assert on(NODES[1], "cat", "/etc/netplan/40-cx7.yaml").stdout == mine, "a hand-written file was touched"
+    assert on(NODES[0], "systemctl", "is-active", "sparkfleet-cx7-rollback.timer", check=False).stdout.strip() \
+        != "active", "the removal was confirmed and its rollback disarmed"
+    for node in NODES:
+        for name in ("authorized_keys", "known_hosts"):
+            text = on(node, "cat", f"/home/nvidia/.ssh/{name}", check=False).stdout
+            assert "sparkfleet cluster" not in text, (node, name, text)
+    proc, data, _ = provision(lab, "left-again", "-e", f"@{left}")
+    assert proc.returncode == 0 and changed(data) == 0, proc.stdout[-3000:]

@@ -206,6 +206,24 @@ def test_2_refresh_canary_first_then_the_rest(fleet):
               if "Pull by digest: the new digests" in line and "still:" not in line]
     assert len(starts) == 3, starts
 
+    # Issue 35, item 3: the refresh leaves each host exactly as a provision would. Before, the launchers said
+    # "when pinned, None", the state file and the controller's record kept the old digest, and the next provision
+    # changed 3 on every host (anyone alerting on changed != 0 was paged after every refresh).
+    when = lock(fleet)["unsloth"]["resolved_at"]
+    for host in HOSTS:
+        launcher = sh("docker", "exec", host, "cat", "/usr/local/bin/spark-unsloth").stdout
+        assert f"when pinned, {when})" in launcher and "None" not in launcher, launcher
+        state = json.loads(sh("docker", "exec", host, "cat", "/var/lib/sparkfleet/state.json").stdout)
+        record = json.loads((fleet["inventory"] / ".sparkfleet" / "hosts" / f"{host}.json").read_text())
+        for kept in (state, record):
+            refs = {i["name"]: i["ref"] for i in kept["verification"]["images"]}
+            assert refs["unsloth"].endswith(new), refs
+    # --fast: the same modules and judgements as the default strategy (test 5b), at a fraction of the time.
+    proc, data, _ = cli(fleet, "provision-after-refresh", "provision", "--fast")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert {h: data["hosts"][h]["counts"]["changed"] for h in HOSTS} == {h: 0 for h in HOSTS}, proc.stdout[-3000:]
+    assert {data["hosts"][h]["history"] for h in HOSTS} == {"converged"}
+
 
 def test_3_a_host_that_fails_verification_is_rolled_back_and_the_rollout_stops(fleet):
     before = lock(fleet)["unsloth"]["index_digest"]

@@ -39,7 +39,8 @@ def test_a_per_host_require_hashes_is_judged_on_that_host_alone(tmp_path):
     playbook.write_text(
         "- hosts: all\n  gather_facts: false\n  tasks:\n"
         "    - ansible.builtin.include_role:\n        name: sparkfleet.spark.spark_venv\n"
-        "        tasks_from: preflight\n")
+        "        tasks_from: preflight\n      vars:\n"
+        "        __spark_venv_matrix: \"{{ lookup('ansible.builtin.file', spark_venv_matrix_file) | from_yaml }}\"\n")
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook), "--check"],
                           cwd=REPO, capture_output=True, text=True, check=False,
                           env=ansible_env(ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json"))

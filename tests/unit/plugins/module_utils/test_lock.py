@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import diff, removed
+from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import dated, diff, removed
 
 OLD, NEW = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 NGC = {"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch", "tag": "25.11-py3"}
@@ -28,3 +28,18 @@ def test_an_image_the_lock_does_not_have_yet_is_new():
 def test_images_no_longer_configured_are_named():
     assert removed({"ngc": {}, "old": {}}, ["ngc"]) == ["old removed (no longer configured)"]
     assert removed(None, ["ngc"]) == []
+
+
+def test_a_refresh_dates_each_image_as_the_lock_will_so_its_launchers_match_a_later_provisions():
+    """Issue 35, item 3: a refresh wrote launchers saying `when pinned, None`; the lock then got the time it was
+    written, so the next provision rewrote every launcher. An unchanged digest keeps the lock's date (the lock
+    keeps it); a moved one has its resolution's (the lock takes it)."""
+    lock = {"ngc": {"index_digest": "sha256:" + "a" * 64, "resolved_at": "2026-11-01T10:00:00+00:00"},
+            "unsloth": {"index_digest": "sha256:" + "b" * 64, "resolved_at": "2026-11-01T10:00:00+00:00"}}
+    resolved = [{"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch", "tag": "25.11-py3",
+                 "index_digest": "sha256:" + "a" * 64, "resolved_at": "2026-12-04T08:00:00+00:00"},
+                {"name": "unsloth", "registry": "docker.io", "repository": "unsloth/unsloth", "tag": "dgxspark-latest",
+                 "index_digest": "sha256:" + "c" * 64, "resolved_at": "2026-12-04T08:00:00+00:00"}]
+    assert [image["resolved_at"] for image in dated(lock, resolved)] == [
+        "2026-11-01T10:00:00+00:00", "2026-12-04T08:00:00+00:00"]
+    assert [image["resolved_at"] for image in dated(None, resolved)] == ["2026-12-04T08:00:00+00:00"] * 2

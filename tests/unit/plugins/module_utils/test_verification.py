@@ -3,7 +3,8 @@ doctor - says of a check, in the same words."""
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils._verification import judge, recorded_lines
+import pytest
+from ansible_collections.sparkfleet.spark.plugins.module_utils._verification import judge, recorded_lines, refreshed
 
 FAILED_PROBE = {"item": "/usr/local/bin/spark-gone", "failed": False, "changed": False, "rc": 127,
                 "msg": "the probe could not run under /usr/local/bin/spark-gone (rc 127): not found; expected a "
@@ -66,3 +67,38 @@ def test_a_smoke_step_that_did_not_learn_or_learned_on_the_cpu_fails_the_host():
         "SMOKE python /opt/other/bin/python: FAILED at device - it learned on the cpu, not on the GPU: that is no GPU "
         "verification. Fix: fix the GPU line first (the verification above)"]
     assert out["state"]["verdict"] == "failed"
+
+
+def _host(image_ref: str, image_line: str, reason: str = "") -> dict:
+    """spark_verify's data for a host with one image and a venv interpreter, as record.yml gathers it."""
+    launcher, python = "/usr/local/bin/spark-ngc", "/opt/sparkfleet/venv/bin/python"
+    pinned = [{"name": "ngc", "ref": image_ref, "tag": "25.11-py3", "launcher_path": launcher}]
+    gpu = [] if reason else [{"item": launcher, "verdict": "ok", "line": image_line, "notes": []}]
+    return {"platform": {"platform": "spark", "simulated": bool(reason)}, "gpu_not_verifiable": reason,
+            "images": {"results": gpu},
+            "pythons": {"results": [] if reason else [{"item": python, "verdict": "ok", "line": "True 13.0"}]},
+            "abi": {"results": [{"item": python, "verdict": "ok", "findings": [], "shared_objects_scanned": 846},
+                                {"item": image_ref, "verdict": "ok", "findings": [], "shared_objects_scanned": 900}]},
+            "wanted_images": [launcher], "wanted_pythons": [python], "pinned": pinned,
+            "venv": {"path": "/opt/sparkfleet/venvs/unsloth-1", "matrix": "unsloth-2026.7.2", "status": "verified",
+                     "verification": {"line": "True 13.0"}}}
+
+
+def _images_only(data: dict) -> dict:
+    """images.yml's check of the same host after a refresh: the images alone (no interpreters, no venv)."""
+    return {**data, "pythons": {}, "wanted_pythons": [], "venv": None,
+            "abi": {"results": [r for r in data["abi"]["results"] if not r["item"].startswith("/")]},
+            "wanted_images": data["wanted_images"] if data["gpu_not_verifiable"] else []}
+
+
+@pytest.mark.parametrize("reason", ["", "simulated host: no GPU"])
+def test_a_refresh_records_what_a_provision_right_after_it_records(reason):
+    """Issue 35, item 3: a refresh left the state file and the controller's record on the old digest, so the next
+    provision changed them on every host. The state a refresh records is the refresh's check of the new images
+    with the interpreters and venv as the last provision recorded them: exactly what provision records next."""
+    old, new = "nvcr.io/nvidia/pytorch@sha256:" + "a" * 64, "nvcr.io/nvidia/pytorch@sha256:" + "b" * 64
+    before = judge(_host(old, "True 13.0", reason))["state"]
+    check = judge(_images_only(_host(new, "True 13.0", reason)))["state"]
+    provision_next = judge(_host(new, "True 13.0", reason))["state"]
+    assert refreshed(before, check, ["/usr/local/bin/spark-ngc"]) == provision_next
+    assert refreshed(None, check, ["/usr/local/bin/spark-ngc"]) == check, "no state file: the images' check alone"
