@@ -46,13 +46,18 @@ def image_source(pinned: dict) -> str:
     return "not locked, resolved for this run" if pinned.get("unlocked") else "lock"
 
 
-def refresh_entry(pinned: list, plan: list, batch: int | None, failure: str | None) -> dict:
+def refresh_entry(pinned: list, plan: list, batch: int | None, failure: str | None, check: bool = False) -> dict:
     """What a refresh did to one host: its batch (1 is the canary), each planned image's old -> new digest on
-    this host (what it runs now: the new one, or the old one after a rollback), and the outcome."""
+    this host (what it runs now: the new one, or the old one after a rollback), and the outcome. Under --check,
+    what it would do: every host of the run would move (or has nothing to move)."""
     now = {p.get("name"): str(p.get("ref") or "").rsplit("@", 1)[-1] for p in pinned}
     moving = [d for d in plan if d.get("changed")]
-    outcome = ("rolled back" if failure else "not reached" if batch is None
-               else "moved" if all(now.get(d["name"]) == d.get("new") for d in moving) else "not moved")
+    if check:  # the rollout does not start: no batch, nothing run
+        batch, now = None, {}
+        outcome = "would move" if moving else "nothing to move"
+    else:
+        outcome = ("rolled back" if failure else "not reached" if batch is None
+                   else "moved" if all(now.get(d["name"]) == d.get("new") for d in moving) else "not moved")
     return {"batch": batch, "canary": batch == 1, "outcome": outcome,
             "images": [{"name": d.get("name"), "old": d.get("old"), "new": d.get("new"),
                         "now": now.get(d.get("name"))} for d in moving]}
@@ -120,16 +125,42 @@ def _refresh_cell(refresh: dict) -> str:
     return f"{where} {refresh['outcome']}".strip()
 
 
+def _images_cell(entry: dict) -> str:
+    """One line per image, its digest short and whole (12 hex digits): name@digest, LOCAL for a blessed tag used
+    in place of the lock; in a refresh, each image it moves (or would move) as name old -> new, and how it ended
+    where that is not the new one."""
+    refresh = entry.get("refresh") or {}
+    moved = {i["name"]: i for i in refresh.get("images") or []}
+    lines = []
+    for i in moved.values():
+        line = f"{i['name']} {_digest(i['old'] or '(none)')} -> {_digest(i['new'])}"
+        if i.get("now") and i["now"] != i["new"]:
+            line += f" (runs {_digest(i['now'])})"
+        lines.append(line)
+    lines += [f"{i['name']}@{_digest(i['ref'])}" + (" LOCAL" if str(i.get("source", "")).startswith("local") else "")
+              for i in entry["images"] if i["name"] not in moved]
+    return "\n".join(lines) or "-"
+
+
+def refresh_line(refresh: dict) -> str:
+    """'canary moved: unsloth 0123456789ab -> ba9876543210': a refresh's host, its batch and outcome, and each
+    image it moved (or would move, or was rolled back from), digests short and whole."""
+    images = "; ".join(f"{i['name']} {_digest(i['old'] or '(none)')} -> {_digest(i['new'])}"
+                       + (f" (runs {_digest(i['now'])})" if i.get("now") and i["now"] != i["new"] else "")
+                       for i in refresh.get("images") or [])
+    return f"{_refresh_cell(refresh)}: {images}" if images else _refresh_cell(refresh)
+
+
 def row(name: str, entry: dict) -> list[str]:
-    """The host's row of the fleet table, one cell per HEADERS (the counts '-' where not known)."""
+    """The host's row of the fleet table, one cell per HEADERS (the counts '-' where not known). The images cell
+    has a line per image."""
     simulated = " (simulated)" if entry["simulated"] else ""
-    # No platform gathered: the controller's own plays (pin, the checks), or a host that stopped before preflight.
-    platform = f"{entry.get('override') or entry['platform'] or ('controller' if name == 'localhost' else '?')}"
+    # No platform gathered: the controller's own plays (pin, the checks); a host whose run never read it (stopped
+    # before preflight, or --tags that leave it out) says so with '-', as every column not known.
+    platform = f"{entry.get('override') or entry['platform'] or ('controller' if name == 'localhost' else '-')}"
     platform += simulated
     runtime = entry["runtime"]
-    images = ", ".join(f"{i['name']}@{_digest(i['ref'])}"
-                       + (" LOCAL" if str(i.get("source", "")).startswith("local") else "")
-                       for i in entry["images"]) or "-"
+    images = _images_cell(entry)
     venv = entry["venv"]
     verification = entry["verification"] or {}
     verdict = verification.get("verdict") or (
@@ -151,6 +182,6 @@ def row(name: str, entry: dict) -> list[str]:
 
 def text_lines(rows: list[list[str]], headers=HEADERS) -> list[str]:
     """The table as aligned lines of text (a header line first), for a terminal without the CLI."""
-    lines = [list(headers), *rows]
+    lines = [list(headers), *([cell.replace("\n", ", ") for cell in cells] for cells in rows)]
     widths = [max(len(cells[i]) for cells in lines) for i in range(len(headers))]
     return ["  ".join(cells[i].ljust(widths[i]) for i in range(len(headers))).rstrip() for cells in lines]

@@ -81,12 +81,19 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
         error(f"inventory {inventory} not found; expected a directory such as "
               "inventory/example (copy it to inventory/<yours> and list your Sparks there).")
         return EXIT_BAD_INPUT
-    sources = {**({} if "," in inventory else variables.inventory_names(inventory, config.env)),
-               **variables.extra_names(args.extra_vars)}
-    misnamed = variables.unknown(sources)
+    inventoried = {} if "," in inventory else variables.inventory_values(inventory, config.env)
+    values = {**inventoried, **variables.extra_values(args.extra_vars)}
+    misnamed = variables.unknown({source: set(named) for source, named in values.items()})
     if misnamed:
         error("these variables look like sparkfleet's but are not (nothing was run; fix each name, or remove it, "
               "then run again):\n  " + "\n  ".join(misnamed))
+        return EXIT_BAD_INPUT
+    mistyped = variables.mistyped(values, variables.files_setting(inventory, {n for v in values.values() for n in v})
+                                  if inventoried else None)
+    broken_lock = variables.lock_problems(inventoried, inventory) if inventoried else []
+    if mistyped or broken_lock:
+        error("these values cannot be used (nothing was run; fix each, then run again):\n  "
+              + "\n  ".join(mistyped + [f"{p} (sparkfleet pin -i INVENTORY writes the lock)" for p in broken_lock]))
         return EXIT_BAD_INPUT
     if command == "doctor":
         args = doctor.doctor_args(args)

@@ -23,12 +23,12 @@ SCHEMA = "sparkfleet-report/1"
 SCHEMA_FILE = Path(__file__).with_name("report-schema.json")
 
 
-def host_report(host: Host, refresh: dict | None = None, rollout: str | None = None) -> dict:
+def host_report(host: Host, refresh: dict | None = None, rollout: str | None = None, check: bool = False) -> dict:
     """The host's entry; in a refresh (refresh: the fleet's plan), where it was in the rollout (the run's last
-    play, serial: its batch) and what it runs now."""
+    play, serial: its batch) and what it runs now, or under --check what it would move."""
     entry = None if not refresh else table.refresh_entry(
         host.facts.get("spark_images_pinned") or [], refresh.get("diff") or [], host.batches.get(rollout or ""),
-        host.facts.get("spark_images_refresh_failure"))
+        host.facts.get("spark_images_refresh_failure"), check=check)
     return table.host_entry(host.facts, unreachable=host.unreachable, counts=host.counts, failures=host.failures,
                             refresh=entry, changes=host.changes)
 
@@ -43,11 +43,13 @@ def with_history(entry: dict, check: bool) -> dict:
 
 def build(fleet: Fleet, meta: dict[str, Any]) -> dict:
     refresh = fleet.controller_facts.get("spark_images_refresh")
-    moved = refresh and not meta.get("check") and any(d.get("changed") for d in refresh.get("diff") or [])
+    check = bool(meta.get("check"))
+    # Under --check every host of a refresh is told what it would move; otherwise the hosts of a rollout.
+    moved = refresh and (check or any(d.get("changed") for d in refresh.get("diff") or []))
     return {
         "schema": SCHEMA,
         **meta,
-        "hosts": {name: with_history(host_report(host, refresh if moved else None, fleet.play), bool(meta.get("check")))
+        "hosts": {name: with_history(host_report(host, refresh if moved else None, fleet.play, check), check)
                   for name, host in sorted(fleet.hosts.items())},
         "refresh": ({"diff": [{k: d.get(k) for k in ("name", "tag", "old", "new", "changed", "line")}
                               for d in refresh.get("diff", [])]} if refresh else None),
@@ -84,7 +86,8 @@ def markdown(report: dict) -> str:
         out += ["## Warnings", ""] + [f"- {w}" for w in report["warnings"]] + [""]
     out += cluster_markdown(report.get("clusters"))
     out += ["## Hosts", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in summary_rows(report)]
+    out += ["| " + " | ".join(c.replace("|", "\\|").replace("\n", "<br>") for c in row) + " |"
+            for row in summary_rows(report)]
     for name, h in report["hosts"].items():
         details = []
         if h.get("refresh"):

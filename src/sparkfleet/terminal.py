@@ -18,11 +18,13 @@ from rich.table import Table
 from sparkfleet import report
 
 # Which columns of the fleet table stay when the width is short, most important first; the others are named
-# under the table and are all in report.md.
-PRIORITY = ("host", "verdict", "line", "platform", "history", "failed", "images (digest)", "ABI findings", "changed",
+# under the table and are all in report.md. What an Ansible user reads first (the host, its verdict, changed and
+# failed) stays at any width from 80 columns.
+PRIORITY = ("host", "verdict", "changed", "failed", "line", "history", "images (digest)", "ABI findings", "platform",
             "runtime", "venv")
-# Columns that may fold onto several lines (long by nature); every other cell stays on one line.
-FOLDING = {"line": 18, "images (digest)": 16, "venv": 12, "platform": 11}
+# Columns that may fold onto several lines (long by nature); every other cell stays on one line (the images
+# cell has a line per image, each digest short and whole, never folded).
+FOLDING = {"line": 18, "venv": 12, "platform": 11}
 
 
 def make_console(stderr: bool = False, no_color: bool = False) -> Console:
@@ -36,7 +38,7 @@ def _widths(header: str, cells: list[str]) -> tuple[int, int]:
     """(the least, the most) columns a column takes: its longest header word or cell; folding ones fold down to
     their cap."""
     words = [len(word) for word in header.split()]
-    widest = max(words + [len(cell) for cell in cells])
+    widest = max(words + [len(line) for cell in cells for line in cell.split("\n")])
     return (min(widest, max(FOLDING[header], *words)) if header in FOLDING else widest), widest
 
 
@@ -112,7 +114,7 @@ def print_summary(data: dict, paths: dict[str, Path] | None, console: Console, d
             console.print(f"lock diff: {d['line']}", markup=False)
     if data["hosts"]:
         title = (f"sparkfleet {data['command']}: {data['status']} (exit {data['exit_code']}, "
-                 f"{data['duration_s']} s)")
+                 f"{data['duration_s']} s)" + (", check mode: nothing changed" if data.get("check") else ""))
         table, left_out = fitted_table(title, list(report.HEADERS), report.summary_rows(data), console.width)
         if console.is_terminal:
             console.print(table, soft_wrap=False)
@@ -124,6 +126,10 @@ def print_summary(data: dict, paths: dict[str, Path] | None, console: Console, d
         if left_out:
             console.print(f"(left out at {console.width} columns: {', '.join(left_out)}; all in report.md)",
                           style="dim", markup=False)
+    for name, host in data["hosts"].items():
+        refresh = host.get("refresh")
+        if refresh and refresh["images"]:  # at any width: where the host was in the rollout, each image old -> new
+            console.print(f"{name}: {report.table.refresh_line(refresh)}", markup=False, soft_wrap=True)
     for name, host in data["hosts"].items():
         for failure in host["failures"]:
             console.print(f"{name}: FAILED {failure['task']}: {failure['msg']}", style="bold red", markup=False,

@@ -1,5 +1,7 @@
-"""sparkfleet's own variables, named wrong: an inventory or -e variable that looks like one of sparkfleet's
-(spark_*, sparkfleet_*, cluster_*) but is not, named with the nearest known one, before any host is touched.
+"""sparkfleet's own variables, named or typed wrong: an inventory or -e variable that looks like one of
+sparkfleet's (spark_*, sparkfleet_*, cluster_*) but is not, named with the nearest known one; one of the wrong type
+(a string where a list of mappings is expected), named with the file it came from, the type found and the type
+expected; and an image lock that is not one. All before any host is touched (exit 4).
 
 Ansible ignores a variable nothing reads, so a typo (spark_verify_can_run_container for
 spark_verify_can_run_containers) surfaced later as a Docker error, or never. The names sparkfleet knows are the
@@ -27,12 +29,111 @@ PLAYBOOK_VARIABLES = {"spark_images_lock", "cluster_verify_nccl_image", "cluster
                       "cluster_verify_thresholds_file"}
 
 
-def known() -> set[str]:
-    names = set(PLAYBOOK_VARIABLES)
+def specs() -> dict[str, dict]:
+    """Each role variable's spec (type, elements) from the roles' argument specs, the first role's where two
+    declare it."""
+    found: dict[str, dict] = {}
     for path in sorted((PROJECT_DIR / "roles").glob("*/meta/argument_specs.yml")):
         for entry in (yaml.safe_load(path.read_text()) or {}).get("argument_specs", {}).values():
-            names |= set((entry or {}).get("options") or {})
-    return names
+            for name, spec in ((entry or {}).get("options") or {}).items():
+                found.setdefault(name, {**(spec or {}), "role": path.parts[-3]})
+    return found
+
+
+def known() -> set[str]:
+    return set(PLAYBOOK_VARIABLES) | set(specs())
+
+
+BOOLEANS = {"yes", "no", "true", "false", "on", "off", "y", "n", "t", "f", "1", "0"}
+
+
+def _type_name(value) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def wrong_type(value, spec: dict) -> str | None:
+    """What is wrong with a value of a role variable, as Ansible's argument spec would find it later - raw, without
+    the file: the type found and the type expected; None when the value is fine (or a template, judged when it is
+    rendered). A value's text is never said: it may be a password."""
+    kind, elements = spec.get("type", "str"), spec.get("elements")
+    if isinstance(value, str) and ("{{" in value or "{%" in value):
+        return None
+    if isinstance(value, dict) and set(value) == {"__ansible_vault"}:  # a vaulted string, as ansible-inventory lists it
+        return None
+    expected = {"list": f"a list{' of ' + ('mappings' if elements == 'dict' else elements + 's') if elements else ''}",
+                "dict": "a mapping", "bool": "true or false", "int": "a whole number"}.get(kind)
+    if kind == "list":  # Ansible splits a string at commas into a list of strings: not into mappings
+        bad = not isinstance(value, list | str) or (isinstance(value, str) and elements == "dict")
+        if not bad and isinstance(value, list) and elements == "dict":
+            bad = any(not isinstance(item, dict) for item in value)
+            if bad:
+                held = ", ".join(sorted({_type_name(item) for item in value if not isinstance(item, dict)}))
+                return f"a list holding {held.replace('a ', '').replace('an ', '')}s, expected {expected}"
+    elif kind == "dict":
+        bad = not isinstance(value, dict | str) or (isinstance(value, str) and "=" not in value
+                                                    and not value.lstrip().startswith("{"))
+    elif kind == "bool":
+        bad = not isinstance(value, bool) and str(value).lower() not in BOOLEANS
+    elif kind == "int":
+        bad = isinstance(value, bool) or not (isinstance(value, int) or str(value).strip().lstrip("-").isdigit())
+    else:  # str, path, raw: a scalar
+        bad, expected = isinstance(value, list | dict), "a single value (a string)"
+    return f"{_type_name(value)}, expected {expected}" if bad else None
+
+
+def mistyped(values_by_source: dict[str, dict], files: dict[str, list[str]] | None = None) -> list[str]:
+    """One sentence per role variable of the wrong type: where it was set (the file, where it is known), the type
+    found and the type expected. `files`: variable name -> the inventory files that set it."""
+    known_specs = specs()
+    found: dict[tuple[str, str], list[str]] = {}
+    for source, values in values_by_source.items():
+        for name, value in values.items():
+            spec = known_specs.get(name)
+            problem = wrong_type(value, spec) if spec else None
+            if problem:
+                found.setdefault((name, problem), []).append(source)
+    out = []
+    for (name, problem), sources in sorted(found.items()):
+        where = (files or {}).get(name) or sorted(sources)
+        role = known_specs[name]["role"]
+        out.append(f"{name} in {', '.join(where[:4])}{' ...' if len(where) > 4 else ''} is {problem} (roles/{role}"
+                   f"/README.md describes it)")
+    return out
+
+
+def files_setting(inventory: str, names: set[str]) -> dict[str, list[str]]:
+    """For each name, the inventory's variable files (group_vars/, host_vars/ beside its sources) that set it."""
+    found: dict[str, list[str]] = {}
+    base = Path(inventory)
+    base = base if base.is_dir() else base.parent
+    for folder in ("group_vars", "host_vars"):
+        for path in sorted((base / folder).rglob("*")) if (base / folder).is_dir() else []:
+            if not path.is_file() or path.suffix not in ("", ".yml", ".yaml", ".json"):
+                continue
+            try:
+                data = yaml.safe_load(path.read_text())
+            except (OSError, UnicodeDecodeError, yaml.YAMLError):
+                continue
+            for name in names & set(data if isinstance(data, dict) else {}):
+                found.setdefault(name, []).append(str(path))
+    return found
+
+
+def lock_problems(values_by_source: dict[str, dict], inventory: str) -> list[str]:
+    """What is wrong with the image lock the inventory gives its hosts (spark_images_lock), as pin and provision
+    would find it later, host by host."""
+    from sparkfleet.collection_home import collection_module
+
+    pinned = collection_module("_pinned")
+    where = files_setting(inventory, {"spark_images_lock"}).get("spark_images_lock") or ["the inventory"]
+    problems: list[str] = []
+    for values in values_by_source.values():
+        if "spark_images_lock" in values:
+            for problem in pinned.validate_lock(values["spark_images_lock"], where[0]):
+                if problem not in problems:
+                    problems.append(problem)
+    return problems
 
 
 def unknown(names_by_source: dict[str, set[str]], names: set[str] | None = None) -> list[str]:
@@ -52,7 +153,7 @@ def unknown(names_by_source: dict[str, set[str]], names: set[str] | None = None)
     return out
 
 
-def inventory_names(inventory: str, env: dict[str, str]) -> dict[str, set[str]]:
+def inventory_values(inventory: str, env: dict[str, str]) -> dict[str, dict]:
     """Each host's inventory variables (group_vars and host_vars merged), as ansible-inventory lists them; empty
     when it cannot list them without help (a vaulted file, a dynamic source that fails): Ansible then says why."""
     try:
@@ -63,13 +164,17 @@ def inventory_names(inventory: str, env: dict[str, str]) -> dict[str, set[str]]:
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return {}
     hostvars = ((data.get("_meta") or {}).get("hostvars") or {}) if isinstance(data, dict) else {}
-    return {f"host {host}": set(values) for host, values in hostvars.items() if isinstance(values, dict)}
+    return {f"host {host}": values for host, values in hostvars.items() if isinstance(values, dict)}
 
 
-def extra_names(extra_vars: list[str]) -> dict[str, set[str]]:
-    """The variables each -e sets (inline JSON/YAML, key=value, or @file); one that cannot be read is left to
-    Ansible, which says why."""
-    out: dict[str, set[str]] = {}
+def inventory_names(inventory: str, env: dict[str, str]) -> dict[str, set[str]]:
+    return {source: set(values) for source, values in inventory_values(inventory, env).items()}
+
+
+def extra_values(extra_vars: list[str]) -> dict[str, dict]:
+    """The variables each -e sets (inline JSON/YAML, key=value, or @file), with their values; one that cannot be
+    read is left to Ansible, which says why."""
+    out: dict[str, dict] = {}
     for value in extra_vars or []:
         try:
             text = Path(value[1:]).expanduser().read_text() if value.startswith("@") else value
@@ -79,5 +184,10 @@ def extra_names(extra_vars: list[str]) -> dict[str, set[str]]:
         if not isinstance(data, dict):
             data = dict(word.split("=", 1) for word in value.split() if "=" in word) if "=" in value else {}
         if data:
-            out.setdefault(f"-e {value if value.startswith('@') else '(inline)'}", set()).update(map(str, data))
+            out.setdefault(f"-e {value if value.startswith('@') else '(inline)'}", {}).update(
+                {str(k): v for k, v in data.items()})
     return out
+
+
+def extra_names(extra_vars: list[str]) -> dict[str, set[str]]:
+    return {source: set(values) for source, values in extra_values(extra_vars).items()}

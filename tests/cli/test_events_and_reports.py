@@ -97,7 +97,7 @@ def test_the_play_and_the_cli_show_the_same_fleet_table():
         rows = report.summary_rows(report.build(fleet, META))
         assert len(lines) == len(rows) + 1 and lines[0].split()[:2] == report.HEADERS[:2]
         for line, row in zip(lines[1:], rows, strict=True):
-            cells = row[:-2]
+            cells = [cell.replace("\n", ", ") for cell in row[:-2]]  # the play's text table: a line per host
             assert line.split() == " ".join(cells).split(), "same cells, in the same order"
     assert set(table.FACTS) <= set(WATCHED_FACTS), "the CLI watches every fact the table is built from"
 
@@ -223,7 +223,7 @@ def test_a_host_provisioned_on_purpose_is_marked_and_each_image_says_where_it_co
         "local blessed tag u/unsloth:25.09-py3 (wanted u/unsloth@sha256:2: connection refused)"]
     (row,) = report.summary_rows(data)
     assert row[1] == "not a Spark (override)"
-    assert row[4] == "ngc@111111111111, ngc-audio@111111111111, unsloth@111111111111 LOCAL"
+    assert row[4] == "ngc@111111111111\nngc-audio@111111111111\nunsloth@111111111111 LOCAL", "a line per image"
     cases = {c.get("name"): c for c in ET.fromstring(report.junit(data)).iter("testcase")}
     assert cases["platform"].find("failure") is None, "an override is the user's decision, not a failure"
 
@@ -416,3 +416,57 @@ def test_a_failure_of_a_task_run_on_the_controller_is_the_controllers_not_the_fi
     (failure,) = fleet.hosts["localhost"].failures
     assert failure["task"] == "Resolve every configured image, once for the fleet"
     assert failure["msg"].startswith("cannot reach http://127.0.0.1:5000/v2/")
+
+
+def _screen(data: dict, width: int) -> list[str]:
+    """The summary as a person reads it at a terminal `width` columns wide."""
+    import io
+
+    from rich.console import Console
+
+    from sparkfleet.terminal import print_summary
+
+    out = io.StringIO()
+    print_summary(data, None, Console(file=out, width=width, force_terminal=False, no_color=True))
+    return out.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_the_refresh_summary_keeps_the_counts_and_shows_each_hosts_batch_and_old_to_new_digest(width):
+    """Issue 35, item 6: at 100 columns the summary left out changed (what an Ansible user reads first), the images
+    column folded a digest over four lines, and the refresh summary showed no host's old -> new digest."""
+    fleet = replay("refresh-rollback-fleet")
+    data = report.build(fleet, {**META, "command": "refresh", "playbook": "playbooks/refresh.yml",
+                                "status": "failed", "exit_code": 2})
+    diff = {d["name"]: d for d in data["refresh"]["diff"]}["unsloth"]
+    old, new = diff["old"].removeprefix("sha256:")[:12], diff["new"].removeprefix("sha256:")[:12]
+    lines = _screen(data, width)
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("host "))
+    assert all(word in lines[header] + lines[header + 1] for word in ("verdict", "changed", "failed")), lines
+    rows = {host: next(line for line in lines[header:] if line.startswith(host)) for host in FLEET}
+    for host in FLEET:
+        counts = data["hosts"][host]["counts"]
+        assert rows[host].split()[-2:] == [str(counts["changed"]), str(counts["failed"])], rows[host]
+    assert f"{FLEET[0]}: canary moved: unsloth {old} -> {new}" in lines
+    assert f"{FLEET[1]}: batch 2 rolled back: unsloth {old} -> {new} (runs {old})" in lines
+    assert all(len(line) <= width for line in lines[header - 1:header + 8]), lines
+    shown = "\n".join(lines)
+    for digest in (old, new):  # short and whole: never folded across lines
+        assert digest in shown
+
+
+def test_the_check_mode_summary_says_it_changed_nothing_and_what_each_host_would_move():
+    """Issue 35, item 6: `refresh --check` printed a table of ? and - under a title that did not say it changed
+    nothing."""
+    fleet = replay("refresh-rollback-fleet")
+    data = report.build(fleet, {**META, "command": "refresh", "playbook": "playbooks/refresh.yml", "check": True})
+    jsonschema.validate(data, SCHEMA)
+    lines = _screen(data, 80)
+    assert any(line.startswith("sparkfleet refresh: successful (exit 0, 150.4 s), check mode: nothing changed")
+               for line in lines), lines
+    diff = {d["name"]: d for d in data["refresh"]["diff"]}["unsloth"]
+    old, new = diff["old"].removeprefix("sha256:")[:12], diff["new"].removeprefix("sha256:")[:12]
+    for host in FLEET:
+        assert f"{host}: would move: unsloth {old} -> {new}" in lines
+        assert data["hosts"][host]["refresh"]["outcome"] == "would move"
+    assert not any(line.startswith(FLEET[0]) and " ? " in line for line in lines)

@@ -190,6 +190,11 @@ def test_2_refresh_canary_first_then_the_rest(fleet):
         old, new, True)
     assert lock(fleet)["unsloth"]["index_digest"] == old, "--check wrote nothing"
     assert all(launcher_ref(h).endswith(old) for h in HOSTS)
+    # Issue 35, item 6: the title says nothing changed, and each host what it would move (not a table of ? and -).
+    short = {d: d.removeprefix("sha256:")[:12] for d in (old, new)}
+    assert "check mode: nothing changed" in flat
+    for host in HOSTS:
+        assert f"{host}: would move: unsloth {short[old]} -> {short[new]}" in proc.stdout, proc.stdout[-3000:]
 
     # --limit (here: all three) must not skip the controller's resolution. The registry's credentials given
     # as at provision: the tag is resolved with them on the controller, and they are in nothing the run leaves.
@@ -199,6 +204,8 @@ def test_2_refresh_canary_first_then_the_rest(fleet):
     assert_no_secret(proc, report_dir)
     assert lock(fleet)["unsloth"]["index_digest"] == new
     assert all(launcher_ref(h).endswith(new) for h in HOSTS)
+    assert f"{HOSTS[0]}: canary moved: unsloth {short[old]} -> {short[new]}" in proc.stdout
+    assert f"{HOSTS[2]}: batch 3 moved: unsloth {short[old]} -> {short[new]}" in proc.stdout
     assert all(any(i["ref"].endswith(new) for i in data["hosts"][h]["images"]) for h in HOSTS)
     # Canary first: the first host finished its rollout before the second one started pulling.
     # (A "still: Pull by digest: the new digests (15 s)" line is the progress of a task already started, not a start.)

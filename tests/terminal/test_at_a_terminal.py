@@ -319,27 +319,30 @@ def index_inventory(home: Path, pyindex) -> Path:
 
 
 def test_the_readmes_matrix_lock_at_a_terminal_says_which_file_it_wrote(home, pyindex):
-    """The README's `sparkfleet matrix lock` at an 80-column terminal, on a copy of the matrix of the user's own
-    (-e matrix_check_file=, so the checkout's lock stays): the table, then the lock file it wrote named on the
-    screen and in report.md, the file beside the matrix with a sha256 for each package."""
+    """The README's `sparkfleet matrix lock -i inventory/mylab` at an 80-column terminal, on a copy of the matrix
+    of the user's own (-e matrix_check_file=): the table, then the lock file it wrote named on the screen and in
+    report.md - with the inventory (issue 35, item 9: it went into sparkfleet's own matrix/), a sha256 for each
+    package."""
     import shutil
 
     import yaml
 
-    (argv,) = [a for a in readme_commands() if a == ["sparkfleet", "matrix", "lock"]]
+    (argv,) = [a for a in readme_commands() if a[:3] == ["sparkfleet", "matrix", "lock"]]
+    assert argv[3:] == ["-i", "inventory/mylab"], argv
     matrix = home / "candidate.yml"
     shutil.copy(Path(__file__).resolve().parents[2] / "matrix" / "spark-stack.yml", matrix)
     index_inventory(home, pyindex)
-    screen = Screen([*argv[1:], "-i", "inv", "-e", f"matrix_check_file={matrix}"], home, columns=80,
+    screen = Screen([*argv[1:3], "-i", "inv", "-e", f"matrix_check_file={matrix}"], home, columns=80,
                     timeout=600).wait()
     assert screen.rc == 0 and "Traceback" not in screen.text, screen.text[-4000:]
-    lock = home / "candidate.lock.yml"
+    lock = home / "inv" / "group_vars" / "all" / "spark_venv_lock.yml"
     wrote = next(line for line in screen.lines() if line.startswith("wrote: "))
     assert wrote.startswith(f"wrote: {lock} ("), wrote
-    locked = yaml.safe_load(lock.read_text())
+    locked = yaml.safe_load(lock.read_text())["spark_venv_lock"]
     assert locked["steps"] and all(re.fullmatch(r"[0-9a-f]{64}", package["sha256"])
                                    for packages in locked["steps"].values() for package in packages), locked
     assert f"`{lock}`" in (home / "reports" / "latest" / "report.md").read_text()
+    assert not (home / "candidate.lock.yml").exists()
 
 
 def test_the_readmes_matrix_check_at_a_terminal_shows_each_step_as_it_is_asked(home, pyindex):

@@ -39,6 +39,30 @@ def test_a_misspelt_variable_is_named_with_the_nearest_known_one_and_nothing_run
     assert not (tmp_path / "reports").exists(), "nothing ran"
 
 
+def test_a_value_of_the_wrong_type_and_a_broken_lock_are_named_with_their_files_and_nothing_runs(tmp_path):
+    """Item 8: a string where a list is expected (spark_images_derived: ngc-audio) gave Ansible's raw conversion
+    error without the file, and exit 2 (a host failed); so did a malformed lock digest. Each is named now - the
+    variable, the file it came from, the type found and expected (never the value: it may be a password) - exit 4,
+    before any host is touched."""
+    (tmp_path / "inv" / "group_vars" / "all").mkdir(parents=True)
+    (tmp_path / "inv" / "hosts.yml").write_text("all:\n  children:\n    sparks:\n      hosts:\n        spark-01:\n"
+                                                "          ansible_connection: community.docker.docker\n")
+    (tmp_path / "inv" / "group_vars" / "all" / "main.yml").write_text(
+        "spark_images_derived: ngc-audio\nspark_venv_keep: two\nspark_verify_smoke: yes\n")
+    lock = tmp_path / "inv" / "group_vars" / "all" / "spark_images_lock.yml"
+    lock.write_text("spark_images_lock:\n  ngc:\n    registry: nvcr.io\n    repository: nvidia/pytorch\n"
+                    "    tag: 25.11-py3\n    index_digest: sha256:12345\n    arm64_digest: sha256:12345\n")
+    screen = Screen(["provision", "-i", "inv"], tmp_path, columns=100).wait()
+    assert screen.rc == 4, screen.text[-3000:]
+    text = " ".join(screen.text.split())
+    main = "inv/group_vars/all/main.yml"  # as the owner named the inventory
+    assert f"spark_images_derived in {main} is a string, expected a list of mappings" in text, text[-3000:]
+    assert f"spark_venv_keep in {main} is a string, expected a whole number" in text
+    assert "spark_verify_smoke" not in text, "yes is a boolean to Ansible"
+    assert "inv/group_vars/all/spark_images_lock.yml: entry 'ngc' index_digest is 'sha256:12345'" in text, text
+    assert not (tmp_path / "reports").exists(), "nothing ran"
+
+
 def test_version_names_the_collections_version_beside_its_path(tmp_path):
     """Item 10: `--version` named the collection's path but not its version."""
     import re
