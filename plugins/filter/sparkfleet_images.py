@@ -160,7 +160,7 @@ def spark_images_derived_targets(recipes: list[dict], pinned: list[dict]) -> lis
             locked = ", ".join(sorted(n for n, p in by_name.items() if not p.get("unlocked"))) or "none"
             raise AnsibleFilterError(f"derived image {recipe['name']}: its base {recipe['base']!r} is not in the "
                                      f"lock (locked here: {locked}); nothing was built. A derived image is built "
-                                     "FROM a locked digest only: run playbooks/pin.yml first.")
+                                     "FROM a locked digest only: run `sparkfleet pin` (playbooks/pin.yml) first.")
         targets.append({"recipe": recipe, "base": base,
                         "locked": ((base.get("derived_locked") or {}).get(recipe["name"]) or {}).get("recipe", "")})
     return targets

@@ -39,7 +39,8 @@ def plan(lock, images: list[dict], moving_tags: list[str], path: str) -> dict:
     """{"plan": [the locked entry of each catalog image the lock pins], "unlocked": [the images it does not]}."""
     problems = validate_lock(lock, path)
     if problems:
-        raise LockRefused("; ".join(problems) + ". Fix the entry or run playbooks/pin.yml again.", problems)
+        raise LockRefused("; ".join(problems) + ". Fix the entry or run `sparkfleet pin` (playbooks/pin.yml) again.",
+                          problems)
     lock = lock or {}
     planned, unlocked = [], []
     for image in images:
@@ -49,13 +50,14 @@ def plan(lock, images: list[dict], moving_tags: list[str], path: str) -> dict:
             if moving:
                 raise LockRefused(f"{image['registry']}/{image['repository']}:{moving[0]} is a moving tag and "
                                   f"{path} has no entry '{image['name']}' for it; nothing was pulled. Run "
-                                  f"'ansible-playbook playbooks/pin.yml -i <inventory>' to resolve and pin it.")
+                                  "`sparkfleet pin -i INVENTORY` (ansible-playbook playbooks/pin.yml -i INVENTORY) "
+                                  "to resolve and pin it.")
             unlocked.append(image)
             continue
         if (entry["registry"], entry["repository"]) != (image["registry"], image["repository"]):
             raise LockRefused(f"{path}: entry '{image['name']}' pins {entry['registry']}/{entry['repository']} "
                               f"but the image is configured as {image['registry']}/{image['repository']}; run "
-                              f"playbooks/pin.yml again.")
+                              f"`sparkfleet pin` (playbooks/pin.yml) again.")
         planned.append({"name": image["name"], **{k: entry.get(k) for k in LOCK_FIELDS if k != "requested"}})
     return {"changed": False, "plan": planned, "unlocked": unlocked}
 

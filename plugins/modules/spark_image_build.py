@@ -210,9 +210,10 @@ def main() -> None:
               "base_ref": p["base_ref"]}
     if p["locked_recipe"] and p["locked_recipe"] != sha:
         module.warn(f"derived image {p['name']}: the lock records recipe {p['locked_recipe']}, this run builds "
-                    f"{sha} (the recipe or its base changed); run playbooks/pin.yml to lock it.")
+                    f"{sha} (the recipe or its base changed); run `sparkfleet pin` (playbooks/pin.yml) to lock it.")
     elif p["locked_recipe"] == "":  # left out (None): not compared, as in a refresh, which writes the lock after
-        module.warn(f"derived image {p['name']} is not in the lock; run playbooks/pin.yml to record {tag}.")
+        module.warn(f"derived image {p['name']} is not in the lock; run `sparkfleet pin` (playbooks/pin.yml) to "
+                    f"record {tag}.")
     problems = refusals(recipe, None, contents)
     if problems:
         module.fail_json(msg="; ".join(problems) + ". Nothing was built: a derived image adds to its base, never "

@@ -254,10 +254,11 @@ class Puller:
         repository, digest = image.get("repository"), image.get("digest")
         platforms = image.get("platforms") or []
         if not repository:
-            raise PullFailed("an image has no repository; expected REGISTRY/REPOSITORY (run playbooks/pin.yml "
-                             "again)")
+            raise PullFailed("an image has no repository; expected REGISTRY/REPOSITORY (run `sparkfleet pin`, "
+                             "playbooks/pin.yml, again)")
         if not is_digest(digest):
-            raise PullFailed(f"digest {digest!r} is not sha256: and 64 hex digits; run playbooks/pin.yml again.")
+            raise PullFailed(f"digest {digest!r} is not sha256: and 64 hex digits; run `sparkfleet pin` "
+                             "(playbooks/pin.yml) again.")
         if platforms and platform not in platforms:
             raise PullFailed(f"{repository}@{digest} is locked for {', '.join(platforms)}; this host is {platform}. "
                              "Nothing was pulled: an image for another platform would run emulated or not at all. "
@@ -299,7 +300,8 @@ class Puller:
         if not wanted & set(after):
             raise PullFailed(f"pulled {ref} but its RepoDigests are {after}, expected {sorted(wanted)[0]}; the "
                              "registry served other content than the lock pins. Not used: check the registry "
-                             "or run playbooks/pin.yml to review the change.", repo_digests=after)
+                             "or run `sparkfleet pin --check --diff` (playbooks/pin.yml) to review the change.",
+                             repo_digests=after)
         record(self.params["record"], ref)
         return {"changed": True, "pulled": True, "ref": ref, "repo_digests": after}
 

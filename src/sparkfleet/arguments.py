@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import shtab
+
 from sparkfleet.runner import EXIT_BAD_INPUT
 
 # command -> (playbook, tags, what it does)
@@ -118,10 +120,11 @@ CONFIGURED = "the inventory your ansible.cfg or ANSIBLE_INVENTORY names, else lo
 
 
 def ansible_options(parser: argparse.ArgumentParser, inventory_default: str | None = None) -> None:
+    # .complete: what shell completion offers after the option (shtab): paths, where a path is asked for.
     parser.add_argument("-i", "--inventory", required=inventory_default is None,
                         default=None if inventory_default == CONFIGURED else inventory_default,
                         help="inventory directory or file, e.g. inventory/example"
-                             + (f" (default: {inventory_default})" if inventory_default else ""))
+                             + (f" (default: {inventory_default})" if inventory_default else "")).complete = shtab.FILE
     parser.add_argument("-l", "--limit", help="only these hosts or groups (Ansible pattern)")
     parser.add_argument("-C", "--check", action="store_true", help="change nothing; say what would change")
     parser.add_argument("-D", "--diff", action="store_true", help="show file changes")
@@ -135,8 +138,8 @@ def ansible_options(parser: argparse.ArgumentParser, inventory_default: str | No
     parser.add_argument("--ask-vault-pass", action="store_true", help="ask for the vault password on the terminal")
     parser.add_argument("--vault-id", action="append", dest="vault_ids", default=[], metavar="ID",
                         help="a vault identity (label@source, source a file, a script or 'prompt'); repeatable")
-    parser.add_argument("--vault-password-file", metavar="FILE", help="the vault password file")
-    parser.add_argument("--private-key", metavar="FILE", help="the SSH private key file")
+    parser.add_argument("--vault-password-file", metavar="FILE", help="the vault password file").complete = shtab.FILE
+    parser.add_argument("--private-key", metavar="FILE", help="the SSH private key file").complete = shtab.FILE
     parser.add_argument("-f", "--forks", type=int, help="how many hosts at once")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more output (-vvv for more)")
     parser.add_argument("-e", "--extra-vars", action="append", metavar="VARS", default=[],
@@ -144,7 +147,7 @@ def ansible_options(parser: argparse.ArgumentParser, inventory_default: str | No
                              "handed to Ansible in a private file, never on a command line")
     parser.add_argument("--report-dir", type=Path,
                         help="where this run's report goes (default reports/<time>-<command>, and reports/latest "
-                             "points at it)")
+                             "points at it)").complete = shtab.DIRECTORY
     parser.add_argument("--plain", action="store_true", help="no live display: one line per task")
     parser.add_argument("--fast", action="store_true",
                         help="run under Mitogen (pip install 'sparkfleet[fast]'): one Python per host for the whole "
@@ -232,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Print the summary table of a run's report.json (default reports/latest) "
                                       "and rewrite its Markdown and JUnit XML from it.")
     show.add_argument("path", nargs="?", type=Path, default=REPORT_ROOT / "latest",
-                      help="a report directory or its report.json (default reports/latest)")
+                      help="a report directory or its report.json (default reports/latest)").complete = shtab.FILE
     show.add_argument("--no-color", action="store_true", help="no colour (also when NO_COLOR is set)")
     completion = sub.add_parser("completion", help="print a shell completion script",
                                 description="Print the completion script for a shell, e.g. "

@@ -23,7 +23,7 @@ def test_the_plan_refuses_a_lock_value_that_would_run_in_a_launcher(tmp_path, fi
                                              "lock": {"ngc": {**ENTRY, field: value}}})
     assert result["failed"]
     assert f"{tmp_path / 'lock.yml'}: entry 'ngc' {field} is " in result["msg"]
-    assert "Fix the entry or run playbooks/pin.yml again." in result["msg"]
+    assert "Fix the entry or run `sparkfleet pin` (playbooks/pin.yml) again." in result["msg"]
 
 
 def test_pin_never_overwrites_a_lock_the_plan_refuses(tmp_path):

@@ -72,3 +72,29 @@ def test_version_names_the_collections_version_beside_its_path(tmp_path):
     screen = Screen(["--version"], tmp_path).wait()
     version = re.search(r"^version:\s*(\S+)", (REPO / "galaxy.yml").read_text(), re.M).group(1)
     assert f"collection sparkfleet.spark {version} = " in screen.text, screen.text
+
+
+def test_completion_offers_paths_after_dash_i_and_the_report_dir(tmp_path):
+    """Item 10: completion did not complete paths after -i. The script `sparkfleet completion bash` prints, sourced
+    in bash, asked as bash asks when Tab is pressed after `sparkfleet provision -i inventory/m`."""
+    import subprocess
+
+    from conftest import BIN
+
+    (tmp_path / "inventory" / "mylab").mkdir(parents=True)
+    (tmp_path / "inventory" / "other").mkdir()
+    script = subprocess.run([str(BIN / "sparkfleet"), "completion", "bash"], capture_output=True, text=True,
+                            check=True).stdout
+    (tmp_path / "completion.bash").write_text(script)
+
+    def offered(*words: str) -> list[str]:
+        line = " ".join(words)
+        proc = subprocess.run(
+            ["bash", "-c", 'source completion.bash; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); '
+             f'COMP_LINE="$*"; COMP_POINT={len(line)}; _shtab_sparkfleet; printf "%s\\n" "${{COMPREPLY[@]}}"',
+             "bash", *words], cwd=tmp_path, capture_output=True, text=True, check=True)
+        return proc.stdout.split()
+
+    assert offered("sparkfleet", "provision", "-i", "inventory/m") == ["inventory/mylab"]
+    assert sorted(offered("sparkfleet", "verify", "--report-dir", "inventory/")) == ["inventory/mylab",
+                                                                                      "inventory/other"]
