@@ -20,7 +20,7 @@ from sparkfleet import report
 # Which columns of the fleet table stay when the width is short, most important first; the others are named
 # under the table and are all in report.md. What an Ansible user reads first (the host, its verdict, changed and
 # failed) stays at any width from 80 columns.
-PRIORITY = ("host", "verdict", "changed", "failed", "line", "history", "images (digest)", "ABI findings", "platform",
+PRIORITY = ("host", "verdict", "changed", "failed", "line", "platform", "history", "images (digest)", "ABI findings",
             "runtime", "venv")
 # Columns that may fold onto several lines (long by nature); every other cell stays on one line (the images
 # cell has a line per image, each digest short and whole, never folded).
@@ -42,7 +42,7 @@ def _widths(header: str, cells: list[str]) -> tuple[int, int]:
     return (min(widest, max(FOLDING[header], *words)) if header in FOLDING else widest), widest
 
 
-def _table(title: str, headers: list[str], rows: list[list[str]], widths: dict[str, int]) -> Table:
+def _table(title: str | None, headers: list[str], rows: list[list[str]], widths: dict[str, int]) -> Table:
     table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
                   collapse_padding=True, title_justify="left", title_style="bold")
     for header, width in widths.items():
@@ -56,7 +56,7 @@ def _table(title: str, headers: list[str], rows: list[list[str]], widths: dict[s
     return table
 
 
-def fitted_table(title: str, headers: list[str], rows: list[list[str]], width: int) -> tuple[Table, list[str]]:
+def fitted_table(title: str | None, headers: list[str], rows: list[list[str]], width: int) -> tuple[Table, list[str]]:
     """The table at `width` columns, leaving out the least important columns until it fits; (table, left out).
     The room left is given to the folding columns, most important first."""
     least, most = {}, {}
@@ -115,7 +115,9 @@ def print_summary(data: dict, paths: dict[str, Path] | None, console: Console, d
     if data["hosts"]:
         title = (f"sparkfleet {data['command']}: {data['status']} (exit {data['exit_code']}, "
                  f"{data['duration_s']} s)" + (", check mode: nothing changed" if data.get("check") else ""))
-        table, left_out = fitted_table(title, list(report.HEADERS), report.summary_rows(data), console.width)
+        # The title on a line of its own: a table's title wraps at the table's width, narrower than the screen.
+        console.print(title, style="bold", markup=False, soft_wrap=True)
+        table, left_out = fitted_table(None, list(report.HEADERS), report.summary_rows(data), console.width)
         if console.is_terminal:
             console.print(table, soft_wrap=False)
         else:  # a log or a pipe: the same lines without the padding that fills each to the table's width
