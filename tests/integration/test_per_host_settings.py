@@ -65,3 +65,41 @@ def test_a_per_host_require_hashes_is_judged_on_that_host_alone(tmp_path):
         "with `sparkfleet matrix lock -i INVENTORY` (it checks the matrix first, through the inventory's mirrors), "
         "review and commit it, then run again. Nothing on the host changed."]
     assert "TOKEN" not in proc.stdout
+
+
+def test_each_host_plans_the_pulls_of_its_own_catalog(tmp_path):
+    """Issue 35: no run_once over a value that can differ per host. The images' plan was made once, from the first
+    host's catalog, and every host pulled the first host's images; each host's plan is its own catalog's now."""
+    digest = "sha256:" + "a" * 64
+    lock = {name: {"registry": registry, "repository": repository, "tag": tag, "index_digest": digest,
+                   "arm64_digest": digest, "resolved_at": "2026-12-01T00:00:00+00:00"}
+            for name, registry, repository, tag in (("ngc", "nvcr.io", "nvidia/pytorch", "25.11-py3"),
+                                                    ("unsloth", "docker.io", "unsloth/unsloth", "dgxspark-latest"))}
+    inventory = tmp_path / "inventory"
+    (inventory / "host_vars").mkdir(parents=True)
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    (inventory / "group_vars" / "all" / "spark_images_lock.yml").write_text(json.dumps({"spark_images_lock": lock}))
+    (inventory / "hosts.yml").write_text(
+        "all:\n  hosts:\n    spark-a:\n    spark-b:\n    spark-c:\n  vars:\n    ansible_connection: local\n"
+        f"    ansible_python_interpreter: {sys.executable}\n")
+    catalog = {"ngc": {"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch",
+                       "tags": ["25.11-py3"], "launcher": "spark-ngc"},
+               "unsloth": {"name": "unsloth", "registry": "docker.io", "repository": "unsloth/unsloth",
+                           "tags": ["dgxspark-latest"], "launcher": "spark-unsloth"}}
+    # spark-a keeps the default catalog (both images), first in the play
+    (inventory / "host_vars" / "spark-b.yml").write_text(json.dumps({"spark_images_catalog": [catalog["ngc"]]}))
+    (inventory / "host_vars" / "spark-c.yml").write_text(json.dumps({"spark_images_catalog": [catalog["unsloth"]]}))
+    playbook = tmp_path / "plan.yml"
+    playbook.write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.include_role:\n        name: sparkfleet.spark.spark_images\n        tasks_from: plan\n"
+        "    - ansible.builtin.debug:\n"
+        "        msg: \"{{ __spark_images_plan.plan | map(attribute='name') | list }}\"\n")
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook)],
+                          cwd=REPO, capture_output=True, text=True, check=False,
+                          env=ansible_env(ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json"))
+    result = json.loads(proc.stdout)
+    planned = {name: host["msg"] for play in result["plays"] for task in play["tasks"]
+               for name, host in task["hosts"].items() if task["task"]["name"] == "ansible.builtin.debug"
+               or ("msg" in host and isinstance(host["msg"], list))}
+    assert planned == {"spark-a": ["ngc", "unsloth"], "spark-b": ["ngc"], "spark-c": ["unsloth"]}, proc.stdout[-3000:]
