@@ -36,6 +36,31 @@ def say(line):
     sys.stdout.write(line + "\n")
 
 
+def rendezvous(dist, rank, ranks, master, port, seconds):
+    """The ranks' store: rank 0 serves it, the others dial MASTER_ADDR. torch's store server listens on every
+    interface of the node (MASTER_ADDR is only what the others dial): rank 0 binds the socket to MASTER_ADDR (its
+    rail's address) itself and hands it over (master_listen_fd), so that the store is reached over the rail
+    alone, never the management network. Returns (store, the socket to keep open)."""
+    timeout = datetime.timedelta(seconds=seconds)
+    if rank != 0:
+        return dist.TCPStore(master, port, world_size=ranks, is_master=False, timeout=timeout), None
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((master, port))
+    listener.listen(128)
+    try:
+        store = dist.TCPStore(master, port, world_size=ranks, is_master=True, timeout=timeout,
+                              wait_for_workers=False, master_listen_fd=listener.fileno())
+    except TypeError:  # a torch older than 2.1 takes no socket: its store listens on every interface
+        listener.close()
+        sys.stderr.write("sparkfleet: this torch cannot bind its store to %s; it listens on every interface\n"
+                         % master)
+        store = dist.TCPStore(master, port, world_size=ranks, is_master=True, timeout=timeout,
+                              wait_for_workers=False)
+        listener = None
+    return store, listener
+
+
 def timed(torch, dist, recv, send, chunks, nccl, cuda, iters, warmup):
     for _warm in range(warmup):
         gather(dist, recv, send, chunks, nccl)
@@ -58,7 +83,8 @@ def main(argv):
 
     cuda = torch.cuda.is_available()
     backend = "nccl" if cuda else "gloo"
-    dist.init_process_group(backend, init_method="tcp://%s:%d" % (master, port), rank=rank, world_size=ranks,
+    store, _listener = rendezvous(dist, rank, ranks, master, port, seconds)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=ranks,
                             timeout=datetime.timedelta(seconds=seconds))
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
     count = max(1, nbytes // ranks // 4)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,30 @@ def test_two_ranks_gather_every_value_and_rank_0_prints_nccl_tests_table(torch_p
     assert row["busbw"] > 0 and row["in_place_busbw"] > 0
     assert row["busbw"] == pytest.approx(row["algbw"] / 2, abs=0.011), "busbw = algbw * (ranks - 1) / ranks"
     assert [r["rank"] for r in parsed["ranks"]] == [0, 1] and parsed["avg_busbw"] > 0
+
+
+def test_rank_0s_store_listens_on_the_masters_address_alone(torch_python):
+    """Issue 34, suspected: NCCL's rendezvous listening on every interface - proved: torch's store server binds
+    every interface whatever MASTER_ADDR says (`ss` showed *:PORT), so the management network reached it during a
+    cluster verify. Rank 0 binds the socket to MASTER_ADDR (the rail's address) itself now: while it waits for
+    rank 1, the port is open on that address alone."""
+    port = free_port()
+    rank0 = subprocess.Popen([torch_python, "-", "0", "2", "127.0.0.1", str(port), "1048576", "1", "0", "60"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rank0.stdin.write(cluster.NCCL_PROBE)
+    rank0.stdin.close()
+    try:
+        listening = []
+        for _ in range(300):  # until torch is imported and the store is up
+            listening = [line.split()[3] for line in subprocess.run(
+                ["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True, check=True).stdout.splitlines()]
+            if listening or rank0.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert listening == [f"127.0.0.1:{port}"], (listening, rank0.poll() and rank0.stderr.read()[-2000:])
+        rank1 = subprocess.run([torch_python, "-", "1", "2", "127.0.0.1", str(port), "1048576", "1", "0", "60"],
+                               input=cluster.NCCL_PROBE, capture_output=True, text=True, timeout=300, check=False)
+        assert rank1.returncode == 0, rank1.stderr[-2000:]
+        assert rank0.wait(timeout=120) == 0 and "Avg bus bandwidth" in rank0.stdout.read()
+    finally:
+        rank0.kill()
