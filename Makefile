@@ -10,8 +10,12 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
+# Where each stage's time is written (testbed/timed.sh, tests/conftest.py); bench/suite_timings.py makes the table.
+export SPARKFLEET_TIMINGS ?= $(CURDIR)/.cache/timings
+TIMED := testbed/timed.sh
 
-.PHONY: help venv collection testbed registry aptrepo pyindex lab lab-down test test-quick lint unit pytest molecule clean
+.PHONY: help venv collection testbed registry aptrepo pyindex lab lab-down test test-quick lint unit pytest molecule clean \
+	timings-reset
 
 help:
 	@echo "make lab        start LAB_HOSTS (default 2) virtual Sparks, provision them through sparkfleet, report"
@@ -23,7 +27,7 @@ help:
 	@echo "  unit: pytest without the test bed or network; pytest: all of pytest, test bed started"
 
 venv:
-	@testbed/venv.sh
+	@$(TIMED) "venv" testbed/venv.sh
 
 # The collection sparkfleet.spark as a tarball for ansible-galaxy / ansible-builder
 # (dist/sparkfleet-spark-<version>.tar.gz, and a copy under a name without the version).
@@ -32,19 +36,19 @@ collection: venv
 	cp dist/sparkfleet-spark-$$(sed -n 's/^version: *//p' galaxy.yml).tar.gz dist/sparkfleet-spark.tar.gz
 
 testbed: venv
-	@testbed/tools.sh
-	@testbed/docker.sh
-	@testbed/binfmt.sh
-	@testbed/images.sh plain spark amd64 cluster
+	@$(TIMED) "test bed: tools" testbed/tools.sh
+	@$(TIMED) "test bed: docker" testbed/docker.sh
+	@$(TIMED) "test bed: binfmt" testbed/binfmt.sh
+	@$(TIMED) "test bed: images" testbed/images.sh plain spark amd64 cluster
 
 registry:
-	@testbed/registry.sh start
+	@$(TIMED) "test bed: registry" testbed/registry.sh start
 
 aptrepo:
-	@testbed/aptrepo.sh start
+	@$(TIMED) "test bed: apt repository" testbed/aptrepo.sh start
 
 pyindex:
-	@testbed/pyindex.sh start
+	@$(TIMED) "test bed: package index" testbed/pyindex.sh start
 
 lab: testbed
 	sparkfleet lab up --hosts $(LAB_HOSTS)
@@ -53,9 +57,9 @@ lab-down:
 	@if [ -x $(BIN)/sparkfleet ]; then sparkfleet lab down; else testbed/lab.sh down; testbed/cluster.sh down; fi
 
 lint: venv
-	ruff check setup.py src plugins tests collections testbed bench
-	yamllint --strict .
-	ansible-lint
+	$(TIMED) "lint: ruff" ruff check setup.py src plugins tests collections testbed bench
+	$(TIMED) "lint: yamllint" yamllint --strict .
+	$(TIMED) "lint: ansible-lint" ansible-lint
 
 # -n auto: one worker per core, a test file per worker at a time, the longest first (tests/conftest.py LONGEST_FIRST;
 # xdist would order them by their count of tests); tests/conftest.py makes the files that share
@@ -66,13 +70,19 @@ unit: venv
 	pytest $(XDIST) -m "not testbed and not network" tests
 
 pytest: testbed registry aptrepo
-	pytest $(XDIST) tests
+	$(TIMED) "pytest" pytest $(XDIST) tests
 
 molecule: testbed aptrepo registry pyindex
 	@testbed/standins.sh
-	molecule test --all
+	$(TIMED) "molecule: default" molecule test -s default
+	$(TIMED) "molecule: venv" molecule test -s venv
 
-test: lint pytest molecule
+# Each make test's table of where the time went starts empty.
+timings-reset:
+	@rm -rf "$(SPARKFLEET_TIMINGS)"
+
+test: timings-reset lint pytest molecule
+	@python bench/suite_timings.py "$(SPARKFLEET_TIMINGS)"
 
 # The inner loop: lint, the pure tests, the modules natively and the CLI at a pty; no test bed, no network.
 test-quick: lint

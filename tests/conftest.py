@@ -62,6 +62,38 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONGEST_FIRST)))
 
 
+# Where the time went (issue 37): each test file's wall time in its worker, from its first test's start to its
+# last one's end, gathered where the reports meet (xdist's controller, or the one process) and written when the
+# session ends to $SPARKFLEET_TIMINGS/pytest.json (make test sets it; bench/suite_timings.py makes the table CI's
+# log ends with).
+_FILE_SPANS: dict[str, dict] = {}
+
+
+# And each test of these files on its own line (ansible-test's sanity, one test per ansible-core).
+TIMED_ONE_BY_ONE = ("tests/collection/test_ansible_test.py",)
+_TEST_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    if report.nodeid.split("::")[0] in TIMED_ONE_BY_ONE:
+        _TEST_SECONDS[report.nodeid] = round(_TEST_SECONDS.get(report.nodeid, 0) + report.duration, 1)
+    gateway = getattr(getattr(report, "node", None), "gateway", None)
+    span = _FILE_SPANS.setdefault(report.nodeid.split("::")[0], {
+        "worker": getattr(gateway, "id", "main"), "start": report.start, "stop": report.stop})
+    span["start"], span["stop"] = min(span["start"], report.start), max(span["stop"], report.stop)
+
+
+def pytest_sessionfinish(session):
+    folder = os.environ.get("SPARKFLEET_TIMINGS")
+    if not folder or not _FILE_SPANS or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / "pytest.json").write_text(json.dumps({
+        "files": {path: {**span, "seconds": round(span["stop"] - span["start"], 1)}
+                  for path, span in _FILE_SPANS.items()},
+        "tests": _TEST_SECONDS}))
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _this_machines_docker_in_turn(request):
     if Path(str(request.module.__file__)).name not in THIS_MACHINES_DOCKER:

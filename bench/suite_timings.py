@@ -1,0 +1,56 @@
+"""Where `make test`'s time went: the table CI's log ends with (issue 37).
+
+Reads what the run wrote under SPARKFLEET_TIMINGS (default .cache/timings): stages.tsv (testbed/timed.sh: the
+venv, lint, each part of the test bed, pytest, each Molecule scenario) and pytest.json (tests/conftest.py: each
+test file's wall time in the worker that ran it, and ansible-test's sanity per ansible-core). Prints the table
+and writes it beside them as table.md; bench/results/suite-timings.md keeps the last clean clone's.
+
+    python bench/suite_timings.py [FOLDER]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def table(folder: Path) -> list[str]:
+    stages = []
+    tsv = folder / "stages.tsv"
+    for line in tsv.read_text().splitlines() if tsv.is_file() else []:
+        stage, seconds, rc = line.split("\t")
+        stages.append((stage, float(seconds), int(rc)))
+    found = json.loads((folder / "pytest.json").read_text()) if (folder / "pytest.json").is_file() else {}
+    files, tests = found.get("files") or {}, found.get("tests") or {}
+    total = sum(seconds for _stage, seconds, _rc in stages)
+    out = ["| where | seconds | share |", "|---|---:|---:|"]
+    for stage, seconds, rc in stages:
+        out.append(f"| {stage}{'' if rc == 0 else f' (exit {rc})'} | {seconds:.0f} | "
+                   f"{seconds / total:.0%} |" if total else f"| {stage} | {seconds:.0f} | |")
+        if stage == "pytest":
+            for path, span in sorted(files.items(), key=lambda item: (item[1]["worker"], item[1]["start"])):
+                if span["seconds"] >= 10:
+                    out.append(f"| &nbsp;&nbsp;{span['worker']}: {path} | {span['seconds']:.0f} | |")
+            quick = [s for s in files.values() if s["seconds"] < 10]
+            if quick:
+                out.append(f"| &nbsp;&nbsp;{len(quick)} files under 10 s each | "
+                           f"{sum(s['seconds'] for s in quick):.0f} | |")
+            for nodeid, seconds in sorted(tests.items()):
+                out.append(f"| &nbsp;&nbsp;&nbsp;&nbsp;{nodeid.split('::', 1)[1]} | {seconds:.0f} | |")
+    out.append(f"| **all stages** | **{total:.0f}** | |")
+    return out
+
+
+def main() -> int:
+    folder = Path(sys.argv[1] if len(sys.argv) > 1 else ".cache/timings")
+    lines = ["where make test's time went (wall seconds; a pytest file's in its worker, both workers at once):",
+             "", *table(folder)]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "table.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
