@@ -105,6 +105,76 @@ class Stop(Exception):
         self.data = data or {}
 
 
+def plain_steps(torch, model, tokens, opts, config, generator, device):
+    """The steps in a plain loop: AdamW over the LoRA parameters, the same batch each step (or, to prove that a
+    run that cannot learn is judged so, new random labels each step)."""
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=opts["lr"])
+    losses, norms = [], []
+    for step in range(opts["steps"]):
+        labels = tokens
+        if opts["shuffle_labels"]:  # a run that cannot learn: new targets every step
+            labels = torch.randint(0, config.vocab_size, tokens.shape, generator=generator).to(device)
+        try:
+            loss = model(input_ids=tokens, labels=labels).loss
+            optimizer.zero_grad()
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1e9)
+            optimizer.step()
+        except Exception as exc:
+            raise Stop("step", "step %d: %s: %s" % (step, type(exc).__name__, str(exc)[-600:]),
+                       "a failure inside a training step on this stack: check the ABI scan and the GPU line") from exc
+        losses.append(float(loss.item()))
+        norms.append(float(norm.item()))
+    return losses, norms
+
+
+def trl_steps(torch, model, tokens, opts, cuda, parts):
+    """The steps through trl's SFTTrainer, as a fine-tuning job runs them: the same batch each step (a dataset of
+    the fixed tokens), a constant learning rate, no clipping; its logs give each step's loss and gradient norm.
+    A trainer that cannot be built or run is this stack's failure, named in trl's words."""
+    import contextlib
+    import tempfile
+
+    try:
+        import trl
+        from datasets import Dataset
+        from tokenizers import Tokenizer, models
+        from transformers import PreTrainedTokenizerFast, TrainerCallback
+    except Exception as exc:
+        raise Stop("step", "trl's trainer cannot be imported: %s: %s" % (type(exc).__name__, str(exc)[-600:]),
+                   "install trl with the versions of transformers and datasets it asks for (the matrix's stack "
+                   "step), or remove it") from exc
+    parts["loop"] = "trl SFTTrainer %s" % trl.__version__
+    losses, norms = [], []
+
+    class Record(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                losses.append(float(logs["loss"]))
+                if logs.get("grad_norm") is not None:
+                    norms.append(float(logs["grad_norm"]))
+
+    # A tokenizer made here (nothing is downloaded): the dataset is tokens already, trl only asks for one.
+    vocab = {str(i): i for i in range(256)}
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab=vocab, unk_token="0")),
+                                        pad_token="0", eos_token="1")
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # the trainer's own logs: stdout is this program's
+            config = trl.SFTConfig(output_dir=tempfile.mkdtemp(prefix="sparkfleet-smoke-trl-"),
+                                   max_steps=opts["steps"], per_device_train_batch_size=tokens.shape[0],
+                                   learning_rate=opts["lr"], lr_scheduler_type="constant", warmup_steps=0,
+                                   max_grad_norm=1e9, logging_steps=1, report_to=[], save_strategy="no",
+                                   use_cpu=not cuda, seed=0, dataloader_num_workers=0, disable_tqdm=True)
+            trainer = trl.SFTTrainer(model=model, args=config, processing_class=tokenizer, callbacks=[Record()],
+                                     train_dataset=Dataset.from_dict({"input_ids": tokens.cpu().tolist()}))
+            trainer.train()
+    except Exception as exc:
+        raise Stop("step", "trl's SFTTrainer: %s: %s" % (type(exc).__name__, str(exc)[-600:]),
+                   "check trl, transformers and datasets against the matrix (trl's own metadata says which "
+                   "versions it needs)") from exc
+    return losses, norms
+
+
 def run(opts):
     before = mem_available_mb()
     emit("stage", stage="headroom", mem_available_mb=before)
@@ -175,25 +245,15 @@ def run(opts):
     emit("stage", stage="step")
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, config.vocab_size, (4, 32), generator=generator).to(device)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=opts["lr"])
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    losses, norms, started = [], [], time.time()
-    for step in range(opts["steps"]):
-        labels = tokens
-        if opts["shuffle_labels"]:  # a run that cannot learn: new targets every step
-            labels = torch.randint(0, config.vocab_size, tokens.shape, generator=generator).to(device)
-        try:
-            loss = model(input_ids=tokens, labels=labels).loss
-            optimizer.zero_grad()
-            loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1e9)
-            optimizer.step()
-        except Exception as exc:
-            raise Stop("step", "step %d: %s: %s" % (step, type(exc).__name__, str(exc)[-600:]),
-                       "a failure inside a training step on this stack: check the ABI scan and the GPU line") from exc
-        losses.append(float(loss.item()))
-        norms.append(float(norm.item()))
+    started = time.time()
+    # Through trl's trainer where trl is installed (what a fine-tuning job runs: SFTTrainer over the LoRA model),
+    # else a plain loop; labels shuffled every step (a run that cannot learn, for the tests) need the loop.
+    if parts["trl"] and installed("datasets") and not opts["shuffle_labels"]:
+        losses, norms = trl_steps(torch, model, tokens, opts, cuda, parts)
+    else:
+        losses, norms = plain_steps(torch, model, tokens, opts, config, generator, device)
     seconds = time.time() - started
     after = mem_available_mb()
     result = {"device": device, "steps": opts["steps"], "lr": opts["lr"], "losses": [round(v, 4) for v in losses],

@@ -118,8 +118,10 @@ def smoke_line(entry: dict) -> str:
     if entry.get("verdict") == "ok":
         drop = round((entry.get("drop") or 0) * 100)
         peak = f", peak {entry['peak_gpu_memory_mb']} MiB" if entry.get("peak_gpu_memory_mb") is not None else ""
+        loop = (entry.get("parts") or {}).get("loop")
+        through = f" through {loop}" if loop and loop != "plain" else ""
         return (f"{head} loss {entry.get('first_loss')} -> {entry.get('last_loss')} (-{drop}%) on "
-                f"{entry.get('device')}, {entry.get('seconds_per_step')} s/step{peak}")
+                f"{entry.get('device')}{through}, {entry.get('seconds_per_step')} s/step{peak}")
     return f"{head} at {entry.get('stage')} - {entry.get('error')}. Fix: {entry.get('fix')}"
 
 

@@ -37,6 +37,7 @@ def test_1_an_old_torchao_fails_at_the_lora_attach_with_peft_s_words_and_the_fix
     import wheels
 
     wheels.install(venv, "torchao==0.13.0")  # the venv is kept between runs: as the stack had it, before step 3
+    wheels.uninstall(venv, "trl", "datasets")  # test 7's: tests 1-6 run the plain loop
     result = smoke(venv)
     assert (result["verdict"], result["stage"]) == ("failed", "lora")
     assert result["error"] == ("ImportError: Found an incompatible version of torchao. Found version 0.13.0, but "
@@ -56,6 +57,7 @@ def test_2_with_torchao_0_17_the_tiny_llama_learns_on_the_cpu_and_that_is_not_gp
     assert len(result["losses"]) == 40 and result["drop"] >= 0.05
     assert result["last_loss"] < result["first_loss"]
     assert result["parts"]["torchao"] == "0.17.0" and result["parts"]["quantized_4bit"] is False
+    assert result["parts"]["loop"] == "plain" and result["parts"]["trl"] is None
     assert result["seconds_per_step"] > 0 and result["mem_available_mb"]["before"] > 0
 
 
@@ -84,3 +86,19 @@ def test_6_a_step_that_hangs_is_bounded_and_names_where_it_was(venv):
     result = smoke(venv, timeout=2, steps=100000)
     assert result["timed_out"] and result["verdict"] == "failed"
     assert result["error"].startswith("the step did not finish within 2 s (it was at ")
+
+
+def test_7_where_trl_is_installed_the_steps_run_through_its_trainer_and_must_still_learn(venv):
+    """What a fine-tuning job runs: trl's SFTTrainer over the LoRA model (its own optimizer, scheduler and logs),
+    here with trl 1.16.0 and datasets 5.2.0 over the same stack. It learns with the default rate; with a rate of
+    zero it runs to its end through the trainer and is judged failed at learning, as the plain loop is."""
+    import wheels
+
+    wheels.install(venv, "trl==1.16.0", "datasets==5.2.0")
+    result = smoke(venv)
+    assert (result["verdict"], result["device"]) == ("ok", "cpu"), result
+    assert result["parts"]["loop"] == "trl SFTTrainer 1.16.0" and result["parts"]["trl"] == "1.16.0"
+    assert len(result["losses"]) == 40 and result["drop"] >= 0.05 and result["gpu_verified"] is False
+    flat = smoke(venv, learning_rate=0.0)
+    assert (flat["verdict"], flat["stage"], flat["parts"]["loop"]) == ("failed", "learning", "trl SFTTrainer 1.16.0")
+    assert len(flat["losses"]) == 40 and flat["error"].startswith("the loss did not fall by 5%")

@@ -171,6 +171,10 @@ def install(env: Path, *requirements: str) -> None:
     _pip("install", "-q", *requirements, python=str(env / "bin" / "python"))
 
 
+def uninstall(env: Path, *names: str) -> None:
+    _pip("uninstall", "-y", "-q", *names, python=str(env / "bin" / "python"))
+
+
 # GPU frameworks as a user's venv may hold them on a machine where none can run on a GPU: jax with its CUDA 12
 # plugin (a build for the wrong CUDA major: jax falls back to the CPU), numba-cuda and cuda-python (CUDA 13 builds;
 # here without a driver). Real wheels, for Debian's Python 3.11 like the smoke venv.

@@ -52,6 +52,9 @@ def test_a_smoke_step_that_learned_on_the_gpu_passes_and_says_what_it_measured()
     assert out["lines"] == ["SMOKE image ngc sha256:0123456789ab (/usr/local/bin/spark-ngc): OK loss 5.47 -> 5.01 "
                             "(-8%) on cuda, 0.006 s/step, peak 120.5 MiB"]
     assert recorded_lines(out["state"]) == out["lines"]
+    through = judge({"smoke": {"images": {"results": [
+        {**LEARNED, "parts": {**LEARNED["parts"], "loop": "trl SFTTrainer 1.16.0"}}]}}, "pinned": PINNED})
+    assert through["lines"][0].endswith("on cuda through trl SFTTrainer 1.16.0, 0.006 s/step, peak 120.5 MiB")
 
 
 def test_a_smoke_step_that_did_not_learn_or_learned_on_the_cpu_fails_the_host():
