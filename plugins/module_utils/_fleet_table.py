@@ -77,7 +77,7 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
     state = verify.get("state") or {}
     runtime = facts.get("spark_container_runtime_registered")
     venv = facts.get("spark_venv_active") or None
-    return {
+    entry = {
         "platform": preflight.get("platform") or state.get("platform"),
         "simulated": bool(preflight.get("simulated") or state.get("simulated")),
         "override": "not a Spark (override)" if _true(facts.get("spark_preflight_override")) else None,
@@ -105,6 +105,8 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
                                                           "first_loss", "last_loss", "drop", "seconds_per_step",
                                                           "peak_gpu_memory_mb", "gpu_verified")}
                                    for m in state.get("smoke") or []],
+                         "abi": [{"target": a.get("target"), "verdict": a.get("verdict"),
+                                  "findings": a.get("findings") or []} for a in state.get("abi") or []],
                          "failures": verify.get("failures") or []} if verify else None,
         "abi_findings": [f for a in state.get("abi") or [] for f in a.get("findings") or []],
         "abi_evidence": sorted({k for a in state.get("abi") or [] for k in a.get("evidence") or []}),
@@ -117,6 +119,70 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
         if changes is not None
         else None,
     }
+    entry["targets"] = targets(entry)
+    return entry
+
+
+TARGET_HEADERS = ("host", "image or venv", "GPU", "frameworks", "ABI", "smoke")
+
+
+def targets(entry: dict) -> list[dict]:
+    """Each image and interpreter the host's verification names, one record each: what it is (an image by name
+    and digest, the venv by matrix and path, another interpreter by path), its GPU check, frameworks, ABI scan
+    and smoke step - the results the host's row joins, each mapped back to what it checked."""
+    verification = entry.get("verification") or {}
+    venv = entry.get("venv") or {}
+    found: dict[str, dict] = {}
+
+    def record(key: str, what: str) -> dict:
+        return found.setdefault(key, {"what": what, "gpu": None, "frameworks": [], "abi": None, "smoke": None})
+
+    images = {i.get("ref"): i for i in entry.get("images") or []}
+    for image in entry.get("images") or []:
+        record(f"image {image.get('name')}", f"image {image.get('name')}@{_digest(image.get('ref'))}")
+
+    def key_of(result: dict) -> str:
+        if result.get("name"):
+            return f"image {result['name']}"
+        target = str(result.get("target") or "")
+        if target in images:
+            return f"image {images[target].get('name')}"
+        # the venv's interpreter, by its versioned path or through the link users activate (.../venv/bin/python)
+        if venv.get("path") and (target.startswith(venv["path"].rstrip("/") + "/")
+                                 or target.endswith("/venv/bin/python")):
+            return "venv"
+        return f"python {target}"
+
+    def what(key: str, target: str) -> str:
+        if key == "venv":
+            return f"venv {venv.get('matrix')} ({venv.get('path')})"
+        return key if key.startswith("image ") else f"python {target}"
+
+    for gpu in verification.get("gpu") or []:
+        key = key_of(gpu)
+        target = record(key, what(key, str(gpu.get("target"))))
+        target["gpu"] = f"{gpu.get('verdict')} {gpu.get('line') or ''}".strip()
+        target["frameworks"] = [f"{f.get('name')} {f.get('verdict')}" for f in gpu.get("frameworks") or []]
+    for abi in verification.get("abi") or []:
+        key = key_of(abi)
+        findings = abi.get("findings") or []
+        record(key, what(key, str(abi.get("target"))))["abi"] = (
+            f"{len(findings)} finding{'s' if len(findings) != 1 else ''}" if findings else abi.get("verdict"))
+    for smoke in verification.get("smoke") or []:
+        key = key_of(smoke)
+        record(key, what(key, str(smoke.get("target"))))["smoke"] = (
+            f"ok -{round((smoke.get('drop') or 0) * 100)}%" if smoke.get("verdict") == "ok"
+            else f"{smoke.get('verdict')} at {smoke.get('stage')}")
+    if venv.get("path") and "venv" not in found:
+        record("venv", what("venv", ""))["gpu"] = f"{venv.get('status')} {venv.get('line') or ''}".strip()
+    return list(found.values())
+
+
+def target_rows(name: str, entry: dict) -> list[list[str]]:
+    """The host's rows of the table of each image and venv, one cell per TARGET_HEADERS."""
+    found = entry.get("targets")
+    return [[name, t["what"], t["gpu"] or "-", ", ".join(t["frameworks"]) or "-", t["abi"] or "-",
+             t["smoke"] or "-"] for t in (targets(entry) if found is None else found)]
 
 
 def _refresh_cell(refresh: dict) -> str:

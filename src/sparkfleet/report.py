@@ -70,6 +70,11 @@ def summary_rows(report: dict) -> list[list[str]]:
 HEADERS = list(table.HEADERS)
 
 
+def target_rows(report: dict) -> list[list[str]]:
+    """One row per image and venv of every host (the table after the hosts'): what each check found for it."""
+    return [row for name, entry in report["hosts"].items() for row in table.target_rows(name, entry)]
+
+
 def markdown(report: dict) -> str:
     out = [f"# sparkfleet {report['command']} — {report['status']}", "",
            f"- playbook: `{report['playbook']}`, inventory: `{report['inventory']}`"
@@ -88,6 +93,11 @@ def markdown(report: dict) -> str:
     out += ["## Hosts", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     out += ["| " + " | ".join(c.replace("|", "\\|").replace("\n", "<br>") for c in row) + " |"
             for row in summary_rows(report)]
+    rows = target_rows(report)
+    if rows:  # each image and venv on a row of its own: what each check found for it
+        out += ["", "## Each image and venv", "", "| " + " | ".join(table.TARGET_HEADERS) + " |",
+                "|" + "---|" * len(table.TARGET_HEADERS)]
+        out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
     for name, h in report["hosts"].items():
         details = []
         if h.get("refresh"):

@@ -24,7 +24,9 @@ PRIORITY = ("host", "verdict", "changed", "failed", "line", "platform", "history
             "runtime", "venv")
 # Columns that may fold onto several lines (long by nature); every other cell stays on one line (the images
 # cell has a line per image, each digest short and whole, never folded).
-FOLDING = {"line": 18, "venv": 12, "platform": 11}
+FOLDING = {"line": 18, "venv": 12, "platform": 11, "image or venv": 24, "frameworks": 16, "GPU": 14}
+# The table of each image and venv: what stays when the width is short.
+TARGET_PRIORITY = ("host", "image or venv", "GPU", "smoke", "ABI", "frameworks")
 
 
 def make_console(stderr: bool = False, no_color: bool = False) -> Console:
@@ -56,7 +58,8 @@ def _table(title: str | None, headers: list[str], rows: list[list[str]], widths:
     return table
 
 
-def fitted_table(title: str | None, headers: list[str], rows: list[list[str]], width: int) -> tuple[Table, list[str]]:
+def fitted_table(title: str | None, headers: list[str], rows: list[list[str]], width: int,
+                 priority: tuple[str, ...] = PRIORITY) -> tuple[Table, list[str]]:
     """The table at `width` columns, leaving out the least important columns until it fits; (table, left out).
     The room left is given to the folding columns, most important first."""
     least, most = {}, {}
@@ -68,12 +71,12 @@ def fitted_table(title: str | None, headers: list[str], rows: list[list[str]], w
         return sum(least[h] for h in keep) + 2 * (len(keep) - 1)
 
     while total() > width:
-        droppable = [h for h in reversed(PRIORITY) if h in keep and h != "host"]
+        droppable = [h for h in reversed(priority) if h in keep and h != "host"]
         if not droppable:
             break
         keep.remove(droppable[0])
     room = width - total()
-    for h in (h for h in PRIORITY if h in keep and h in FOLDING):
+    for h in (h for h in priority if h in keep and h in FOLDING):
         grow = max(0, min(room, most[h] - least[h]))
         least[h] += grow
         room -= grow
@@ -128,6 +131,15 @@ def print_summary(data: dict, paths: dict[str, Path] | None, console: Console, d
         if left_out:
             console.print(f"(left out at {console.width} columns: {', '.join(left_out)}; all in report.md)",
                           style="dim", markup=False)
+        # Each image and venv a check ran on, on a row of its own (what the host's row joins).
+        checked = [row for row in report.target_rows(data) if any(cell != "-" for cell in row[2:])]
+        if checked:
+            targets, dropped = fitted_table(None, list(report.table.TARGET_HEADERS), checked, console.width,
+                                            TARGET_PRIORITY)
+            console.print(targets, soft_wrap=False)
+            if dropped:
+                console.print(f"(left out at {console.width} columns: {', '.join(dropped)}; all in report.md)",
+                              style="dim", markup=False)
     for name, host in data["hosts"].items():
         refresh = host.get("refresh")
         if refresh and refresh["images"]:  # at any width: where the host was in the rollout, each image old -> new

@@ -470,3 +470,46 @@ def test_the_check_mode_summary_says_it_changed_nothing_and_what_each_host_would
         assert f"{host}: would move: unsloth {old} -> {new}" in lines
         assert data["hosts"][host]["refresh"]["outcome"] == "would move"
     assert not any(line.startswith(FLEET[0]) and " ? " in line for line in lines)
+
+
+def test_each_image_and_venv_is_a_row_of_its_own_naming_what_each_check_found_for_it():
+    """Issue 36: results were keyed by launcher path or reference and the summary joined the lines ("True 13.0;
+    True 13.0"), which nobody could map back to an image. Each image and venv is a row of its own now - on the
+    screen, in report.md and report.json - with its GPU line, frameworks, ABI and smoke step."""
+    from ansible_collections.sparkfleet.spark.plugins.module_utils._verification import judge
+
+    ngc, venv_python = "nvcr.io/nvidia/pytorch@sha256:" + "0123456789ab" + "c" * 52, "/opt/sparkfleet/venv/bin/python"
+    pinned = [{"name": "ngc", "ref": ngc, "tag": "25.11-py3", "launcher_path": "/usr/local/bin/spark-ngc"}]
+    verdict = judge({
+        "platform": {"platform": "spark"}, "pinned": pinned,
+        "images": {"results": [{"item": "/usr/local/bin/spark-ngc", "verdict": "ok", "line": "True 13.0",
+                                "frameworks": {"results": [{"name": "jax", "verdict": "ok"},
+                                                           {"name": "triton", "verdict": "failed",
+                                                            "stage": "compile"}]}}]},
+        "pythons": {"results": [{"item": venv_python, "verdict": "ok", "line": "True 13.0"}]},
+        "abi": {"results": [{"item": venv_python, "verdict": "failed", "findings": ["bitsandbytes: CUDA 12"]},
+                            {"item": ngc, "verdict": "ok", "findings": []}]},
+        "smoke": {"images": {"results": [{"item": "/usr/local/bin/spark-ngc", "verdict": "ok", "device": "cuda",
+                                          "gpu_verified": True, "drop": 0.084}]},
+                  "pythons": {"results": [{"item": venv_python, "verdict": "failed", "stage": "lora",
+                                           "error": "ImportError: torchao"}]}}})
+    facts = {"spark_preflight": {"platform": "spark"}, "spark_images_pinned": pinned,
+             "spark_venv_active": {"path": "/opt/sparkfleet/venvs/unsloth-2026.7.2-0123456789ab",
+                                   "matrix": "unsloth-2026.7.2", "status": "verified"},
+             "spark_verify_result": {**verdict, "history": "converged"}}
+    entry = table.host_entry(facts, counts={"changed": 0, "failed": 1}, failures=[], changes=[])
+    data = {**META, "hosts": {"spark-01": entry}, "refresh": None, "warnings": [], "clusters": None}
+    jsonschema.validate({**data, "schema": report.SCHEMA}, SCHEMA)
+    assert [t["what"] for t in entry["targets"]] == [
+        "image ngc@0123456789ab", "venv unsloth-2026.7.2 (/opt/sparkfleet/venvs/unsloth-2026.7.2-0123456789ab)"]
+    image, venv = entry["targets"]
+    assert (image["gpu"], image["frameworks"], image["abi"], image["smoke"]) == (
+        "ok True 13.0", ["jax ok", "triton failed"], "ok", "ok -8%")
+    assert (venv["gpu"], venv["abi"], venv["smoke"]) == ("ok True 13.0", "1 finding", "failed at lora")
+    assert "| spark-01 | image ngc@0123456789ab | ok True 13.0 | jax ok, triton failed | ok | ok -8% |" \
+        in report.markdown(data)
+    for width in (80, 120):
+        screen = _screen(data, width)
+        assert any(line.startswith("spark-01") and "image ngc@0123456789ab" in line for line in screen), screen
+        assert any(line.startswith("spark-01") and "venv unsloth-2026.7.2" in line for line in screen), screen
+        assert all(len(line) <= width for line in screen if line.startswith("spark-01")), screen
