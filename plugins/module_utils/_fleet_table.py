@@ -232,7 +232,7 @@ def row(name: str, entry: dict) -> list[str]:
     verdict = verification.get("verdict") or (
         "unreachable" if not entry["reachable"] else "stopped" if entry.get("failures") else "-")
     line = "; ".join(g["line"] for g in verification.get("gpu") or [] if g.get("line")) or (
-        "GPU not verifiable (simulated)" if entry["simulated"] and entry["verification"] else "")
+        "simulated" if entry["simulated"] and entry["verification"] else "")  # no GPU line: a simulated host
     counts = entry.get("counts")
     refresh = entry.get("refresh")
     history = entry["history"] or (_refresh_cell(refresh) if refresh else "-")
