@@ -61,6 +61,8 @@ def wrong_type(value, spec: dict) -> str | None:
         return None
     if isinstance(value, dict) and set(value) == {"__ansible_vault"}:  # a vaulted string, as ansible-inventory lists it
         return None
+    if value is None:  # Ansible's argument spec leaves a null alone (the role's default is not used either)
+        return None
     expected = {"list": f"a list{' of ' + ('mappings' if elements == 'dict' else elements + 's') if elements else ''}",
                 "dict": "a mapping", "bool": "true or false", "int": "a whole number"}.get(kind)
     if kind == "list":  # Ansible splits a string at commas into a list of strings: not into mappings
