@@ -67,6 +67,8 @@ def pytest_collection_modifyitems(items):
 # session ends to $SPARKFLEET_TIMINGS/pytest.json (make test sets it; bench/suite_timings.py makes the table CI's
 # log ends with).
 _FILE_SPANS: dict[str, dict] = {}
+# Taken out of the environment: a `make lab` a test runs must not add its stages to this run's table.
+_TIMINGS = os.environ.pop("SPARKFLEET_TIMINGS", None)
 
 
 # And each test of these files on its own line (ansible-test's sanity, one test per ansible-core).
@@ -84,11 +86,11 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session):
-    folder = os.environ.get("SPARKFLEET_TIMINGS")
-    if not folder or not _FILE_SPANS or os.environ.get("PYTEST_XDIST_WORKER"):
+    if not _TIMINGS or not _FILE_SPANS or os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    (Path(folder) / "pytest.json").write_text(json.dumps({
+    folder = Path(_TIMINGS)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "pytest.json").write_text(json.dumps({
         "files": {path: {**span, "seconds": round(span["stop"] - span["start"], 1)}
                   for path, span in _FILE_SPANS.items()},
         "tests": _TEST_SECONDS}))
