@@ -20,7 +20,7 @@ from sparkfleet import report
 # Which columns of the fleet table stay when the width is short, most important first; the others are named
 # under the table and are all in report.md. What an Ansible user reads first (the host, its verdict, changed and
 # failed) stays at any width from 80 columns.
-PRIORITY = ("host", "verdict", "changed", "failed", "line", "platform", "history", "images (digest)", "ABI findings",
+PRIORITY = ("host", "verdict", "changed", "failed", "line", "history", "platform", "images (digest)", "ABI findings",
             "runtime", "venv")
 # Columns that may fold onto several lines (long by nature); every other cell stays on one line (the images
 # cell has a line per image, each digest short and whole, never folded).
@@ -141,6 +141,9 @@ def print_summary(data: dict, paths: dict[str, Path] | None, console: Console, d
                 console.print(f"(left out at {console.width} columns: {', '.join(dropped)}; all in report.md)",
                               style="dim", markup=False)
     for name, host in data["hosts"].items():
+        if host.get("override"):  # at any width: a host provisioned on purpose though it is not a Spark
+            console.print(f"{name}: {host['override']}: spark_preflight_require_spark is false for it", markup=False,
+                          soft_wrap=True)
         refresh = host.get("refresh")
         if refresh and refresh["images"]:  # at any width: where the host was in the rollout, each image old -> new
             console.print(f"{name}: {report.table.refresh_line(refresh)}", markup=False, soft_wrap=True)
