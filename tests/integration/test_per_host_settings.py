@@ -103,3 +103,33 @@ def test_each_host_plans_the_pulls_of_its_own_catalog(tmp_path):
                for name, host in task["hosts"].items() if task["task"]["name"] == "ansible.builtin.debug"
                or ("msg" in host and isinstance(host["msg"], list))}
     assert planned == {"spark-a": ["ngc", "unsloth"], "spark-b": ["ngc"], "spark-c": ["unsloth"]}, proc.stdout[-3000:]
+
+
+def test_each_hosts_matrix_is_checked_against_the_advisories(tmp_path):
+    """Issue 35: no run_once over a value that can differ per host. The advisories check ran once, over the first
+    host's matrix: a host with a matrix of its own (here the real one, whose trl 1.8.0 and datasets 4.3.0 have an
+    advisory) was never warned when it came second."""
+    real = (REPO / "matrix" / "spark-stack.yml").read_text()
+    clean = tmp_path / "clean.yml"
+    clean.write_text(real.replace('"trl==1.8.0"', '"trl==1.9.0"').replace('"datasets==4.3.0"', '"datasets==4.7.0"'))
+    inventory = tmp_path / "inventory"
+    (inventory / "host_vars").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(
+        "all:\n  hosts:\n    spark-x:\n    spark-y:\n  vars:\n    ansible_connection: local\n"
+        f"    ansible_python_interpreter: {sys.executable}\n")
+    (inventory / "host_vars" / "spark-x.yml").write_text(json.dumps({"spark_venv_matrix_file": str(clean)}))
+    playbook = tmp_path / "preflight.yml"
+    playbook.write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.include_role:\n        name: sparkfleet.spark.spark_venv\n"
+        "        tasks_from: preflight\n      vars:\n"
+        "        __spark_venv_matrix: \"{{ lookup('ansible.builtin.file', spark_venv_matrix_file) | from_yaml }}\"\n")
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook), "--check"],
+                          cwd=REPO, capture_output=True, text=True, check=False,
+                          env=ansible_env(ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json"))
+    result = json.loads(proc.stdout)
+    warned = {name: " ".join(host.get("warnings") or []) for play in result["plays"] for task in play["tasks"]
+              if task["task"]["name"].endswith("Check what is about to be used against the upstream advisories")
+              for name, host in task["hosts"].items()}
+    assert "pypi-trl-1.8.0-datasets" in warned.get("spark-y", ""), (warned, proc.stdout[-3000:])
+    assert "pypi-trl-1.8.0-datasets" not in warned.get("spark-x", "")
