@@ -149,3 +149,47 @@ def test_nvidias_apt_key_is_pinned_by_default():
     otherwise (an empty default once trusted whatever key the URL served, and replaced it when it changed)."""
     defaults = yaml.safe_load((REPO / "roles" / "spark_container_runtime" / "defaults" / "main.yml").read_text())
     assert defaults["spark_container_runtime_gpg_key_fingerprint"] == "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
+
+
+# The tasks that run once for the play's hosts, and the role variables each may read: values the controller uses
+# once for the fleet, each with why. A role variable can be set per host (host_vars): read in a run_once task, the
+# first host's value stood for every host's (issue 35: a per-host spark_venv_require_hashes failed the others, the
+# pull plan was the first host's catalog). A new run_once task, or a new variable in one, must be added here with
+# its reason, or not run once.
+RUN_ONCE_READS = {
+    ("spark_images", "plan_unlocked.yml", "Resolve the images the lock does not pin yet, once for the fleet"): {
+        # the images are every host's (the union of their plans); one registry login for the fleet
+        "spark_images_registry_credentials", "spark_images_plain_http"},
+    ("spark_images", "plan_unlocked.yml", "Say which images are not locked"): set(),
+    ("spark_images", "refresh_resolve.yml", "Resolve every configured image, once for the fleet"): {
+        # a refresh moves the fleet's one lock: the catalog and registries are the fleet's (group_vars/all)
+        "spark_images_registry_credentials", "spark_images_plain_http"},
+    ("spark_images", "refresh_resolve.yml", "Keep the refresh's plan for every host (set once, given to each)"): {
+        "spark_images_lock"},  # the inventory's one lock (not a role option: listed for the reader)
+    ("spark_images", "refresh_resolve.yml", "Show the lock diff (old -> new digest per image)"): set(),
+    ("spark_verify", "record.yml", "Show the fleet's verification table"): set(),  # every host's, from hostvars
+    ("spark_advisories", "main.yml", "Check what is about to be used against the upstream advisories"): {
+        # run once only where the caller says what it checks is the fleet's (spark_advisories_once)
+        "spark_advisories_file", "spark_advisories_images", "spark_advisories_packages",
+        "spark_advisories_playbooks", "spark_advisories_strict", "spark_advisories_max_age_days",
+        "spark_advisories_once"},
+}
+
+
+def test_a_task_run_once_reads_no_role_variable_that_may_differ_per_host_unless_listed_with_why():
+    import re
+
+    options = {name for path in (REPO / "roles").glob("*/meta/argument_specs.yml")
+               for entry in yaml.safe_load(path.read_text())["argument_specs"].values()
+               for name in (entry.get("options") or {})}
+    found = {}
+    for path in sorted((REPO / "roles").glob("*/tasks/*.yml")):
+        for task in yaml.safe_load(path.read_text()) or []:
+            if "run_once" not in task:
+                continue
+            text = yaml.safe_dump({k: v for k, v in task.items() if k != "name"})
+            reads = set(re.findall(r"\b(spark_[a-z0-9_]+)\b", text)) & options  # the roles' variables
+            found[(path.parts[-3], path.name, task.get("name"))] = reads
+    assert set(found) == set(RUN_ONCE_READS), "a run_once task was added or removed: list it with why"
+    unlisted = {key: sorted(reads - RUN_ONCE_READS[key]) for key, reads in found.items() if reads - RUN_ONCE_READS[key]}
+    assert unlisted == {}, unlisted
