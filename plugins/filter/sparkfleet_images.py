@@ -87,6 +87,31 @@ def spark_images_lock_diff(lock: dict | None, resolved: list[dict]) -> list[dict
     return lock_diff(lock, resolved)
 
 
+def spark_images_fleet(own: list[dict], hostvars, hosts: list, key: str) -> list[dict]:
+    """The images (or derived images) of every host of the inventory, by name: `own` (the controller's value of
+    `key`, the catalog group_vars/all gives) and each host's own `key` where its inventory sets one (host_vars).
+    The lock is the inventory's one, so pin and refresh lock every host's images; an image named alike by two
+    hosts but defined otherwise is refused, naming both."""
+    found: dict[str, tuple[str, dict]] = {}
+    sources = [("the inventory (group_vars/all, or the role's default)", own)]
+    for host in hosts or []:
+        values = hostvars[host]
+        if key in values:
+            sources.append((f"host {host}", values[key]))
+    for where, images in sources:
+        if not isinstance(images, list):
+            raise AnsibleFilterError(f"{key} of {where} is a {type(images).__name__}, expected a list of images")
+        for image in images:
+            name = image.get("name") if isinstance(image, dict) else None
+            if name is None:
+                raise AnsibleFilterError(f"{key} of {where} has an entry without a name: {image!r}")
+            if name in found and found[name][1] != image:
+                raise AnsibleFilterError(f"image {name!r} is defined differently by {found[name][0]} and {where}; "
+                                         "the lock has one entry per name: give one of them another name")
+            found.setdefault(name, (where, image))
+    return [image for _where, image in found.values()]
+
+
 def spark_images_dated(resolved: list[dict], lock: dict | None) -> list[dict]:
     """The resolved images with the resolved_at the lock will give them (the lock's where the digest did not
     move): what a refresh writes the launchers from."""
@@ -179,6 +204,7 @@ class FilterModule:
                 "spark_images_pull_requests": spark_images_pull_requests,
                 "spark_images_lock_diff": spark_images_lock_diff,
                 "spark_images_dated": spark_images_dated,
+                "spark_images_fleet": spark_images_fleet,
                 "spark_images_pin_line": spark_images_pin_line,
                 "spark_images_derived_recipes": spark_images_derived_recipes,
                 "spark_images_derived_targets": spark_images_derived_targets,

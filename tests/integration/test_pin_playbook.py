@@ -214,3 +214,34 @@ def test_the_readmes_pin_check_diff_at_a_terminal_shows_the_lock_file_diff_and_w
     assert "```diff" in report_md and removed in report_md and added in report_md
     data = json.loads((home / "reports" / "latest" / "report.json").read_text())
     assert any(new["digest"] in c["diff"] for c in data["hosts"]["localhost"]["changes"])
+
+
+def test_pin_locks_the_images_a_host_has_of_its_own_and_refuses_a_name_defined_twice(anon, tmp_path):
+    """Issue 35 (per host): pin resolved the catalog group_vars/all gives; an image a host has of its own
+    (host_vars) stayed unlocked, resolved again on every provision, its message saying "run sparkfleet pin" which
+    did not lock it. Every host's images are locked now, each resolved once; a name two hosts define otherwise is
+    refused with both named, and the lock stays as it was."""
+    push(anon.url, "pintest/pytorch:25.09-py3", ["amd64", "arm64"])
+    push(anon.url, "pintest/unsloth:dgxspark-latest", ["amd64", "arm64"], list_type="docker", seed="one")
+    audio = push(anon.url, "pintest/audio:24.10", ["arm64"], seed="own")
+    inv = inventory(tmp_path, anon.host, hosts=2)
+    (inv / "host_vars").mkdir()
+    own = {"name": "audio", "registry": "nvcr.io", "repository": "pintest/audio", "tags": ["24.10"],
+           "launcher": "spark-audio"}
+    catalog = yaml.safe_load((inv / "group_vars" / "all" / "main.yml").read_text())["spark_images_catalog"]
+    (inv / "host_vars" / "spark-2.yml").write_text(yaml.safe_dump({"spark_images_catalog": [*catalog, own]}))
+    lock_file = inv / "group_vars" / "all" / "spark_images_lock.yml"
+    run = playbook(REPO / "playbooks" / "pin.yml", inv)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lock = yaml.safe_load(lock_file.read_text())["spark_images_lock"]
+    assert sorted(lock) == ["audio", "ngc", "unsloth"] and lock["audio"]["index_digest"] == audio["digest"]
+    assert anon.requests("HEAD", "/v2/pintest/audio/manifests/24.10") == 1, "resolved once"
+
+    (inv / "host_vars" / "spark-1.yml").write_text(yaml.safe_dump({"spark_images_catalog": [
+        *catalog, {**own, "tags": ["24.09"]}]}))
+    before = lock_file.read_text()
+    refused = playbook(REPO / "playbooks" / "pin.yml", inv)
+    assert refused.returncode == 2
+    assert "image 'audio' is defined differently by host spark-1 and host spark-2" in flat(refused.stdout), \
+        refused.stdout[-3000:]
+    assert lock_file.read_text() == before
