@@ -5,7 +5,8 @@
 # Carry .whl/: sparkfleet's wheel and every wheel it needs beside what the machine has, for its Python, made here
 #     pip wheel --no-deps -w .whl . && pip download -d .whl --platform manylinux_2_28_x86_64 --python-version 3.12 \
 #         --only-binary=:all: ansible-core ansible-runner rich pytest transformers==5.13.1 peft==0.19.1 \
-#         torchao==0.17.0 accelerate trl==1.16.0 datasets==5.2.0   (trl: the smoke step runs through its trainer)
+#         torchao==0.17.0 accelerate trl==1.16.0 datasets==5.2.0
+# (trl and datasets: the smoke step runs through trl's trainer where trl is installed)
 # Everything it prints lands in $OUT/gpu-suite.log when OUT is set (the device tool's output folder).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
