@@ -10,8 +10,9 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
-# Where each stage's time is written (testbed/timed.sh, tests/conftest.py); bench/suite_timings.py makes the table.
-export SPARKFLEET_TIMINGS ?= $(CURDIR)/.cache/timings
+# make test writes where each stage's time went to SPARKFLEET_TIMINGS (testbed/timed.sh, tests/conftest.py), for
+# the table bench/suite_timings.py makes; set for make test and what it builds only (a make lab a test runs adds
+# nothing to it).
 TIMED := testbed/timed.sh
 
 .PHONY: help venv collection testbed registry aptrepo pyindex lab lab-down test test-quick lint unit pytest molecule clean \
@@ -77,9 +78,11 @@ molecule: testbed aptrepo registry pyindex
 	$(TIMED) "molecule: default" molecule test -s default
 	$(TIMED) "molecule: venv" molecule test -s venv
 
+test: export SPARKFLEET_TIMINGS := $(CURDIR)/.cache/timings
+
 # Each make test's table of where the time went starts empty.
 timings-reset:
-	@rm -rf "$(SPARKFLEET_TIMINGS)"
+	@if [ -n "$(SPARKFLEET_TIMINGS)" ]; then rm -rf "$(SPARKFLEET_TIMINGS)"; fi
 
 test: timings-reset lint pytest molecule
 	@python bench/suite_timings.py "$(SPARKFLEET_TIMINGS)"
