@@ -15,6 +15,21 @@ import sys
 from conftest import BIN, REPO, ansible_env
 
 
+def preflight(tmp_path, inventory) -> tuple[subprocess.CompletedProcess, dict]:
+    """The venv role's preflight on the inventory's hosts, driven locally in check mode (nothing on this machine
+    changes), as ansible-playbook's JSON callback reports it."""
+    playbook = tmp_path / "preflight.yml"
+    playbook.write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.include_role:\n        name: sparkfleet.spark.spark_venv\n"
+        "        tasks_from: preflight\n      vars:\n"
+        "        __spark_venv_matrix: \"{{ lookup('ansible.builtin.file', spark_venv_matrix_file) | from_yaml }}\"\n")
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook), "--check"],
+                          cwd=REPO, capture_output=True, text=True, check=False,
+                          env=ansible_env(ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json"))
+    return proc, json.loads(proc.stdout)
+
+
 def test_a_per_host_require_hashes_is_judged_on_that_host_alone(tmp_path):
     lock = tmp_path / "spark-stack.lock.yml"
     lock.write_text("{}\n")
@@ -35,16 +50,7 @@ def test_a_per_host_require_hashes_is_judged_on_that_host_alone(tmp_path):
         {"spark_venv_index_overrides": {"https://pypi.org/simple": "https://ci:TOKEN@mirror.lan/pypi"}}))
     (inventory / "host_vars" / "spark-e.yml").write_text(json.dumps(
         {"spark_venv_index_overrides": {"https://pypi.org/simple": "http://127.0.0.1:5090/pypi"}}))
-    playbook = tmp_path / "preflight.yml"
-    playbook.write_text(
-        "- hosts: all\n  gather_facts: false\n  tasks:\n"
-        "    - ansible.builtin.include_role:\n        name: sparkfleet.spark.spark_venv\n"
-        "        tasks_from: preflight\n      vars:\n"
-        "        __spark_venv_matrix: \"{{ lookup('ansible.builtin.file', spark_venv_matrix_file) | from_yaml }}\"\n")
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook), "--check"],
-                          cwd=REPO, capture_output=True, text=True, check=False,
-                          env=ansible_env(ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json"))
-    result = json.loads(proc.stdout)
+    proc, result = preflight(tmp_path, inventory)
     stats = result["stats"]
     for fine in ("spark-a", "spark-c", "spark-e"):
         assert stats[fine]["failures"] == 0, (fine, proc.stdout[-3000:])
@@ -118,16 +124,7 @@ def test_each_hosts_matrix_is_checked_against_the_advisories(tmp_path):
         "all:\n  hosts:\n    spark-x:\n    spark-y:\n  vars:\n    ansible_connection: local\n"
         f"    ansible_python_interpreter: {sys.executable}\n")
     (inventory / "host_vars" / "spark-x.yml").write_text(json.dumps({"spark_venv_matrix_file": str(clean)}))
-    playbook = tmp_path / "preflight.yml"
-    playbook.write_text(
-        "- hosts: all\n  gather_facts: false\n  tasks:\n"
-        "    - ansible.builtin.include_role:\n        name: sparkfleet.spark.spark_venv\n"
-        "        tasks_from: preflight\n      vars:\n"
-        "        __spark_venv_matrix: \"{{ lookup('ansible.builtin.file', spark_venv_matrix_file) | from_yaml }}\"\n")
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook), "--check"],
-                          cwd=REPO, capture_output=True, text=True, check=False,
-                          env=ansible_env(ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json"))
-    result = json.loads(proc.stdout)
+    proc, result = preflight(tmp_path, inventory)
     warned = {name: " ".join(host.get("warnings") or []) for play in result["plays"] for task in play["tasks"]
               if task["task"]["name"].endswith("Check what is about to be used against the upstream advisories")
               for name, host in task["hosts"].items()}
