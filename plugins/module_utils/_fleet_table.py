@@ -191,18 +191,20 @@ def _refresh_cell(refresh: dict) -> str:
     return f"{where} {refresh['outcome']}".strip()
 
 
+def _moved(image: dict) -> str:
+    """'unsloth 0123456789ab -> ba9876543210', and '(runs 0123456789ab)' where the host runs another digest (a
+    rollback): one image of a refresh, its digests short and whole."""
+    line = f"{image['name']} {_digest(image['old'] or '(none)')} -> {_digest(image['new'])}"
+    return line + (f" (runs {_digest(image['now'])})" if image.get("now") and image["now"] != image["new"] else "")
+
+
 def _images_cell(entry: dict) -> str:
     """One line per image, its digest short and whole (12 hex digits): name@digest, LOCAL for a blessed tag used
     in place of the lock; in a refresh, each image it moves (or would move) as name old -> new, and how it ended
     where that is not the new one."""
     refresh = entry.get("refresh") or {}
     moved = {i["name"]: i for i in refresh.get("images") or []}
-    lines = []
-    for i in moved.values():
-        line = f"{i['name']} {_digest(i['old'] or '(none)')} -> {_digest(i['new'])}"
-        if i.get("now") and i["now"] != i["new"]:
-            line += f" (runs {_digest(i['now'])})"
-        lines.append(line)
+    lines = [_moved(i) for i in moved.values()]
     lines += [f"{i['name']}@{_digest(i['ref'])}" + (" LOCAL" if str(i.get("source", "")).startswith("local") else "")
               for i in entry["images"] if i["name"] not in moved]
     return "\n".join(lines) or "-"
@@ -211,9 +213,7 @@ def _images_cell(entry: dict) -> str:
 def refresh_line(refresh: dict) -> str:
     """'canary moved: unsloth 0123456789ab -> ba9876543210': a refresh's host, its batch and outcome, and each
     image it moved (or would move, or was rolled back from), digests short and whole."""
-    images = "; ".join(f"{i['name']} {_digest(i['old'] or '(none)')} -> {_digest(i['new'])}"
-                       + (f" (runs {_digest(i['now'])})" if i.get("now") and i["now"] != i["new"] else "")
-                       for i in refresh.get("images") or [])
+    images = "; ".join(_moved(i) for i in refresh.get("images") or [])
     return f"{_refresh_cell(refresh)}: {images}" if images else _refresh_cell(refresh)
 
 
