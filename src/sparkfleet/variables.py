@@ -97,7 +97,10 @@ def mistyped(values_by_source: dict[str, dict], files: dict[str, list[str]] | No
                 found.setdefault((name, problem), []).append(source)
     out = []
     for (name, problem), sources in sorted(found.items()):
-        where = (files or {}).get(name) or sorted(sources)
+        # a host's value: the inventory's files that set it (else the host); an -e value: the -e it came from
+        hosts = sorted(source for source in sources if source.startswith("host "))
+        where = ((files or {}).get(name) or hosts) if hosts else []
+        where += sorted(source for source in sources if not source.startswith("host "))
         role = known_specs[name]["role"]
         out.append(f"{name} in {', '.join(where[:4])}{' ...' if len(where) > 4 else ''} is {problem} (roles/{role}"
                    f"/README.md describes it)")

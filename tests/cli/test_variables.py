@@ -41,3 +41,11 @@ def test_the_sentence_names_the_file_and_never_the_value():
     assert said == ["spark_venv_keep in inv/host_vars/spark-01.yml is a string, expected a whole number "
                     "(roles/spark_venv/README.md describes it)"]
     assert "s3cr3t" not in said[0]
+
+
+def test_a_wrong_value_given_with_dash_e_is_named_as_given_there_not_as_the_inventorys_file():
+    """The inventory's file sets the variable (right there); -e overrides it with a word: the -e is named."""
+    said = variables.mistyped({"-e (inline)": {"spark_venv_keep": "two"}},
+                              {"spark_venv_keep": ["inv/group_vars/all/main.yml"]})
+    assert said == ["spark_venv_keep in -e (inline) is a string, expected a whole number "
+                    "(roles/spark_venv/README.md describes it)"]
