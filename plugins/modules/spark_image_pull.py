@@ -79,6 +79,12 @@ options:
     description: The file listing the images (C(REPO@DIGEST)) this project pulled.
     type: path
     default: /var/lib/sparkfleet/pulled-images.json
+  docker_config:
+    description:
+      - The Docker client configuration the pull authenticates with (the file C(docker login) wrote; C(DOCKER_CONFIG)
+        is set to its folder for the pull). When not given, Docker's own default (C(~/.docker/config.json)).
+      - spark_images passes C(spark_images_docker_config), so a host logged in at a path of its own pulls with it.
+    type: path
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -136,6 +142,7 @@ repo_digests:
 """
 
 import json
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _docker_api as docker_api
@@ -275,7 +282,10 @@ class Puller:
         if image.get("size"):
             self.check_space(ref, int(image["size"]))
         cmd = [docker, "pull", "--platform", platform, ref]
-        rc, out, err = module.run_command(cmd, environ_update={"LC_ALL": "C"})
+        environ = {"LC_ALL": "C"}
+        if self.params.get("docker_config"):
+            environ["DOCKER_CONFIG"] = os.path.dirname(self.params["docker_config"])
+        rc, out, err = module.run_command(cmd, environ_update=environ)
         if rc != 0:
             reason = (err or out).strip()[-800:]
             fallback = image.get("local_fallback") or []
@@ -318,6 +328,7 @@ def main() -> None:
             "size": {"type": "int"},
             "headroom_bytes": {"type": "int", "default": 0},
             "record": {"type": "path", "default": "/var/lib/sparkfleet/pulled-images.json"},
+            "docker_config": {"type": "path"},
             "docker": {"type": "path", "default": "docker"},
         },
         mutually_exclusive=[("images", "repository"), ("images", "digest")],

@@ -51,6 +51,7 @@ def fleet(tmp_path_factory):
     secrets = root / "secrets.yml"
     secrets.write_text(yaml.safe_dump({"spark_images_registry_credentials": {
         "127.0.0.1:5000": {"username": "fleet", "password": SECRET}}}))
+    own_settings(root, inventory)
     try:
         up = sh("testbed/lab.sh", "up", "3", env=env, check=False)
         assert up.returncode == 0, up.stdout + up.stderr
@@ -58,6 +59,44 @@ def fleet(tmp_path_factory):
     finally:
         sh("testbed/lab.sh", "down", env=env, check=False)
         sh("testbed/standins.sh", check=False)  # the lab registry's tags back where they were
+
+
+def own_settings(root: Path, inventory: Path) -> None:
+    """The hosts differ in their settings as an owner's host_vars make them (issue 35): host 1 keeps the group's,
+    hosts 2 and 3 have their own (tests/fleet/host_vars), each kept in host_vars/HOST/ beside what a test adds."""
+    for source in sorted((Path(__file__).parent / "host_vars").glob("*.yml")):
+        (inventory / "host_vars" / source.stem).mkdir(parents=True)
+        shutil.copy(source, inventory / "host_vars" / source.stem / "settings.yml")
+    # What names this machine's files: the test bed's key, pinned by its fingerprint; an advisories file of the
+    # host's own, without the moving Unsloth tag's advisory, read strictly (spark_advisories_strict).
+    key = sh("curl", "-fsS", "http://127.0.0.1:5080/gpgkey").stdout
+    fingerprint = next(line.split(":")[9] for line in subprocess.run(
+        ["gpg", "--show-keys", "--with-colons"], input=key, capture_output=True, text=True, check=True
+    ).stdout.splitlines() if line.startswith("fpr:"))
+    advisories = yaml.safe_load((REPO / "matrix" / "advisories.yml").read_text())
+    advisories["advisories"] = [a for a in advisories["advisories"] if a["id"] != "unsloth-10491"]
+    (root / "advisories-fleet-3.yml").write_text(yaml.safe_dump(advisories))
+    (inventory / "host_vars" / HOSTS[2] / "testbed.yml").write_text(yaml.safe_dump({
+        "spark_container_runtime_gpg_key_fingerprint": fingerprint,
+        "spark_advisories_file": str(root / "advisories-fleet-3.yml")}))
+
+
+LAUNCHER_DIRS = {HOSTS[2]: "/opt/sparkfleet/bin"}  # host_vars/sparkfleet-fleet-3.yml; the others keep the default
+STATE_FILES = {HOSTS[2]: "/var/lib/sparkfleet/fleet-3-state.json"}
+CATALOGS = {HOSTS[2]: {"unsloth"}}  # its own catalog; the others the group's (every image of the lock)
+
+
+def own_images(host: str, pinned: dict) -> dict:
+    """The lock's digests of the images the host's catalog names."""
+    return {name: image["index_digest"] for name, image in pinned.items() if name in CATALOGS.get(host, pinned)}
+
+
+def launcher(host: str, name: str = "spark-unsloth") -> str:
+    return f"{LAUNCHER_DIRS.get(host, '/usr/local/bin')}/{name}"
+
+
+def cat(host: str, path: str) -> str:
+    return sh("docker", "exec", host, "cat", path).stdout
 
 
 def cli(fleet, name: str, *args: str, pty: bool = False, **env: str) -> tuple[subprocess.CompletedProcess, dict, Path]:
@@ -92,8 +131,7 @@ def lock(fleet) -> dict:
 
 
 def launcher_ref(host: str) -> str:
-    text = subprocess.run(["docker", "exec", host, "cat", "/usr/local/bin/spark-unsloth"], capture_output=True,
-                          text=True, check=True).stdout
+    text = cat(host, launcher(host))
     return next(w for w in text.split() if "unsloth/unsloth@sha256:" in w).strip("'")
 
 
@@ -150,8 +188,7 @@ def test_1_provision_a_fresh_fleet_without_leaking_the_registry_password(fleet):
         entry = data["hosts"][host]
         assert (entry["platform"], entry["simulated"], entry["history"]) == ("spark", True, "fresh")
         assert entry["runtime"]["registered"] is True
-        assert {i["name"]: i["ref"].rsplit("@", 1)[1] for i in entry["images"]} == {
-            name: image["index_digest"] for name, image in pinned.items()}
+        assert {i["name"]: i["ref"].rsplit("@", 1)[1] for i in entry["images"]} == own_images(host, pinned)
         assert entry["verification"]["verdict"] == "not verified"  # simulated: never a pass
         assert entry["counts"]["failed"] == 0
     # The summary table and the reports.
@@ -162,6 +199,42 @@ def test_1_provision_a_fresh_fleet_without_leaking_the_registry_password(fleet):
         <= cases
     assert "| sparkfleet-fleet-1 | spark (simulated) | fresh | registered |" in (report_dir / "report.md").read_text()
     assert_no_secret(proc, report_dir)
+
+
+def test_1b_each_host_was_provisioned_with_its_own_settings(fleet):
+    """Issue 35: hosts 2 and 3 have settings of their own (tests/fleet/host_vars), host 1 the group's. What each
+    host got is read on the host: before, a check or a plan made once for the fleet gave every host the first
+    host's, or failed the others."""
+    def run(host: str, command: str) -> str:
+        return sh("docker", "exec", host, "sh", "-c", command, check=False).stdout.strip()
+
+    one, two, three = HOSTS
+    toolkit = "dpkg-query -W -f '${Version}' nvidia-container-toolkit"
+    assert (run(one, toolkit), run(two, toolkit), run(three, toolkit)) == ("1.18.0-1", "1.17.8-1", "1.18.0-1")
+    daemon = {host: json.loads(cat(host, "/etc/docker/daemon.json")) for host in HOSTS}
+    assert [daemon[h].get("default-runtime") for h in HOSTS] == [None, "nvidia", None]
+    assert [bool(daemon[h].get("features", {}).get("cdi")) for h in HOSTS] == [False, False, True]
+    assert [("docker" in run(h, "id -nG daemon").split()) for h in HOSTS] == [False, True, False]
+    sources = {h: run(h, "cat /etc/apt/sources.list.d/*") for h in HOSTS}
+    assert "localhost:5080" in sources[two] and "localhost:5080" not in sources[one] + sources[three]
+    keyring = "/usr/share/keyrings/sparkfleet-fleet-3-nvidia.gpg"
+    assert run(three, f"test -s {keyring} && echo yes") == "yes" and run(one, f"test -e {keyring} || echo no") == "no"
+    # The images: host 2's run flags, environment, login file and record; host 3's catalog, mirror, launcher
+    # folder and working directory.
+    launchers = {h: cat(h, launcher(h)) for h in HOSTS}
+    assert "--shm-size=8g" in launchers[two] and "HF_HOME=/srv/hf-cache" in launchers[two]
+    assert not any("--shm-size=8g" in launchers[h] or "HF_HOME" in launchers[h] for h in (one, three))
+    assert json.loads(run(two, "cat /var/lib/sparkfleet/fleet-2-pulled.json"))
+    assert "127.0.0.1:5000" in json.loads(run(two, "cat /root/.docker-fleet-2/config.json"))["auths"]
+    assert run(two, "stat -c %a /root/.docker-fleet-2/config.json") == "600"
+    assert "localhost:5000/unsloth/unsloth@sha256:" in launchers[three]
+    assert "127.0.0.1:5000/unsloth/unsloth@sha256:" in launchers[one]
+    assert "/workspace/work" in launchers[three] and "/workspace/finetuning" in launchers[one]
+    assert run(three, "ls /opt/sparkfleet/bin /usr/local/bin | grep spark- || true") == "spark-unsloth"
+    # The verification's record where each host keeps it.
+    assert json.loads(cat(three, STATE_FILES[three]))["verification"]["images"]
+    assert run(three, "test -e /var/lib/sparkfleet/state.json || echo none") == "none"
+    assert json.loads(cat(one, "/var/lib/sparkfleet/state.json"))["verification"]["images"]
 
 
 def assert_no_secret(proc: subprocess.CompletedProcess, report_dir: Path) -> None:
@@ -218,9 +291,9 @@ def test_2_refresh_canary_first_then_the_rest(fleet):
     # changed 3 on every host (anyone alerting on changed != 0 was paged after every refresh).
     when = lock(fleet)["unsloth"]["resolved_at"]
     for host in HOSTS:
-        launcher = sh("docker", "exec", host, "cat", "/usr/local/bin/spark-unsloth").stdout
-        assert f"when pinned, {when})" in launcher and "None" not in launcher, launcher
-        state = json.loads(sh("docker", "exec", host, "cat", "/var/lib/sparkfleet/state.json").stdout)
+        script = cat(host, launcher(host))
+        assert f"when pinned, {when})" in script and "None" not in script, script
+        state = json.loads(cat(host, STATE_FILES.get(host, "/var/lib/sparkfleet/state.json")))
         record = json.loads((fleet["inventory"] / ".sparkfleet" / "hosts" / f"{host}.json").read_text())
         for kept in (state, record):
             refs = {i["name"]: i["ref"] for i in kept["verification"]["images"]}
@@ -263,8 +336,7 @@ def test_4_restore_a_destroyed_host(fleet):
     pinned = lock(fleet)
     entry = data["hosts"][lost]
     assert entry["history"] == "restored"
-    assert {i["name"]: i["ref"].rsplit("@", 1)[1] for i in entry["images"]} == {
-        name: image["index_digest"] for name, image in pinned.items()}
+    assert {i["name"]: i["ref"].rsplit("@", 1)[1] for i in entry["images"]} == own_images(lost, pinned)
     assert entry["runtime"]["registered"] is True
     assert entry["verification"]["verdict"] == "not verified" and entry["verification"]["lines"]
     assert data["hosts"][HOSTS[1]]["runtime"]["registered"] is True, "provision repaired the broken host"
@@ -432,23 +504,22 @@ def gone(fleet):
     pipelining, and the refresh meets the connection failure a user's fleet would.
     """
     host_vars = fleet["inventory"] / "host_vars"
-    host_vars.mkdir(exist_ok=True)
     stopped = []
 
     def stop(host: str) -> None:
-        (host_vars / f"{host}.yml").write_text("ansible_pipelining: false\n")
+        (host_vars / host).mkdir(parents=True, exist_ok=True)  # beside the host's own settings, if any
+        (host_vars / host / "unreachable.yml").write_text("ansible_pipelining: false\n")
         sh("docker", "stop", host)
         stopped.append(host)
 
     def start(host: str) -> None:
         sh("docker", "start", host)
-        (host_vars / f"{host}.yml").unlink()
+        (host_vars / host / "unreachable.yml").unlink()
         stopped.remove(host)
 
     yield stop, start
     for host in list(stopped):
         start(host)
-    shutil.rmtree(host_vars)
 
 
 def test_8_a_host_unreachable_during_a_refresh_stops_it_and_nothing_is_lost(fleet, gone):

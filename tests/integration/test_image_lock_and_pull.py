@@ -217,3 +217,38 @@ def test_an_image_that_would_not_fit_is_refused_before_any_byte_is_pulled(anon, 
         assert run_module("spark_image_pull", {**args, "headroom_bytes": 0})["pulled"] is True
     finally:
         subprocess.run(["docker", "image", "rm", ref], capture_output=True, check=False)
+
+
+@pytest.mark.testbed
+def test_a_host_logged_in_at_a_path_of_its_own_pulls_with_that_login(tmp_path):
+    """Issue 35 (a fleet whose hosts differ per host): spark_images_docker_config set for one host. login.yml wrote
+    the credential there but the pull ran with Docker's default file, so a private registry answered the pull
+    "no basic auth credentials" on that host alone. The module pulls with the file it is given."""
+    import base64
+
+    from registries import Registry, free_port
+
+    htpasswd = tmp_path / "htpasswd"
+    htpasswd.write_text(subprocess.run(["htpasswd", "-Bbn", "fleet", "s3cret-pull"], capture_output=True, text=True,
+                                       check=True).stdout)
+    registry = Registry(tmp_path, free_port(), {"htpasswd": {"realm": "sparkfleet", "path": str(htpasswd)}})
+    try:
+        pushed = push(registry.url, "private/img:v1", ["amd64", "arm64"], seed="own-login", user="fleet",
+                      password="s3cret-pull")
+        config = tmp_path / "own-docker" / "config.json"
+        config.parent.mkdir()
+        config.write_text(json.dumps({"auths": {registry.host: {
+            "auth": base64.b64encode(b"fleet:s3cret-pull").decode()}}}))
+        args = {"repository": f"{registry.host}/private/img", "digest": pushed["digest"],
+                "record": str(tmp_path / "pulled.json")}
+        ref = f"{args['repository']}@{pushed['digest']}"
+        try:
+            refused = run_module("spark_image_pull", args)
+            assert refused.get("failed") and "auth" in refused["msg"].lower(), refused
+            pulled = run_module("spark_image_pull", {**args, "docker_config": str(config)})
+            assert (pulled["changed"], pulled["pulled"]) == (True, True), pulled
+            assert ref in pulled["repo_digests"]
+        finally:
+            subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True, check=False)
+    finally:
+        registry.stop()

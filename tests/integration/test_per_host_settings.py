@@ -130,3 +130,30 @@ def test_each_hosts_matrix_is_checked_against_the_advisories(tmp_path):
               for name, host in task["hosts"].items()}
     assert "pypi-trl-1.8.0-datasets" in warned.get("spark-y", ""), (warned, proc.stdout[-3000:])
     assert "pypi-trl-1.8.0-datasets" not in warned.get("spark-x", "")
+
+
+def test_a_host_made_strict_about_advisories_refuses_alone(tmp_path):
+    """Issue 35: the images' advisories were checked once, with the first host's settings: spark_advisories_strict
+    in one host's host_vars was never applied when that host came second (and the first host's strictness failed
+    every host). Each host is checked with its own strictness now."""
+    inventory = tmp_path / "inventory"
+    (inventory / "host_vars").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(
+        "all:\n  hosts:\n    spark-lenient:\n    spark-strict:\n  vars:\n    ansible_connection: local\n"
+        f"    ansible_python_interpreter: {sys.executable}\n")
+    (inventory / "host_vars" / "spark-strict.yml").write_text(json.dumps({"spark_advisories_strict": True}))
+    playbook = tmp_path / "advisories.yml"
+    playbook.write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.include_role:\n        name: sparkfleet.spark.spark_advisories\n      vars:\n"
+        "        spark_advisories_images: [{repository: unsloth/unsloth, tag: dgxspark-latest,\n"
+        "                                   index_digest: 'sha256:" + "b" * 64 + "'}]\n")
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook)],
+                          cwd=REPO, capture_output=True, text=True, check=False,
+                          env=ansible_env(ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json"))
+    result = json.loads(proc.stdout)
+    hosts = {name: host for play in result["plays"] for task in play["tasks"] for name, host in task["hosts"].items()
+             if task["task"]["name"].endswith("Check what is about to be used against the upstream advisories")}
+    assert not hosts["spark-lenient"].get("failed"), proc.stdout[-3000:]
+    assert any("unsloth-10491" in w for w in hosts["spark-lenient"].get("warnings") or [])
+    assert hosts["spark-strict"].get("failed") and "unsloth-10491" in hosts["spark-strict"]["msg"], proc.stdout[-3000:]

@@ -168,11 +168,6 @@ RUN_ONCE_READS = {
         "spark_images_lock"},  # the inventory's one lock (not a role option: listed for the reader)
     ("spark_images", "refresh_resolve.yml", "Show the lock diff (old -> new digest per image)"): set(),
     ("spark_verify", "record.yml", "Show the fleet's verification table"): set(),  # every host's, from hostvars
-    ("spark_advisories", "main.yml", "Check what is about to be used against the upstream advisories"): {
-        # run once only where the caller says what it checks is the fleet's (spark_advisories_once)
-        "spark_advisories_file", "spark_advisories_images", "spark_advisories_packages",
-        "spark_advisories_playbooks", "spark_advisories_strict", "spark_advisories_max_age_days",
-        "spark_advisories_once"},
 }
 
 
