@@ -132,7 +132,9 @@ class Keyring:
         self.home = home
 
     def gpg_run(self, *args: str) -> str:
-        cmd = [self.gpg, "--batch", "--no-tty", "--homedir", self.home, *args]
+        # --no-autostart: reading, importing and exporting public keys needs no gpg-agent, and a host without one
+        # (Ubuntu's gpg without the gpg-agent package) made gpg fail an import that had worked.
+        cmd = [self.gpg, "--batch", "--no-tty", "--no-autostart", "--homedir", self.home, *args]
         rc, out, err = self.module.run_command(cmd, environ_update={"LC_ALL": "C"})
         if rc != 0:
             self.module.fail_json(msg=f"gpg could not read the key from {self.module.params['url']}: "

@@ -81,3 +81,4 @@ def test_the_fleets_host_settings_are_valid_for_the_roles():
             fits = isinstance(value, bool) if expected is bool else (
                 isinstance(value, expected) and not isinstance(value, bool))
             assert fits, (path, name, value)
+            assert "choices" not in specs[name] or value in specs[name]["choices"], (path, name, value)

@@ -44,6 +44,26 @@ def test_installs_the_dearmored_key_once(tmp_path, fingerprint):
     assert second["changed"] is False
 
 
+def test_a_host_without_gpg_agent_installs_the_pinned_key(tmp_path, fingerprint):
+    """Ubuntu's gpg without the gpg-agent package (the lab's hosts; minimal installs): gpg tried to start the agent
+    to import the pinned key, failed with "failed to start agent ... Configuration error" and exited 2 after the
+    import, and the module refused a good key (found by a fleet host with a fingerprint of its own, issue 35). The
+    agent is made unreachable here as it is there: gpg is told of an agent program that is not installed."""
+    import os
+    import shutil
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    wrapper = bindir / "gpg"
+    wrapper.write_text(f"#!/bin/sh\nexec {shutil.which('gpg')} --agent-program /nonexistent/gpg-agent \"$@\"\n")
+    wrapper.chmod(0o755)
+    dest = tmp_path / "keyrings" / "nvidia.gpg"
+    result = run_module("spark_apt_keyring", {"url": f"{APT}/gpgkey", "dest": str(dest), "fingerprint": fingerprint},
+                        PATH=f"{bindir}:{os.environ['PATH']}")
+    assert not result["failed"], result.get("msg")
+    assert result["fingerprints"] == [fingerprint] and fingerprint in _show(dest)
+
+
 def test_a_key_with_another_fingerprint_is_refused_and_the_keyring_kept(tmp_path, fingerprint):
     dest = tmp_path / "nvidia.gpg"
     dest.write_bytes(b"previous keyring")
