@@ -298,6 +298,13 @@ def test_2_refresh_canary_first_then_the_rest(fleet):
         for kept in (state, record):
             refs = {i["name"]: i["ref"] for i in kept["verification"]["images"]}
             assert refs["unsloth"].endswith(new), refs
+    # Host 3 prunes (spark_images_prune): the image its refresh replaced is gone, as a provision would have left
+    # it; the others keep theirs (before, the provision below removed it and reported changed 1).
+    def digests(host: str) -> list[str]:
+        return sh("docker", "exec", host, "docker", "image", "ls", "--digests", "--format",
+                  "{{.Digest}}").stdout.split()
+
+    assert old in digests(HOSTS[0]) and old not in digests(HOSTS[2])
     # --fast: the same modules and judgements as the default strategy (test 5b), at a fraction of the time.
     proc, data, _ = cli(fleet, "provision-after-refresh", "provision", "--fast")
     assert proc.returncode == 0, proc.stdout[-3000:]
