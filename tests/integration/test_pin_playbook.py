@@ -176,6 +176,11 @@ def test_prune_removes_only_images_this_project_pulled_and_no_longer_pins(anon, 
         assert subprocess.run(["docker", "image", "inspect", new_ref], capture_output=True, check=False).returncode == 0
         assert subprocess.run(["docker", "image", "inspect", "sparkfleet/host-plain:latest"], capture_output=True,
                               check=False).returncode == 0
+        # The record keeps what is still here, so the next prune has nothing to do; before, the pruned image stayed
+        # in it and every later prune failed on it ("No such image"; found by a refresh that prunes, issue 35).
+        assert old_ref not in json.loads(record.read_text()) and new_ref in json.loads(record.read_text())
+        again = pull("-e", "spark_images_prune=true")
+        assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-3000:]
     finally:
         for ref in json.loads(record.read_text()) if record.exists() else []:
             subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True, check=False)
