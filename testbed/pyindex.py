@@ -23,7 +23,13 @@ behaviour make the sequence's rules observable (each says so in its module):
 - peft 0.19.1 refuses to import with torchao < 0.16.0, with peft's real message:
   only step 3 (-U torchao==0.17.0) run last makes the venv import.
 - axolotl 0.9.0 asks for torch==2.9.1: an extra package that would move a pin.
-- trl 1.9.0 exists too, for a matrix change.
+- trl 1.9.0 exists too, for a matrix change; trl 1.10.0 asks for datasets>=4.7.0 (as the real trl 1.8.0 does,
+  advisory pypi-trl-1.8.0-datasets) and datasets 4.7.0 is there: a newer set exists that resolves only when
+  both move (`sparkfleet matrix propose`).
+
+The PyPI tree answers a client that asks for PEP 691's JSON (pip does, and `sparkfleet matrix propose` for the
+dates) with it, each file with its PEP 700 upload-time (UPLOADED); the cu130 tree, as download.pytorch.org,
+serves plain pages only.
 
     pyindex.py build ROOT                write the tree (idempotent)
     pyindex.py serve ROOT PORT [LOG]     serve it on 127.0.0.1:PORT, one line per request in LOG
@@ -35,6 +41,7 @@ import base64
 import functools
 import hashlib
 import http.server
+import io
 import json
 import sys
 import zipfile
@@ -101,7 +108,8 @@ def packages(root: Path) -> list[Path]:
         torch_wheel(pypi / "torch", "2.9.1", "12.8"),
     ]
     plain = [("transformers", "5.13.1", []), ("hf_transfer", "0.1.9", []), ("datasets", "4.3.0", []),
-             ("trl", "1.8.0", ["torchao<0.14"]), ("trl", "1.9.0", []),
+             ("datasets", "4.7.0", []), ("trl", "1.8.0", ["torchao<0.14"]), ("trl", "1.9.0", []),
+             ("trl", "1.10.0", ["datasets>=4.7.0"]),
              ("unsloth", "2026.7.2", ["torch<2.10.0,>=2.4.0"]),
              ("unsloth_zoo", "2026.7.2", ["torch<2.13.0", "torchao>=0.13.0"]),
              ("bitsandbytes", "0.49.2", ["torch<3,>=2.3"]), ("torchao", "0.13.0", []), ("torchao", "0.17.0", []),
@@ -117,6 +125,14 @@ def packages(root: Path) -> list[Path]:
     return made
 
 
+# The day each release was uploaded, as PyPI's JSON pages say it (PEP 700); releases not named: UPLOADED_DEFAULT.
+UPLOADED = {("trl", "1.8.0"): "2026-07-02", ("trl", "1.9.0"): "2026-09-15", ("trl", "1.10.0"): "2026-11-20",
+            ("datasets", "4.3.0"): "2026-05-04", ("datasets", "4.7.0"): "2026-10-28",
+            ("torchao", "0.13.0"): "2025-09-01", ("torchao", "0.17.0"): "2026-06-22"}
+UPLOADED_DEFAULT = "2026-06-01"
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+
+
 class IndexHandler(http.server.SimpleHTTPRequestHandler):
     """Serves the tree with PyPI's caching headers: files immutable, pages for 10 minutes.
 
@@ -130,6 +146,18 @@ class IndexHandler(http.server.SimpleHTTPRequestHandler):
         immutable = self.path.endswith((".whl", ".tar.gz", ".zip"))
         self.send_header("Cache-Control", "max-age=365000000, immutable, public" if immutable else "max-age=600")
         super().end_headers()
+
+    def send_head(self):
+        """PEP 691: a project's JSON page to a client that asks for it (content negotiation, as PyPI)."""
+        page = Path(self.translate_path(self.path)) / "index.json"
+        if self.path.endswith("/") and SIMPLE_JSON in self.headers.get("Accept", "") and page.is_file():
+            body = page.read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Type", SIMPLE_JSON)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            return io.BytesIO(body)
+        return super().send_head()
 
     def log_message(self, fmt, *args):
         if self.requests is not None:
@@ -152,17 +180,28 @@ def simple_pages(root: Path) -> None:
     the dry-run report names it (what `sparkfleet matrix lock` records).
     """
     for project in sorted(p for p in root.glob("*/*") if p.is_dir()):
-        links = []
+        links, files = [], []
         for wheel in sorted(project.glob("*.whl")):
             with zipfile.ZipFile(wheel) as archive:
                 meta = next(archive.read(n) for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
             (project / f"{wheel.name}.metadata").write_bytes(meta)
             sha = hashlib.sha256(meta).hexdigest()
-            href = f"{wheel.name.replace('+', '%2B')}#sha256={hashlib.sha256(wheel.read_bytes()).hexdigest()}"
+            digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+            href = f"{wheel.name.replace('+', '%2B')}#sha256={digest}"
             links.append(f'<a href="{href}" data-dist-info-metadata="sha256={sha}" '
                          f'data-core-metadata="sha256={sha}">{wheel.name}</a><br>')
+            version = wheel.name.split("-")[1]
+            day = UPLOADED.get((project.name.replace("-", "_"), version.split("+")[0])) or UPLOADED.get(
+                (project.name, version.split("+")[0]), UPLOADED_DEFAULT)
+            files.append({"filename": wheel.name, "url": wheel.name.replace("+", "%2B"), "hashes": {"sha256": digest},
+                          "core-metadata": {"sha256": sha}, "size": wheel.stat().st_size,
+                          "upload-time": f"{day}T12:00:00.000000Z"})
         (project / "index.html").write_text("<!DOCTYPE html>\n<html><body>\n" + "\n".join(links)
                                             + "\n</body></html>\n")
+        if project.parent.name == "pypi":
+            versions = sorted({f["filename"].split("-")[1] for f in files})
+            (project / "index.json").write_text(json.dumps({"meta": {"api-version": "1.1"}, "name": project.name,
+                                                            "versions": versions, "files": files}, indent=1))
 
 
 def main(argv: list[str]) -> int:

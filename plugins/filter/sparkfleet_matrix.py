@@ -1,12 +1,14 @@
 # Copyright: sparkfleet contributors
 # Apache License 2.0
-"""Filters over the stack matrix: the hash lock its check resolves to, the mirrors a venv would be built from.
+"""Filters over the stack matrix: the hash lock its check resolves to, the mirrors a venv would be built from, and
+a proposal's proof (its verdict, and the matrix written with its evidence).
 (ansible-doc reads each filter's documentation from plugins/filter/<filter>.yml.)
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkfleet.spark.plugins.module_utils._matrix_proposal import blame, evidence, judge
 from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
     MatrixError,
     lock_from_sequence,
@@ -31,6 +33,28 @@ def spark_matrix_mirrors(matrix: dict, overrides: dict) -> list[str]:
     return mirrors(matrix, overrides if isinstance(overrides, dict) else {})
 
 
+def spark_matrix_blame(rows: list, text: str, step: str | None = None) -> list[str]:
+    """The moved or given pins a failure's text names (else the step's, else all moved)."""
+    return blame(rows or [], str(text or ""), step)
+
+
+def spark_matrix_proof(build: dict, rows: list, gpu: dict | None, smoke: dict | None, require_gpu: bool) -> dict:
+    """The verdict on a candidate venv, stage by stage (build, import, gpu, smoke): ok, stage, detail, blame."""
+    return judge(build or {}, gpu, smoke, rows or [], bool(require_gpu))
+
+
+def spark_matrix_proved(candidate: dict, facts: dict, gpu: dict | None, smoke: dict, lock: dict, version: str,
+                        today: str) -> dict:
+    """The candidate as it is written once proved: its evidence block, and verified_on naming the canary."""
+    proof = evidence(facts or {}, gpu, smoke or {}, lock or {}, version=str(version), today=str(today),
+                     proposed_from=str(candidate.get("proposed_from")))
+    where = " ".join(str(v) for v in (proof["canary"]["os"], proof["canary"]["arch"]) if v)
+    return {**candidate, "verified_on": [f"{where} (bare-pip venv, canary)" if where else "a canary (bare-pip venv)"],
+            "evidence": proof}
+
+
 class FilterModule:
     def filters(self):
-        return {"spark_matrix_lock": spark_matrix_lock, "spark_matrix_mirrors": spark_matrix_mirrors}
+        return {"spark_matrix_lock": spark_matrix_lock, "spark_matrix_mirrors": spark_matrix_mirrors,
+                "spark_matrix_blame": spark_matrix_blame, "spark_matrix_proof": spark_matrix_proof,
+                "spark_matrix_proved": spark_matrix_proved}

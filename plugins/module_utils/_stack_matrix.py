@@ -123,6 +123,8 @@ def validate(matrix) -> list[str]:
         errors.append(f"environment is {env!r}; expected NAME: 'value' strings")
     else:  # each is exported by the venv's activate script: a one-line string
         errors += [f"environment {k} {problem}" for k, v in env.items() if (problem := _validate.env_value(v))]
+    if "evidence" in matrix:
+        errors += evidence_problems(matrix["evidence"])
     components = matrix.get("components", {})
     if not isinstance(components, dict):
         errors.append("components is not a mapping of package name to {policy, note}")
@@ -157,12 +159,52 @@ def aged(value, what: str, today: datetime.date, max_age_days: int) -> dict:
     return {what: when.isoformat(), "age_days": days, "max_age_days": max_age_days, "stale": days > max_age_days}
 
 
+# What the evidence block of a matrix proved by `sparkfleet matrix propose` holds (evidence_problems checks it).
+EVIDENCE_FIELDS = ("proved_on", "sparkfleet", "proposed_from", "canary", "gpu_verified", "smoke", "lock_fingerprint")
+NOT_PROVED = "dated, not proved by sparkfleet"
+
+
+def evidence_problems(evidence) -> list[str]:
+    """What is wrong with a matrix's evidence block (empty: nothing)."""
+    if not isinstance(evidence, dict):
+        return [f"evidence is {type(evidence).__name__}; expected the mapping sparkfleet matrix propose writes"]
+    problems = [f"evidence lacks {field}" for field in EVIDENCE_FIELDS if field not in evidence]
+    if not problems:
+        if not isinstance(evidence["canary"], dict):
+            problems.append("evidence.canary is not a mapping")
+        if not isinstance(evidence["smoke"], dict):
+            problems.append("evidence.smoke is not a mapping")
+        if not isinstance(evidence["gpu_verified"], bool):
+            problems.append("evidence.gpu_verified is not true or false")
+        try:
+            datetime.date.fromisoformat(str(evidence["proved_on"]))
+        except ValueError:
+            problems.append(f"evidence.proved_on is {evidence['proved_on']!r}; expected YYYY-MM-DD")
+    return problems
+
+
+def proof(matrix: dict) -> str:
+    """How the matrix was verified, in a few words: who proved it, when, on what; or NOT_PROVED (a date alone)."""
+    evidence = matrix.get("evidence")
+    if evidence is None or evidence_problems(evidence):
+        return NOT_PROVED
+    canary = evidence["canary"]
+    where = canary.get("gpu") or f"a host ({canary.get('arch') or 'architecture unknown'}) without a GPU"
+    how = ("GPU verified" if evidence["gpu_verified"]
+           else f"not GPU verified: the smoke step ran on the {evidence['smoke'].get('device') or 'CPU'}")
+    simulated = ", simulated" if canary.get("simulated") else ""
+    return f"proved by sparkfleet {evidence['sparkfleet']} on {evidence['proved_on']} on {where}{simulated} ({how})"
+
+
 def staleness(matrix, today: datetime.date, max_age_days: int) -> dict:
+    """The matrix's age against max_age_days, how it was verified (proof()) and, when stale, what to do."""
     found = aged(matrix["last_verified"], "last_verified", today, max_age_days)
+    found["proof"] = proof(matrix)
     found["message"] = (
-        f"the stack matrix {matrix['name']} was last verified on {found['last_verified']}, {found['age_days']} days "
-        f"ago (older than {max_age_days}): verify a newer set on a Spark, update the pins and last_verified in the "
-        "matrix, and run the matrix check; sparkfleet never updates a pin by itself") if found["stale"] else ""
+        f"the stack matrix {matrix['name']} was last verified on {found['last_verified']} ({found['proof']}), "
+        f"{found['age_days']} days ago (older than {max_age_days}): renew it with `sparkfleet matrix propose -i "
+        "INVENTORY --canary HOST` (a candidate set built and proved on one Spark, written as a new matrix to review "
+        "and commit); sparkfleet never updates a pin by itself") if found["stale"] else ""
     return found
 
 

@@ -135,91 +135,23 @@ conflicts:
 """
 
 import datetime
-import json
-import os
-import re
-import subprocess
 import sys
-import tempfile
-import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils._pip_dry_run import dry_run, failure, locked_entries
 from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
     MatrixError,
     check,
-    index_env,
     matrix_secrets,
     normalize,
     override,
     parse_pin,
-    platform_tags,
     redact_url,
     staleness,
 )
 
-_UNREACHABLE = re.compile(r"(Could not fetch URL|Max retries exceeded|NewConnectionError|Connection refused|"
-                          r"Failed to establish|Temporary failure in name resolution|timed out|"
-                          r"Network is unreachable|HTTP error (?:5\d\d|403|401))", re.I)
 SEQUENCE_HEADING = "the sequence, each step resolved with its dependencies after the earlier steps' pins:"
-_VERSIONS = re.compile(r"\(from versions: ([^)]*)\)")
-_NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
-# pip's ResolutionImpossible report: what it cannot install (an error) and, at its info level, the
-# requirements that collide (indented lines after "The conflict is caused by:").
-_CANNOT = re.compile(r"ERROR: (Cannot install .*?) because these package versions have conflicting dependencies")
-_CAUSES = re.compile(r"The conflict is caused by:\n((?:[ \t]+\S.*\n?)+)")
-
-
-def dry_run(pip: list[str], args: list[str], target: dict, indexes: list[str], timeout: int,
-            constraints: list[str] = ()) -> tuple[subprocess.CompletedProcess, dict | None]:
-    """`pip install --dry-run --report` for the target, isolated from this machine's pip configuration.
-
-    indexes: the first is the index, the others extra indexes (in pip's environment, never its argv). Returns
-    pip's process and its report (None when pip failed). Not --quiet: pip
-    explains a conflict at its info level, on stdout.
-    """
-    with tempfile.TemporaryDirectory() as work:
-        report = os.path.join(work, "report.json")
-        argv = [*pip, "install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
-                "--target", os.path.join(work, "t"), "--report", report, "--progress-bar", "off",
-                "--python-version", target["python"], "--implementation", "cp",
-                *[a for tag in platform_tags(target) for a in ("--platform", tag)],
-                "--timeout", str(timeout), "--retries", "1"]
-        if constraints:
-            path = os.path.join(work, "constraints.txt")
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write("".join(f"{c}\n" for c in constraints))
-            argv += ["--constraint", path]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-        env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1",
-                   **index_env(indexes))
-        # subprocess: an environment of its own (the host's PIP_* left out), which run_command cannot give.
-        proc = subprocess.run([*argv, *args], capture_output=True, text=True, env=env, check=False)  # pylint: disable=ansible-bad-function
-        if proc.returncode != 0:
-            return proc, None
-        with open(report, encoding="utf-8") as handle:
-            return proc, json.load(handle)
-
-
-def failure(out: str, err: str) -> dict:
-    """What a failed pip run means: unreachable, missing (with what the index offers), conflict or error."""
-    versions = _VERSIONS.search(err)
-    offered = [v.strip() for v in versions.group(1).split(",")] if versions else []
-    offered = [v for v in offered if v and v != "none"]
-    if _UNREACHABLE.search(err) and not offered:  # pip says "not found" too when it could not ask at all
-        line = next((ln for ln in err.splitlines() if _UNREACHABLE.search(ln)), err.strip())
-        return {"status": "unreachable", "detail": line.strip()[:300]}
-    cannot = _CANNOT.search(err)
-    if cannot:
-        causes = _CAUSES.search(out + err)
-        caused = [ln.strip() for ln in causes.group(1).splitlines() if ln.strip()] if causes else []
-        return {"status": "conflict", "detail": cannot.group(1) + (f": {'; '.join(caused)}" if caused else "")}
-    if "No matching distribution" in err or "Could not find a version" in err:
-        which = _NO_MATCH.search(err)
-        detail = ("no wheel for this target; the index offers " + ", ".join(offered[-6:])
-                  if offered else "the index has no wheel of it for this target")
-        return {"status": "missing", "detail": f"{which.group(1)}: {detail}" if which else detail}
-    return {"status": "error", "detail": err.strip()[-400:]}
 
 
 def ask(pip: list[str], spec: str, index: str, target: dict, timeout: int) -> dict:
@@ -246,17 +178,12 @@ def resolve_step(pip: list[str], step: dict, constraints: list[str], indexes: li
     if report is None:
         return {**result, **failure(proc.stdout, proc.stderr)}
     installs = {normalize(i["metadata"]["name"]): i["metadata"]["version"] for i in report["install"]}
-    # What `sparkfleet matrix lock` records: each wheel with the sha256 its index gave (PyPI's links carry it).
-    locked = [{"name": normalize(i["metadata"]["name"]), "version": i["metadata"]["version"],
-               "sha256": ((i.get("download_info") or {}).get("archive_info") or {}).get("hashes", {}).get("sha256"),
-               "wheel": urllib.parse.unquote((i.get("download_info") or {}).get("url", "").rsplit("/", 1)[-1]
-                                             .split("#")[0]) or None}
-              for i in report["install"]]
+    locked = locked_entries(report)  # what `sparkfleet matrix lock` records
     notes = [f"installs {name} {version}, which step {later_pins[name][0]} then moves to {later_pins[name][1]}"
              for name, version in sorted(installs.items())
              if name in later_pins and version.split("+")[0] != later_pins[name][1]]
     return {**result, "status": "resolves", "installs": [f"{n}=={v}" for n, v in sorted(installs.items())],
-            "notes": notes, "locked": sorted(locked, key=lambda e: e["name"])}
+            "notes": notes, "locked": locked}
 
 
 def resolve_sequence(pip: list[str], matrix: dict, overrides: dict, skip: list[str], timeout: int,
@@ -331,7 +258,8 @@ def main() -> None:
         job.pop("spec")
     sequence = resolve_sequence(pip, matrix, p["index_overrides"], p["skip_steps"], p["timeout"], p["step"])
     target = matrix["target"]
-    heading = (f"matrix {matrix['name']} (last verified {stale['last_verified']}, {stale['age_days']} days ago), "
+    heading = (f"matrix {matrix['name']} (last verified {stale['last_verified']}, {stale['age_days']} days ago; "
+               f"{stale['proof']}), "
                f"target cp{target['python'].replace('.', '')} linux {target['arch']} glibc {target['glibc']}")
     pin_lines = [f"{j['step']:<8} {j['package']:<{width}} {j['version']:<12} {j['status']:<11} "
                  f"{j.get('wheel') or j.get('detail') or ''}" for j in jobs]

@@ -12,7 +12,7 @@ sparkfleet adds, through environment variables (which Ansible ranks above
 any file), only what it needs:
 - REQUIRED always: its collection first on the collections path (the user's
   path after it), a typo in an inventory is an error, an inventory's files/
-  folder is not an inventory source;
+  and matrix/ folders are not inventory sources;
 - DEFAULTS only where the user's file and environment say nothing:
   pipelining, and no interpreter-discovery warning.
 """
@@ -28,8 +28,9 @@ from pathlib import Path
 
 # The settings sparkfleet itself needs, as (environment variable, value).
 REQUIRED = {"ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True"}
-# An inventory's files/ folder holds the files roles copy (derived images), never inventory sources.
-IGNORE_PATTERN = "^files$"
+# An inventory's files/ folder holds the files roles copy (derived images), its matrix/ folder the stack matrices
+# `sparkfleet matrix propose` writes: never inventory sources.
+IGNORE_PATTERNS = ("^files$", "^matrix$")
 # (section, key) in ansible.cfg, the environment variables that say the same, sparkfleet's default.
 DEFAULTS = (
     ((("connection", "pipelining"), ("ssh_connection", "pipelining"), ("defaults", "pipelining")),
@@ -94,8 +95,8 @@ def resolve(cwd: Path, environ: Mapping[str, str], own_config: Path, own_collect
     env["ANSIBLE_COLLECTIONS_PATH"] = os.pathsep.join(dict.fromkeys([str(own_collections), *rest]))
     ignore = environ.get("ANSIBLE_INVENTORY_IGNORE_REGEX") or parser.get("inventory", "ignore_patterns",
                                                                          fallback="")
-    env["ANSIBLE_INVENTORY_IGNORE_REGEX"] = ",".join(dict.fromkeys([p for p in ignore.split(",") if p.strip()]
-                                                                   + [IGNORE_PATTERN]))
+    env["ANSIBLE_INVENTORY_IGNORE_REGEX"] = ",".join(dict.fromkeys([p.strip() for p in ignore.split(",") if p.strip()]
+                                                                   + list(IGNORE_PATTERNS)))
     for keys, variables, value in DEFAULTS:
         said = any(v in environ for v in variables) or any(parser.has_option(s, k) for s, k in keys
                                                            if parser.has_section(s))

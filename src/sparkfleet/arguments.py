@@ -43,6 +43,15 @@ COMMANDS = {
                     "through the inventory's mirrors, with its wheel's sha256, what the venv installs with pip's "
                     "--require-hashes (always from a mirror, else with spark_venv_require_hashes: true). Review its "
                     "diff like the matrix's and commit it; nothing is written when a step does not resolve."),
+    "matrix-propose": ("playbooks/matrix_propose.yml", None,
+                       "Renew the stack matrix: work out the newest set its indexes offer that resolves together "
+                       "(each pin at its version or newer, the sequence kept), or take a set given "
+                       "(-e '{\"matrix_propose_pins\": [\"trl==1.10.0\"]}'), show each pin old -> new with its "
+                       "release day, check and hash-lock the candidate, build it on the canary beside the active "
+                       "venv (which, with the rest of the fleet, is not touched), prove it there by the GPU "
+                       "verification and the smoke step, and write it with its evidence as "
+                       "<inventory>/matrix/spark-stack-<day>.yml to review and commit. A failure writes nothing and "
+                       "names the stage and the pins to blame."),
     "advisories-check": ("playbooks/advisories_check.yml", None,
                          "List the issues of NVIDIA/dgx-spark-playbooks created or updated since "
                          "matrix/advisories.yml was last reviewed (its checked_on), for review. Opt-in network: asks "
@@ -85,6 +94,9 @@ EXAMPLES = {
     "matrix-check": ["sparkfleet matrix check", "sparkfleet matrix check -e matrix_check_skip_steps=torch"],
     "matrix-lock": ["sparkfleet matrix lock -i inventory/mylab",
                     "sparkfleet matrix lock -i inventory/mylab --check --diff"],
+    "matrix-propose": ["sparkfleet matrix propose -i inventory/mylab --canary spark-01",
+                       "sparkfleet matrix propose -i inventory/mylab --canary spark-01 "
+                       "-e '{\"matrix_propose_pins\": [\"trl==1.10.0\", \"datasets==4.7.0\"]}'"],
     "cluster-verify": ["sparkfleet cluster verify -i inventory/mylab",
                        "sparkfleet cluster verify -i inventory/mylab -e cluster_verify_tcp_seconds=10"],
     "advisories-check": ["sparkfleet advisories check",
@@ -186,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "in use, and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for name, (playbook, tags, text) in COMMANDS.items():
-        if name in ("matrix-check", "matrix-lock", "advisories-check", "cluster-verify"):
+        if name in ("matrix-check", "matrix-lock", "matrix-propose", "advisories-check", "cluster-verify"):
             continue
         command = sub.add_parser(name, help=SHORT_HELP[name], formatter_class=HelpText,
                                  description=f"{text} Runs {playbook}" + (f" --tags {tags}" if tags else "") + ".",
@@ -206,6 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
     subcommand(matrix_sub, "lock", "matrix-lock", "check, then write the hash lock of the whole resolved set",
                "playbooks/matrix_check.yml -e matrix_lock=true (matrix_lock_file or spark_venv_lock_file: another "
                "path)", CONFIGURED)
+    propose = subcommand(matrix_sub, "propose", "matrix-propose", "propose a newer matrix, proved on a canary",
+                         "playbooks/matrix_propose.yml")
+    propose.add_argument("--canary", required=True, metavar="HOST",
+                         help="the host of the inventory the candidate is built and proved on (its active venv is "
+                              "not touched)")
     advisories_sub = group(sub, "advisories", "upstream advisories (matrix/advisories.yml)",
                            "Upstream advisories: known problems with images, pins and playbooks, dated "
                            "(matrix/advisories.yml).")

@@ -97,6 +97,9 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
         return EXIT_BAD_INPUT
     if command == "doctor":
         args = doctor.doctor_args(args)
+    if getattr(args, "canary", None):  # matrix propose: the play of the canary is that host alone
+        args = argparse.Namespace(**{**vars(args), "extra_vars": [
+            *args.extra_vars, json.dumps({"matrix_propose_canary": args.canary})]})
     if getattr(args, "smoke", False):
         args = argparse.Namespace(**{**vars(args), "extra_vars": [*args.extra_vars, '{"spark_verify_smoke": true}']})
     options = AnsibleOptions.from_args(args, tags)
@@ -152,10 +155,29 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
     if command in ("matrix-check", "matrix-lock", "advisories-check"):
         for line in fleet.check_lines("issues" if command == "advisories-check" else "table"):
             console.print(line, highlight=False, markup=False)
+    if command == "matrix-propose":
+        for line in proposal_lines(fleet, data):
+            console.print(line, highlight=False, markup=False)
     for line in collection_module("_cluster").verdict_lines(data.get("clusters") or []):
         console.print(line, highlight=False, markup=False, style="red" if line.startswith("  FAILED") else None)
     print_summary(data, paths, console, diffs=options.diff)
     return outcome.exit_code()
+
+
+def proposal_lines(fleet, data: dict) -> list[str]:
+    """matrix propose: the candidate against the matrix in use, pin by pin; when proved, the file written, how it
+    was proved and what to do next (a failure is the summary's, with its stage and the pins to blame)."""
+    lines = fleet.check_lines("proposal")
+    written = data.get("proposal")
+    if written:
+        smoke = written.get("smoke") or {}
+        lines += [f"written: {written['file']}",
+                  f"  {collection_module('_stack_matrix').proof({'evidence': written.get('evidence')})}; the smoke "
+                  f"step on the {smoke.get('device')}: loss {smoke.get('first_loss')} -> {smoke.get('last_loss')}, "
+                  f"{smoke.get('seconds_per_step')} s per step",
+                  "  to use it: review and commit it, set spark_venv_matrix_file to it (group_vars/all), run "
+                  "sparkfleet matrix lock -i INVENTORY, then provision"]
+    return lines
 
 
 def typed_argv() -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any
 from sparkfleet.collection_home import collection_module
 
 # Facts about the fleet, not the host that set them (a run_once task's): the controller's.
-FLEET_FACTS = ("spark_images_refresh", "spark_cluster_verdicts")
+FLEET_FACTS = ("spark_images_refresh", "spark_cluster_verdicts", "spark_matrix_proposal")
 # What the events are read for: the facts each host's summary is built from (the fleet table's, its one home),
 # the fleet's, and the doctor's report.
 WATCHED_FACTS = (*collection_module("_fleet_table").FACTS, *FLEET_FACTS, "spark_doctor")
@@ -188,7 +188,8 @@ class Fleet:
                     target[key] = facts[key]
 
     def _check_result(self, res: Any) -> None:
-        if isinstance(res, dict) and (("rows" in res and "table" in res) or (res.get("upstream") and "lines" in res)):
+        if isinstance(res, dict) and (("rows" in res and ("table" in res or "moved" in res))
+                                      or (res.get("upstream") and "lines" in res)):
             self.check_results.append(res)
 
     def check_lines(self, kind: str) -> list[str]:
@@ -196,6 +197,10 @@ class Fleet:
         step's lines, in the order the steps ran) or the advisories check's lines (kind "issues")."""
         if kind == "issues":
             return next((list(r["lines"]) for r in self.check_results if r.get("upstream") and "lines" in r), [])
+        if kind == "proposal":  # matrix propose: the candidate against the matrix in use, pin by pin
+            found = next((r for r in self.check_results if "moved" in r and "lines" in r), None)
+            return [f"candidate: {found['moved']} of {len(found['rows'])} pins move",
+                    *(f"  {line}" for line in found["lines"])] if found else []
         parts = [r for r in self.check_results if "rows" in r and "table" in r]
         if not parts:
             return []

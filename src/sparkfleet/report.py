@@ -55,6 +55,7 @@ def build(fleet: Fleet, meta: dict[str, Any]) -> dict:
                               for d in refresh.get("diff", [])]} if refresh else None),
         "warnings": list(fleet.warnings),
         "clusters": fleet.controller_facts.get("spark_cluster_verdicts"),
+        "proposal": fleet.controller_facts.get("spark_matrix_proposal"),
     }
 
 

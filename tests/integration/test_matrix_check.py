@@ -74,7 +74,7 @@ def test_a_missing_pin_and_an_unreachable_index_are_told_apart(pyindex):
     result = run_module("spark_matrix_check", {"matrix": matrix, "index_overrides": overrides, "timeout": 3})
     rows = {r["package"]: r for r in result["rows"]}
     assert rows["trl"]["status"] == "missing"
-    assert rows["trl"]["detail"] == "no wheel for this target; the index offers 1.8.0, 1.9.0"
+    assert rows["trl"]["detail"] == "no wheel for this target; the index offers 1.8.0, 1.9.0, 1.10.0"
     assert rows["torch"]["status"] == "unreachable"
     assert result["missing"] == ["trl==9.9.9 (stack)"]
     assert result["unasked_indexes"] == ["http://127.0.0.1:9/cu130"]

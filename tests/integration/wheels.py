@@ -184,3 +184,39 @@ FRAMEWORKS_NO_DEPS = ["jax-cuda12-plugin==0.10.2"]  # its pjrt (465 MB) left out
 
 def frameworks_venv() -> Path:
     return _py311_venv("frameworks-venv", FRAMEWORKS_STACK, ["--no-deps", *FRAMEWORKS_NO_DEPS])
+
+
+# The smoke step's stack as a package index of real wheels (this machine's: Debian's Python 3.11, x86_64), for
+# `sparkfleet matrix propose` on a canary driven locally: two releases of torchao (the old one that peft refuses,
+# and 0.17.0), one of everything else. A "cpu" tree stands for download.pytorch.org/whl/cpu, which serves torch
+# and its dependencies (plain pages only, as there).
+SMOKE_INDEX = ["torch==2.13.0", "transformers==5.13.1", "peft==0.19.1", "torchao==0.17.0"]
+SMOKE_INDEX_NO_DEPS = ["torchao==0.13.0"]
+
+
+def smoke_index() -> Path:
+    """SMOKE_INDEX and SMOKE_INDEX_NO_DEPS with every dependency (pip download: the machine's store, then PyPI),
+    laid out as the test bed's index lays out its stand-ins (testbed/pyindex.py: PEP 503 pages, PEP 658 metadata,
+    PEP 691 JSON for the PyPI tree); built once and kept under .cache/tests/smoke-index."""
+    import shutil
+
+    from pyindex import simple_pages
+
+    root = CACHE / "smoke-index"
+    want = repr([SMOKE_INDEX, SMOKE_INDEX_NO_DEPS])
+    stamp = root / ".sparkfleet-built"
+    if stamp.exists() and stamp.read_text() == want:
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    flat = CACHE / "smoke-index-wheels"
+    python = str(smoke_venv() / "bin" / "python")
+    _pip("download", "-q", "-d", str(flat), *SMOKE_INDEX, python=python)
+    _pip("download", "-q", "--no-deps", "-d", str(flat), *SMOKE_INDEX_NO_DEPS, python=python)
+    for wheel in sorted(flat.glob("*.whl")):
+        project = re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower()
+        for tree in ("pypi", "cpu") if project != "torchao" else ("pypi",):
+            (root / tree / project).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(wheel, root / tree / project / wheel.name)
+    simple_pages(root)
+    stamp.write_text(want)
+    return root

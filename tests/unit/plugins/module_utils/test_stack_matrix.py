@@ -22,6 +22,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix imp
     pip_steps,
     plan_extras,
     platform_tags,
+    proof,
     redact_url,
     staleness,
     url_secrets,
@@ -76,9 +77,33 @@ def test_staleness_is_measured_from_last_verified():
     assert (fresh["age_days"], fresh["stale"], fresh["message"]) == (18, False, "")
     old = staleness(MATRIX, datetime.date(2026, 11, 30), 90)
     assert (old["age_days"], old["stale"]) == (139, True)
-    assert "last verified on 2026-07-14, 139 days ago (older than 90)" in old["message"]
+    assert ("last verified on 2026-07-14 (dated, not proved by sparkfleet), 139 days ago (older than 90): renew it "
+            "with `sparkfleet matrix propose -i INVENTORY --canary HOST`") in old["message"]
     assert "never updates a pin by itself" in old["message"]
     assert staleness(MATRIX, datetime.date(2026, 10, 12), 90)["stale"] is False  # day 90 is still fresh
+
+
+EVIDENCE = {"proved_on": "2026-12-04", "sparkfleet": "0.4.0", "proposed_from": "unsloth-2026.7.2",
+            "canary": {"platform": "spark", "simulated": False, "arch": "aarch64", "gpu": "NVIDIA GB10"},
+            "gpu_verified": True, "smoke": {"device": "cuda", "verdict": "ok"}, "lock_fingerprint": "ab" * 32}
+
+
+def test_a_matrix_says_whether_sparkfleet_proved_it_and_on_what():
+    """Issue 38: a date alone says little. The staleness and the matrix check say who proved the set, on what."""
+    assert proof(MATRIX) == "dated, not proved by sparkfleet"
+    proved = {**copy.deepcopy(MATRIX), "evidence": EVIDENCE}
+    assert proof(proved) == "proved by sparkfleet 0.4.0 on 2026-12-04 on NVIDIA GB10 (GPU verified)"
+    cpu = {**proved, "evidence": {**EVIDENCE, "gpu_verified": False, "smoke": {"device": "cpu", "verdict": "ok"},
+                                  "canary": {"platform": "not-spark", "simulated": False, "arch": "x86_64",
+                                             "gpu": None}}}
+    assert proof(cpu) == ("proved by sparkfleet 0.4.0 on 2026-12-04 on a host (x86_64) without a GPU (not GPU "
+                          "verified: the smoke step ran on the cpu)")
+    assert "(proved by sparkfleet 0.4.0 on 2026-12-04" in staleness(proved, datetime.date(2027, 6, 1), 90)["message"]
+    assert validate(proved) == []
+    broken = {**proved, "evidence": {**EVIDENCE, "gpu_verified": "yes", "proved_on": "last week"}}
+    assert validate(broken) == ["evidence.gpu_verified is not true or false",
+                                "evidence.proved_on is 'last week'; expected YYYY-MM-DD"]
+    assert proof(broken) == "dated, not proved by sparkfleet"
 
 
 def test_fingerprint_follows_what_is_built_not_the_notes():

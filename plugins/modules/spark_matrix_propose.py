@@ -1,0 +1,229 @@
+#!/usr/bin/python
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Work out a candidate stack matrix: the newest set its indexes offer that resolves together, or a set given."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: spark_matrix_propose
+short_description: Work out a candidate stack matrix, the newest set that resolves together or a set given
+description:
+  - Asks pip's resolver, installing nothing, step by step in the matrix's order, for the matrix's target (Python,
+    linux architecture, glibc) - each pin at its version or newer (never older), or exactly at the version given in
+    O(pins), with the step's own arguments (C(--no-deps) and C(-U) kept) and the earlier steps' chosen pins as
+    constraints, from the step's index (torch from its own, the cu130 one) and the earlier steps'. pip picks the
+    newest release the step's other pins and the earlier steps accept.
+  - Returns the candidate matrix (named C(spark-stack-YYYY-MM-DD), C(last_verified) today, C(proposed_from) the
+    matrix's name, no evidence until a proof writes it), one row per pin (old, new, moved) and the date each
+    release was uploaded where the index says (PEP 691 JSON, C(upload-time); PyPI does, an index of plain pages
+    does not).
+  - A step that does not resolve is named with pip's own account of the conflict and the pins to blame; the later
+    steps are not asked. Nothing is written anywhere; playbooks/matrix_propose.yml builds, proves and writes.
+version_added: "0.4.0"
+author: sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
+options:
+  matrix:
+    description: The stack matrix in use (matrix/spark-stack.yml, loaded).
+    type: dict
+    required: true
+  pins:
+    description:
+      - A set the user gives, C(name==version) each, for packages the matrix pins; the others are proposed as
+        above. A pin the matrix does not have is refused, nothing asked.
+    type: list
+    elements: str
+    default: []
+  index_overrides:
+    description: Upstream index URL -> the URL to ask instead (a mirror, the test bed's index).
+    type: dict
+    default: {}
+  today:
+    description: The candidate's date (YYYY-MM-DD); default today.
+    type: str
+  timeout:
+    description: Seconds pip and the date requests wait for an index.
+    type: int
+    default: 20
+"""
+
+EXAMPLES = r"""
+- name: The newest set the indexes offer
+  sparkfleet.spark.spark_matrix_propose:
+    matrix: "{{ lookup('ansible.builtin.file', 'matrix/spark-stack.yml') | from_yaml }}"
+  register: proposal
+
+- name: A set of my own
+  sparkfleet.spark.spark_matrix_propose:
+    matrix: "{{ lookup('ansible.builtin.file', 'matrix/spark-stack.yml') | from_yaml }}"
+    pins: [trl==1.9.0, datasets==4.7.0]
+"""
+
+RETURN = r"""
+candidate:
+  description: The candidate matrix (null when a step does not resolve).
+  returned: success
+  type: dict
+rows:
+  description: One per pin - step, package, old, new, moved, given (the pin was in O(pins)).
+  returned: success
+  type: list
+  elements: dict
+released:
+  description: C(name==version) -> the day its files were uploaded (null where the index does not say).
+  returned: success
+  type: dict
+lines:
+  description: The diff as the screen shows it, one line per pin (C(old (date) -> new (date)) or C(= old (date))).
+  returned: success
+  type: list
+  elements: str
+moved:
+  description: How many pins the candidate moves.
+  returned: success
+  type: int
+resolves:
+  description: Every step resolved.
+  returned: success
+  type: bool
+failure:
+  description: Where it did not resolve - step, status (conflict, missing, unreachable, error), detail (pip's
+    words) and blame (the pins given or moved that the failure names); null when every step resolved.
+  returned: success
+  type: dict
+"""
+
+import datetime
+import json
+import sys
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
+from ansible_collections.sparkfleet.spark.plugins.module_utils._matrix_proposal import (
+    blame,
+    candidate,
+    changes,
+    diff_lines,
+    given_pins,
+    public,
+    step_specs,
+)
+from ansible_collections.sparkfleet.spark.plugins.module_utils._pip_dry_run import dry_run, failure
+from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
+    MatrixError,
+    check,
+    matrix_secrets,
+    normalize,
+    override,
+    parse_pin,
+)
+
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+
+
+def released(index: str, name: str, version: str, timeout: int) -> str | None:
+    """The day the index says the release's files were uploaded (PEP 691 JSON with PEP 700's upload-time), the
+    earliest of its files; None where it does not say. The index's own credentials go to it alone (no redirect)."""
+    parts = urllib.parse.urlsplit(index)
+    bare = urllib.parse.urlunsplit((parts.scheme, parts.hostname + (f":{parts.port}" if parts.port else ""),
+                                    parts.path.rstrip("/") + f"/{normalize(name)}/", "", ""))
+    try:
+        response = open_url(bare, headers={"Accept": f"{SIMPLE_JSON}, text/html;q=0.01"}, timeout=timeout,
+                            url_username=urllib.parse.unquote(parts.username or "") or None,
+                            url_password=urllib.parse.unquote(parts.password or "") or None,
+                            force_basic_auth=bool(parts.username), follow_redirects="none")
+        if SIMPLE_JSON not in (response.headers.get("Content-Type") or ""):
+            return None
+        files = json.loads(response.read()).get("files") or []
+    except Exception:  # pylint: disable=broad-except  # any failure: the date is unknown, the proposal goes on
+        return None
+    times = sorted(f["upload-time"] for f in files if isinstance(f, dict) and f.get("upload-time")
+                   and file_version(str(f.get("filename", "")), name) in (version, public(version)))
+    return times[0][:10] if times else None
+
+
+def file_version(filename: str, name: str) -> str | None:
+    """The (public) version in a wheel's or sdist's file name, for the project `name`."""
+    stem = filename[:-4] if filename.endswith(".whl") else filename.rsplit(".tar", 1)[0].rsplit(".zip", 1)[0]
+    prefix = normalize(name).replace("-", "_")
+    head, _sep, rest = stem.partition("-")
+    if normalize(head).replace("-", "_") != prefix or not rest:
+        return None
+    return public(rest.split("-", 1)[0])
+
+
+def propose(module: AnsibleModule, matrix: dict, given: dict, overrides: dict, timeout: int) -> dict:
+    """Each step in order, as pip would choose: {chosen, failure}."""
+    pip = [sys.executable, "-m", "pip"]
+    chosen: dict[str, str] = {}
+    steps = matrix["steps"]
+    for position, step in enumerate(steps):
+        indexes = [override(step["index_url"], overrides)]
+        indexes += [url for url in dict.fromkeys(override(e["index_url"], overrides) for e in steps[:position])
+                    if url not in indexes]
+        constraints = [f"{parse_pin(spec)[0]}=={chosen[normalize(parse_pin(spec)[0])]}"
+                       for earlier in steps[:position] for spec in earlier["packages"]]
+        proc, report = dry_run(pip, [*step.get("args", []), *step_specs(step, given)], matrix["target"], indexes,
+                               timeout, constraints)
+        if report is None:
+            return {"chosen": chosen, "failure": {"step": step["id"], **failure(proc.stdout, proc.stderr)}}
+        installs = {normalize(i["metadata"]["name"]): i["metadata"]["version"] for i in report["install"]}
+        for spec in step["packages"]:
+            name = normalize(parse_pin(spec)[0])
+            if name not in installs:
+                module.fail_json(msg=f"pip's report for step {step['id']} does not install {name}, which the step "
+                                     "pins; nothing was proposed")
+            chosen[name] = installs[name]
+    return {"chosen": chosen, "failure": None}
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "matrix": {"type": "dict", "required": True},
+            "pins": {"type": "list", "elements": "str", "default": []},
+            "index_overrides": {"type": "dict", "default": {}},
+            "today": {"type": "str"},
+            "timeout": {"type": "int", "default": 20},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    module.no_log_values.update(matrix_secrets(p["matrix"], p["index_overrides"]))
+    try:
+        matrix = check(p["matrix"])
+        given = given_pins(matrix, p["pins"])
+        today = datetime.date.fromisoformat(p["today"]) if p["today"] else datetime.date.today()
+    except (MatrixError, ValueError) as exc:
+        module.fail_json(msg=str(exc))
+    found = propose(module, matrix, given, p["index_overrides"], p["timeout"])
+    chosen = {**{normalize(parse_pin(s)[0]): parse_pin(s)[1] for st in matrix["steps"] for s in st["packages"]},
+              **{name: public(version) for name, version in found["chosen"].items()}}
+    for name, version in given.items():  # a step not reached keeps the given pin in the diff
+        chosen.setdefault(name, version)
+        if found["failure"]:
+            chosen[name] = version
+    proposed = candidate(matrix, chosen, today)
+    rows = [{**row, "given": normalize(row["package"]) in given} for row in changes(matrix, proposed)]
+    indexes = {parse_pin(spec)[0]: override(step["index_url"], p["index_overrides"])
+               for step in matrix["steps"] for spec in step["packages"]}
+    asked = sorted({(row["package"], version) for row in rows for version in (row["old"], row["new"])})
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        days = list(pool.map(lambda pv: released(indexes[pv[0]], pv[0], pv[1], p["timeout"]), asked))
+    dates = {f"{normalize(package)}=={version}": day for (package, version), day in zip(asked, days, strict=True)}
+    result = {"changed": False, "rows": rows, "released": dates, "lines": diff_lines(rows, dates),
+              "moved": sum(1 for r in rows if r["moved"]), "resolves": found["failure"] is None,
+              "candidate": proposed if found["failure"] is None else None, "failure": None}
+    if found["failure"]:
+        fail = found["failure"]
+        fail["blame"] = blame(rows, fail.get("detail") or "", fail["step"])
+        result["failure"] = fail
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

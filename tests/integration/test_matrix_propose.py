@@ -1,0 +1,219 @@
+"""`sparkfleet matrix propose` (issue 38): a candidate set worked out on real indexes, built on a canary, proved
+by the smoke step, written with its evidence - or nothing written, the stage and the pins to blame named.
+
+The candidate is worked out against the test bed's index (testbed/pyindex.py), which holds newer releases than the
+matrix pins: trl 1.10.0, which asks for datasets>=4.7.0 (as the real trl 1.8.0 does), and datasets 4.7.0; its PyPI
+tree gives each release's upload day as PyPI's JSON pages do (PEP 691/700), its cu130 tree plain pages only (as
+download.pytorch.org). The proof runs on a canary driven locally (this machine: a single box, as an owner drives
+one) from an index of real wheels (tests/integration/wheels.py smoke_index: torch 2.13 CPU, transformers, peft, two
+torchao releases), where the smoke step really trains and really fails.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import BIN, REPO, run_module
+
+MATRIX = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())
+TODAY = datetime.date.today().isoformat()
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    from indexes import Index
+
+    served = Index(tmp_path_factory.mktemp("pyindex"))
+    yield served
+    served.close()
+
+
+def propose(index, **args) -> dict:
+    return run_module("spark_matrix_propose", {"matrix": MATRIX, "index_overrides": index.overrides,
+                                               "today": "2026-12-04", **args})
+
+
+def test_the_newest_set_that_resolves_together_is_proposed_with_each_releases_day(index):
+    result = propose(index)
+    assert not result["failed"], result.get("msg")
+    # trl's newest (1.10.0) asks for datasets>=4.7.0: pip moves both, together; nothing else is newer there.
+    moved = {r["package"]: (r["old"], r["new"]) for r in result["rows"] if r["moved"]}
+    assert moved == {"datasets": ("4.3.0", "4.7.0"), "trl": ("1.8.0", "1.10.0")}
+    assert "stack   datasets     4.3.0 (2026-05-04) -> 4.7.0 (2026-10-28)" in result["lines"]
+    assert "stack   trl          1.8.0 (2026-07-02) -> 1.10.0 (2026-11-20)" in result["lines"]
+    assert "torch   torch        = 2.10.0 (date unknown)" in result["lines"], "the cu130 index gives no dates"
+    candidate = result["candidate"]
+    assert (candidate["name"], candidate["last_verified"], candidate["proposed_from"]) == (
+        "spark-stack-2026-12-04", "2026-12-04", "unsloth-2026.7.2")
+    # The sequence is kept as it is: the steps, their order, their arguments (--no-deps, -U last), their indexes.
+    assert [(s["id"], s.get("args"), s["index_url"]) for s in candidate["steps"]] == [
+        (s["id"], s.get("args"), s["index_url"]) for s in MATRIX["steps"]]
+    assert candidate["steps"][1]["packages"] == ["transformers==5.13.1", "peft==0.19.1", "hf_transfer==0.1.9",
+                                                 "datasets==4.7.0", "trl==1.10.0"]
+    assert candidate["steps"][0]["packages"] == ["torch==2.10.0"], "the local label (+cu130) is not pinned"
+
+
+def test_a_given_set_that_does_not_resolve_names_pips_conflict_and_the_pins_to_blame(index):
+    result = propose(index, pins=["trl==1.10.0", "datasets==4.3.0"])
+    assert not result["failed"] and result["resolves"] is False and result["candidate"] is None
+    assert result["failure"] == {
+        "step": "stack", "status": "conflict",
+        "detail": "Cannot install datasets==4.3.0 and trl==1.10.0: The user requested datasets==4.3.0; trl 1.10.0 "
+                  "depends on datasets>=4.7.0",
+        "blame": ["datasets==4.3.0 (given)", "trl 1.8.0 -> 1.10.0"]}
+
+
+def test_a_pin_the_matrix_does_not_have_is_refused_before_any_index_is_asked(index):
+    before = len(index.requests)
+    result = propose(index, pins=["vllm==0.11.0", "trl>=1.9"])
+    assert result["failed"]
+    assert "vllm is not pinned by the matrix" in result["msg"] and "trl>=1.9" in result["msg"]
+    assert len(index.requests) == before
+
+
+# --- the whole command, on a canary driven locally --------------------------------------------------------------
+
+SMOKE_MATRIX = {
+    "schema": 1, "name": "cpu-smoke-2026.9", "last_verified": "2026-09-01", "verified_on": ["this machine"],
+    "target": {"python": "3.11", "arch": "x86_64", "glibc": "2.36"},
+    "steps": [
+        {"id": "torch", "why": "torch from its own index", "index_url": "https://download.pytorch.org/whl/cpu",
+         "packages": ["torch==2.13.0"]},
+        {"id": "stack", "why": "the training stack", "index_url": "https://pypi.org/simple",
+         "packages": ["transformers==5.13.1", "peft==0.19.1"]},
+        {"id": "torchao", "why": "last: an older torchao breaks peft's LoRA attach",
+         "index_url": "https://pypi.org/simple", "args": ["-U"], "packages": ["torchao==0.13.0"]},
+    ],
+    "imports": ["torch", "transformers", "peft", "torchao"], "environment": {}, "components": {},
+}
+
+
+@pytest.fixture(scope="module")
+def canary(tmp_path_factory):
+    """An inventory of one host driven locally (ansible_connection local, as an owner drives a single box), its
+    matrix the smoke step's stack on this machine, its indexes the real wheels' index on 127.0.0.1, and an active
+    venv of its own whose every byte the proposals must leave as it was."""
+    import wheels
+    from pyindex import server
+
+    try:
+        root = wheels.smoke_index()
+    except wheels.Unavailable as exc:
+        pytest.skip(str(exc))
+    served = server(root, 0, [])
+    threading.Thread(target=served.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{served.server_address[1]}"
+    home = tmp_path_factory.mktemp("canary")
+    (home / "matrix.yml").write_text(yaml.safe_dump(SMOKE_MATRIX, sort_keys=False))
+    active = home / "venvs" / "active-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(active)], check=True)
+    (home / "venv").symlink_to(active)
+    inventory = home / "inventory"
+    inventory.mkdir()
+    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sparks": {"hosts": {"canary": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "spark_preflight_require_spark": False, "spark_venv_python": "/usr/bin/python3.11",
+        "spark_venv_matrix_file": str(home / "matrix.yml"),
+        "spark_venv_root": str(home / "venvs"), "spark_venv_link": str(home / "venv"),
+        "spark_venv_index_overrides": {"https://pypi.org/simple": f"{url}/pypi",
+                                       "https://download.pytorch.org/whl/cpu": f"{url}/cpu"}}}}}}}))
+    yield {"home": home, "inventory": inventory, "active": active}
+    served.shutdown()
+
+
+def tree(path: Path) -> str:
+    """Every file, link and mode under path, with its bytes: one digest."""
+    digest = hashlib.sha256()
+    for item in sorted(path.rglob("*")):
+        digest.update(f"{item.relative_to(path)} {item.lstat().st_mode}".encode())
+        if item.is_symlink():
+            digest.update(os.readlink(item).encode())
+        elif item.is_file():
+            digest.update(item.read_bytes())
+    return digest.hexdigest()
+
+
+def run_propose(canary, name: str, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    report = canary["home"] / "reports" / name
+    proc = subprocess.run([str(BIN / "sparkfleet"), "matrix", "propose", "-i", str(canary["inventory"]),
+                           "--canary", "canary", "-e", "matrix_propose_require_gpu=false",
+                           "-e", f"matrix_propose_root={canary['home'] / 'candidates'}", *extra,
+                           "--plain", "--report-dir", str(report)],
+                          cwd=canary["home"], capture_output=True, text=True, check=False,
+                          env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
+    return proc, json.loads((report / "report.json").read_text())
+
+
+@pytest.mark.network
+def test_a_candidate_that_learns_is_written_with_its_evidence_and_nothing_else_moves(canary):
+    before = tree(canary["home"] / "venvs"), os.readlink(canary["home"] / "venv")
+    proc, data = run_propose(canary, "green")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    written = canary["inventory"] / "matrix" / f"spark-stack-{TODAY}.yml"
+    matrix = yaml.safe_load(written.read_text())
+    assert matrix["steps"][2]["packages"] == ["torchao==0.17.0"], "the newest torchao the index offers"
+    assert [s["packages"] for s in matrix["steps"][:2]] == [s["packages"] for s in SMOKE_MATRIX["steps"][:2]]
+    assert (matrix["last_verified"], matrix["proposed_from"]) == (TODAY, "cpu-smoke-2026.9")
+    evidence = matrix["evidence"]
+    assert evidence["canary"]["arch"] == "x86_64" and evidence["gpu_verified"] is False
+    smoke = evidence["smoke"]
+    assert smoke["device"] == "cpu" and smoke["verdict"] == "ok" and smoke["last_loss"] < smoke["first_loss"]
+    assert smoke["seconds_per_step"] > 0 and len(evidence["lock_fingerprint"]) == 64
+    # The screen: the diff per pin with its day, what was written and where, and how it was proved.
+    assert "torchao torchao      0.13.0 (2025-09-01) -> 0.17.0 (2026-06-22)" in proc.stdout
+    assert str(written) in proc.stdout and "not GPU verified" in proc.stdout
+    assert data["proposal"]["file"] == str(written)
+    # The canary's active venv and its link, byte for byte; the candidate venv removed.
+    assert (tree(canary["home"] / "venvs"), os.readlink(canary["home"] / "venv")) == before
+    assert [p.name for p in (canary["home"] / "candidates").iterdir()] == [".pip-cache"], "pip's wheels are kept"
+    # The matrix check reads the evidence: proved by sparkfleet, on what, how.
+    checked = run_module("spark_matrix_check", {"matrix": matrix, "skip_steps": ["torch", "stack", "torchao"]})
+    assert f"proved by sparkfleet {evidence['sparkfleet']} on {TODAY} on a host (x86_64) without a GPU" \
+        in checked["heading"]
+
+
+@pytest.mark.network
+def test_a_candidate_that_fails_its_smoke_step_writes_nothing_and_names_the_stage_and_the_pin(canary):
+    """The set given keeps the old torchao: peft refuses it at the LoRA attach, with peft's own words."""
+    # The matrix the green run wrote stays in the inventory's matrix/ folder, which is no inventory source.
+    written = sorted((canary["inventory"] / "matrix").glob("*.yml"))
+    before = tree(canary["home"] / "venvs"), os.readlink(canary["home"] / "venv")
+    proc, data = run_propose(canary, "red", "-e", '{"matrix_propose_pins": ["torchao==0.13.0"]}')
+    assert proc.returncode == 2, proc.stdout[-4000:]
+    [failure] = data["hosts"]["canary"]["failures"]
+    assert "at stage smoke (lora)" in failure["msg"] and "To blame: torchao==0.13.0 (given)" in failure["msg"]
+    assert "0.16.0" in failure["msg"], "peft's own words"
+    assert sorted((canary["inventory"] / "matrix").glob("*.yml")) == written
+    assert (tree(canary["home"] / "venvs"), os.readlink(canary["home"] / "venv")) == before
+
+
+def test_the_proof_is_judged_stage_by_stage_and_blames_what_the_failure_names():
+    from ansible_collections.sparkfleet.spark.plugins.module_utils._matrix_proposal import judge
+
+    rows = [{"step": "stack", "package": "trl", "old": "1.8.0", "new": "1.10.0", "moved": True},
+            {"step": "stack", "package": "datasets", "old": "4.3.0", "new": "4.7.0", "moved": True},
+            {"step": "torchao", "package": "torchao", "old": "0.17.0", "new": "0.17.0", "moved": False}]
+    built = {"imports": [{"module": "trl", "ok": True}]}
+    assert judge({"failed": True, "msg": "step stack failed: No matching distribution for datasets==4.7.0"}, None,
+                 None, rows, True)["blame"] == ["datasets 4.3.0 -> 4.7.0"]
+    assert judge({"imports": [{"module": "trl", "ok": False, "error": "ImportError: datasets"}]}, None, None, rows,
+                 False)["stage"] == "import"
+    gpu = {"verdict": "failed", "line": "False 12.8", "hypothesis": "ABI mismatch", "fix": "reinstall"}
+    assert judge(built, gpu, None, rows, True)["stage"] == "gpu"
+    smoke = {"verdict": "failed", "stage": "learning", "error": "the loss did not fall"}
+    unnamed = judge(built, gpu, smoke, rows, False)
+    assert (unnamed["stage"], unnamed["blame"]) == ("smoke (learning)", [
+        "trl 1.8.0 -> 1.10.0 (not named by the failure)", "datasets 4.3.0 -> 4.7.0 (not named by the failure)"])
+    assert judge(built, gpu, {"verdict": "ok"}, rows, False)["ok"] is True
+    assert copy.deepcopy(rows) == rows
