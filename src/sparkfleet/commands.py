@@ -168,16 +168,21 @@ def proposal_lines(fleet, data: dict) -> list[str]:
     """matrix propose: the candidate against the matrix in use, pin by pin; when proved, the file written, how it
     was proved and what to do next (a failure is the summary's, with its stage and the pins to blame)."""
     lines = fleet.check_lines("proposal")
+    if lines and data.get("check"):
+        lines.append("check mode: the candidate was worked out and checked; it was not built, proved or written")
     written = data.get("proposal")
     if written:
         smoke = written.get("smoke") or {}
-        lines += [f"written: {written['file']}",
-                  f"  {collection_module('_stack_matrix').proof({'evidence': written.get('evidence')})}; the smoke "
-                  f"step on the {smoke.get('device')}: loss {smoke.get('first_loss')} -> {smoke.get('last_loss')}, "
-                  f"{smoke.get('seconds_per_step')} s per step",
-                  "  to use it: review and commit it, set spark_venv_matrix_file to it (group_vars/all), run "
-                  "sparkfleet matrix lock -i INVENTORY, then provision"]
-    return lines
+        proof, _sep, how = collection_module("_stack_matrix").proof({"evidence": written.get("evidence")}).rpartition(
+            " (")
+        peak = smoke.get("peak_gpu_memory_mb")
+        lines += [f"written: {written['file']}", f"  {proof}", f"  ({how}" if how else "",
+                  f"  smoke step on the {smoke.get('device')}: loss {smoke.get('first_loss')} -> "
+                  f"{smoke.get('last_loss')}, {smoke.get('seconds_per_step')} s per step"
+                  + (f", peak GPU memory {peak} MiB" if peak else ""),
+                  "  to use it: review and commit it, set spark_venv_matrix_file to it",
+                  "  (group_vars/all), sparkfleet matrix lock -i INVENTORY, then provision"]
+    return [line for line in lines if line]
 
 
 def typed_argv() -> list[str]:

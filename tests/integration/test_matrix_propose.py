@@ -198,6 +198,16 @@ def test_a_candidate_that_fails_its_smoke_step_writes_nothing_and_names_the_stag
     assert (tree(canary["home"] / "venvs"), os.readlink(canary["home"] / "venv")) == before
 
 
+@pytest.mark.network
+def test_check_mode_works_out_the_candidate_and_builds_and_writes_nothing(canary):
+    written = sorted((canary["inventory"] / "matrix").glob("*.yml"))
+    proc, data = run_propose(canary, "check", "--check")
+    assert proc.returncode == 0 and data["check"] is True, proc.stdout[-3000:]
+    assert "torchao torchao      0.13.0 (2025-09-01) -> 0.17.0 (2026-06-22)" in proc.stdout
+    assert "it was not built, proved or written" in proc.stdout
+    assert sorted((canary["inventory"] / "matrix").glob("*.yml")) == written and data["proposal"] is None
+
+
 def test_the_proof_is_judged_stage_by_stage_and_blames_what_the_failure_names():
     from ansible_collections.sparkfleet.spark.plugins.module_utils._matrix_proposal import judge
 
