@@ -75,8 +75,7 @@ pytest: testbed registry aptrepo
 
 molecule: testbed aptrepo registry pyindex
 	@testbed/standins.sh
-	$(TIMED) "molecule: default" molecule test -s default
-	$(TIMED) "molecule: venv" molecule test -s venv
+	$(TIMED) "molecule: default and venv, at once" testbed/molecule.sh default venv
 
 test: export SPARKFLEET_TIMINGS := $(CURDIR)/.cache/timings
 

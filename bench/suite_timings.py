@@ -23,11 +23,19 @@ def table(folder: Path) -> list[str]:
         stages.append((stage, float(seconds), int(rc)))
     found = json.loads((folder / "pytest.json").read_text()) if (folder / "pytest.json").is_file() else {}
     files, tests = found.get("files") or {}, found.get("tests") or {}
-    total = sum(seconds for _stage, seconds, _rc in stages)
+    # A part of a stage that ran beside others ("+ molecule: default", testbed/molecule.sh) is shown under it and
+    # left out of the sum: the stage is timed whole.
+    total = sum(seconds for stage, seconds, _rc in stages if not stage.startswith("+ "))
     out = ["| where | seconds | share |", "|---|---:|---:|"]
+    parts = [s for s in stages if s[0].startswith("+ ")]
     for stage, seconds, rc in stages:
+        if stage.startswith("+ "):
+            continue
         out.append(f"| {stage}{'' if rc == 0 else f' (exit {rc})'} | {seconds:.0f} | "
                    f"{seconds / total:.0%} |" if total else f"| {stage} | {seconds:.0f} | |")
+        if stage.startswith("molecule"):
+            out += [f"| &nbsp;&nbsp;{part[2:]}{'' if code == 0 else f' (exit {code})'} | {took:.0f} | |"
+                    for part, took, code in parts]
         if stage == "pytest":
             for path, span in sorted(files.items(), key=lambda item: (item[1]["worker"], item[1]["start"])):
                 if span["seconds"] >= 10:
