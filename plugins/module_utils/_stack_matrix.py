@@ -321,6 +321,8 @@ def index_env(indexes: list[str]) -> dict:
     In the environment, not the argv: a process's argv is readable by every user of the host (ps,
     /proc/PID/cmdline), its environment only by its owner and root, and an index URL may carry a token.
     """
+    if not indexes:  # from a wheelhouse (--no-index): no index at all
+        return {}
     env = {"PIP_INDEX_URL": indexes[0]}
     if indexes[1:]:
         env["PIP_EXTRA_INDEX_URL"] = " ".join(indexes[1:])
@@ -382,13 +384,15 @@ def hashes_file(directory: str, step_id: str) -> str:
 
 
 def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str, lock: dict | None = None,
-              hashes_dir: str = "") -> list[dict]:
+              hashes_dir: str = "", wheelhouse: str | None = None) -> list[dict]:
     """The pip install commands, in order: [{id, why, indexes, args, env}] (args after `python -m pip install`;
     the indexes reach pip through index_env, never its argv).
 
     With a hash lock, each step installs exactly its locked set (`--require-hashes --no-deps -r
     hashes-<id>.txt`, the file in `hashes_dir`) from the indexes the matrix check resolved it against (its own,
     then the earlier steps'): the sha256 of every file pip takes is the lock's, whichever index serves it.
+    With a wheelhouse too (the lock's wheels, fetched once for the fleet by spark_wheelhouse), from it alone:
+    `--no-index --find-links WHEELHOUSE`, no index asked.
     """
     steps = []
     for position, step in enumerate(matrix["steps"]):
@@ -398,6 +402,8 @@ def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str
             indexes += [url for url in dict.fromkeys(override(e["index_url"], overrides)
                                                      for e in matrix["steps"][:position]) if url not in indexes]
             args = ["--require-hashes", "--no-deps", "-r", hashes_file(hashes_dir, step["id"])]
+            if wheelhouse:
+                indexes, args = [], ["--no-index", "--find-links", wheelhouse, *args]
         steps.append({"id": step["id"], "why": step.get("why", ""), "indexes": indexes, "args": args, "env": {}})
     default_index = override(matrix["steps"][-1]["index_url"], overrides)
     for extra in extras:
@@ -420,8 +426,8 @@ def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str
 def display(step: dict) -> str:
     """The step as the user would type it."""
     env = " ".join(f"{k}={v}" for k, v in step["env"].items())
-    options = [f"--index-url {redact_url(step['indexes'][0])}",
-               *[f"--extra-index-url {redact_url(url)}" for url in step["indexes"][1:]]]
+    options = ([f"--index-url {redact_url(step['indexes'][0])}"] if step["indexes"] else []) + [
+        f"--extra-index-url {redact_url(url)}" for url in step["indexes"][1:]]
     words = " ".join([*options, *(f'"{a}"' if "=" in a or "<" in a or ">" in a else a for a in step["args"])])
     return f"{env + ' ' if env else ''}pip install {words}"
 

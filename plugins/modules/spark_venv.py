@@ -93,6 +93,13 @@ options:
         matrix's pins, or a value is not a name, a version and a sha256; and with O(extra_packages), which it
         does not cover. The lock's packages are part of the venv's fingerprint.
     type: dict
+  wheelhouse:
+    description:
+      - A folder on the host holding the hash lock's wheels (spark_wheelhouse fetched them once for the fleet, and
+        spark_venv copied them here). Each step then installs from it alone (C(--no-index --find-links), still
+        C(--require-hashes)): no index is asked, so a host that cannot reach them builds all the same.
+      - Only with O(lock).
+    type: path
   keep:
     description: How many previous venvs to keep besides the active one.
     type: int
@@ -255,8 +262,11 @@ class Venv:
                                      "indexes). Nothing was changed.")
         self.fp = fingerprint(self.matrix, self.extras, self.lock)
         self.path = os.path.join(self.root, f"{self.matrix['name']}-{self.fp[:12]}")
+        if p["wheelhouse"] and self.lock is None:
+            module.fail_json(msg=f"wheelhouse {p['wheelhouse']} is given without the hash lock: its wheels are "
+                                 "installed only against the lock's sha256. Give the lock too. Nothing was changed.")
         self.steps = pip_steps(self.matrix, self.extras, p["index_overrides"], os.path.join(self.path, CONSTRAINTS),
-                               self.lock, self.path)
+                               self.lock, self.path, p["wheelhouse"])
         refused = plain_http_refused([url for step in self.steps for url in step["indexes"]],
                                      p["insecure_indexes"])
         if refused:
@@ -460,6 +470,7 @@ def main() -> None:
             "python": {"type": "str", "default": "python3"},
             "index_overrides": {"type": "dict", "default": {}},
             "insecure_indexes": {"type": "list", "elements": "str", "default": []},
+            "wheelhouse": {"type": "path"},
             "extra_packages": {"type": "list", "elements": "str", "default": []},
             "pip_env": {"type": "dict", "default": {}, "no_log": True},
             "lock": {"type": "dict"},

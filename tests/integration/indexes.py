@@ -32,3 +32,47 @@ class Index:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def venv_fleet(workdir: Path, index: Index, hosts: int, wheelhouse: bool):
+    """The role spark_venv run as site.yml runs it, from the hash lock, on `hosts` hosts driven locally (each its
+    own venv root and link on this machine: a fleet's hosts, as far as the indexes can tell), through
+    ansible-playbook. Returns (the process, how many wheels and bytes the index served during the run).
+
+    The matrix is the real one retargeted at this machine (the test bed's stand-ins are pure Python), its lock
+    written by the matrix check against the index; the hosts are simulated (their torch is the test bed's double,
+    so the other GPU frameworks are not exercised, as on a lab host)."""
+    import subprocess
+    import sys
+
+    import yaml
+    from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import lock_from_sequence
+
+    from conftest import BIN, REPO, ansible_env, run_module
+
+    matrix = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())
+    matrix["target"] = {"python": f"{sys.version_info[0]}.{sys.version_info[1]}", "arch": "x86_64", "glibc": "2.36"}
+    (workdir / "matrix.yml").write_text(yaml.safe_dump(matrix))
+    checked = run_module("spark_matrix_check", {"matrix": matrix, "index_overrides": index.overrides})
+    inventory = workdir / "inventory"
+    (inventory / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
+    (inventory / "group_vars" / "all" / "spark_venv_lock.yml").write_text(yaml.safe_dump(
+        {"spark_venv_lock": lock_from_sequence(matrix, checked["sequence"])}))
+    names = {f"venv-host-{n}": {"spark_venv_root": str(workdir / f"host-{n}" / "venvs"),
+                                "spark_venv_link": str(workdir / f"host-{n}" / "venv")} for n in range(1, hosts + 1)}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sparks": {"hosts": names}}, "vars": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "spark_preflight_require_spark": False, "spark_preflight_simulated": True,
+        "spark_venv_enabled": True, "spark_venv_require_hashes": True, "spark_venv_python": sys.executable,
+        "spark_venv_matrix_file": str(workdir / "matrix.yml"), "spark_venv_index_overrides": index.overrides,
+        "spark_venv_wheelhouse": wheelhouse, "spark_venv_wheelhouse_cache": str(workdir / "controller-cache")}}}))
+    play = workdir / "venv.yml"
+    play.write_text(yaml.safe_dump([{"hosts": "sparks", "gather_facts": False, "tasks": [
+        {"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_preflight", "tasks_from": "platform"}},
+        {"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_venv"}}]}]))
+    before = len(index.requests)
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(play)], cwd=REPO,
+                          capture_output=True, text=True, check=False, env=ansible_env())
+    served = [p for p in index.requests[before:] if p.endswith(".whl")]
+    size = sum((index.root / p.lstrip("/").replace("%2B", "+")).stat().st_size for p in served)
+    return proc, {"wheels": len(served), "distinct": len(set(served)), "bytes": size}

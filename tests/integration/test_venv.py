@@ -324,3 +324,61 @@ def test_a_lock_for_another_matrix_is_refused_before_anything_is_built(place, py
     assert result["failed"] is True
     assert "the lock was written for another matrix" in result["msg"] and "Nothing was changed" in result["msg"]
     assert not (tmp_path / "venvs").exists()
+
+
+def test_a_fleet_fetches_each_locked_wheel_once_and_a_host_cut_off_from_the_indexes_still_builds(place, pyindex,
+                                                                                                  tmp_path):
+    """Issue 38: a venv built across N hosts fetched every wheel N times from the indexes (a pip cache per host).
+    spark_wheelhouse fetches each wheel of the hash lock once into the controller's cache, the hosts after the
+    first take them from it, and each host installs from its copy with --no-index (--require-hashes kept): a host
+    whose indexes are unreachable builds all the same."""
+    import shutil
+
+    lock = _lock(pyindex)
+    wheels = {e["wheel"].replace("%2B", "+") for step in lock["steps"].values() for e in step}  # a wheel two
+    # steps hold (torch: its own, and as the stack's dependency) is one file
+    cache = tmp_path / "controller-cache"
+
+    def wheels_served() -> list[str]:
+        return [r.rsplit("/", 1)[-1] for r in pyindex.requests if r.endswith(".whl")]
+
+    before = len(wheels_served())
+    hosts = [run_module("spark_wheelhouse", {"lock": lock, "matrix": MATRIX, "index_overrides": pyindex.overrides,
+                                             "cache": str(cache)}) for _host in range(3)]
+    assert not any(h["failed"] for h in hosts), hosts[0].get("msg")
+    assert sorted(hosts[0]["fetched"]) == sorted(wheels)
+    assert hosts[0]["bytes_fetched"] > 0 and hosts[0]["changed"] is True
+    assert [(h["fetched"], h["changed"]) for h in hosts[1:]] == [([], False), ([], False)], "fetched once"
+    served = wheels_served()[before:]
+    assert sorted(served) == sorted(w.replace("+", "%2B") for w in wheels), "each wheel crossed once"
+    house = tmp_path / "wheelhouse"
+    house.mkdir()
+    for path in hosts[2]["files"]:
+        shutil.copy(path, house)
+    dead = {upstream: "http://127.0.0.1:9/simple" for upstream in pyindex.overrides}  # nothing listens on port 9
+    built = run_module("spark_venv", place(lock=lock, wheelhouse=str(house), index_overrides=dead,
+                                           root=str(tmp_path / "cut-off"), link=str(tmp_path / "cut-off-venv")))
+    assert not built["failed"], built.get("msg")
+    assert all(s["command"].startswith(f"pip install --no-index --find-links {house} --require-hashes")
+               for s in built["steps"]), built["steps"]
+    assert all(i["ok"] for i in built["imports"]) and built["packages"]["trl"] == "1.8.0"
+    assert len(wheels_served()) == before + len(wheels), "the build asked no index"
+    refused = run_module("spark_venv", place(wheelhouse=str(house)), "--check")
+    assert refused["failed"] and "without the hash lock" in refused["msg"]
+
+
+def test_a_fleets_venvs_from_the_lock_take_each_wheel_from_the_index_once(pyindex, tmp_path):
+    """Issue 38, the role as site.yml runs it on two hosts: the index serves each wheel of the lock once for the
+    fleet (before: once per host), every host's venv is built and active, and a second run changes nothing."""
+    from indexes import venv_fleet
+
+    proc, served = venv_fleet(tmp_path, pyindex, hosts=2, wheelhouse=True)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert served["wheels"] == served["distinct"] > 0, served
+    for n in (1, 2):
+        assert (tmp_path / f"host-{n}" / "venv" / "bin" / "python").exists()
+        assert sorted(p.name for p in (tmp_path / f"host-{n}" / "venvs" / ".wheelhouse").iterdir()) == sorted(
+            p.name for p in (tmp_path / "controller-cache").glob("*/*.whl"))
+    again, served_again = venv_fleet(tmp_path, pyindex, hosts=2, wheelhouse=True)
+    assert again.returncode == 0 and served_again["wheels"] == 0, again.stdout[-3000:]
+    assert "changed=0" in again.stdout and "changed=1" not in again.stdout, again.stdout[-3000:]

@@ -1,0 +1,212 @@
+#!/usr/bin/python
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Fetch the hash lock's wheels once for the fleet into a cache on the controller."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: spark_wheelhouse
+short_description: Fetch every wheel of the stack matrix's hash lock once, into a cache the fleet's hosts install from
+description:
+  - For each package of each step of the hash lock, the wheel for the matrix's target (Python, linux architecture,
+    glibc), from the step's index (or its override) and the earlier steps', with pip's C(--require-hashes) against
+    the lock's sha256, into O(cache) (C(<cache>/<sha256>/<wheel>)). A wheel already there, with that sha256, is not
+    fetched again; so across a fleet each wheel crosses from its index once, whichever host asked first.
+  - Runs where the cache is (the controller, C(delegate_to localhost)); the hosts then get the files from RV(files)
+    and install with C(--no-index) (spark_venv's O(wheelhouse)). Calls for several hosts at once take turns on the
+    cache (a lock file), so none fetches what another is fetching.
+  - pip runs isolated from this machine's pip configuration; an index URL (a mirror's token) reaches pip through its
+    environment, never its argv, and is masked in the result.
+version_added: "0.4.0"
+author: sparkfleet contributors (@sparkfleet)
+options:
+  lock:
+    description: The hash lock (C(sparkfleet matrix lock) writes it).
+    type: dict
+    required: true
+  matrix:
+    description: The stack matrix the lock was written for (its target and its steps' indexes).
+    type: dict
+    required: true
+  index_overrides:
+    description: Upstream index URL -> the URL to use instead (a mirror).
+    type: dict
+    default: {}
+  cache:
+    description: The folder the wheels are kept in, shared by every host of the fleet.
+    type: path
+    required: true
+  timeout:
+    description: Seconds pip waits for an index.
+    type: int
+    default: 60
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: Says which wheels it would fetch; fetches nothing.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
+      diff mode.
+    support: none
+  idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation
+      indicates no change.
+    support: full
+    details: A wheel in the cache with the lock's sha256 is not fetched again.
+"""
+
+EXAMPLES = r"""
+- name: Fetch the lock's wheels once for the fleet
+  sparkfleet.spark.spark_wheelhouse:
+    lock: "{{ spark_venv_lock }}"
+    matrix: "{{ lookup('ansible.builtin.file', 'matrix/spark-stack.yml') | from_yaml }}"
+    cache: ~/.cache/sparkfleet/wheels
+  delegate_to: localhost
+  register: wheels
+"""
+
+RETURN = r"""
+files:
+  description: The cache's file of every wheel of the lock (absolute paths), in the lock's order.
+  returned: success
+  type: list
+  elements: str
+fetched:
+  description: The wheels this call fetched from their index.
+  returned: success
+  type: list
+  elements: str
+cached:
+  description: The wheels already in the cache.
+  returned: success
+  type: list
+  elements: str
+bytes_fetched:
+  description: The bytes of the wheels this call fetched.
+  returned: success
+  type: int
+"""
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
+    MatrixError,
+    check,
+    hashed_requirements,
+    index_env,
+    matrix_secrets,
+    override,
+    platform_tags,
+    validate_lock,
+)
+
+
+def sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cached(cache: str, entry: dict) -> str | None:
+    """The cache's file for a lock entry, when it is there with the lock's sha256."""
+    folder = os.path.join(cache, entry["sha256"])
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        path = os.path.join(folder, name)
+        if name.endswith(".whl") and sha256(path) == entry["sha256"]:
+            return path
+    return None
+
+
+def fetch(module: AnsibleModule, matrix: dict, position: int, entries: list[dict], cache: str) -> list[str]:
+    """pip download the step's missing wheels (exactly the lock's, --require-hashes) and keep each by its sha256."""
+    step = matrix["steps"][position]
+    overrides = module.params["index_overrides"]
+    indexes = [override(step["index_url"], overrides)]
+    indexes += [url for url in dict.fromkeys(override(e["index_url"], overrides) for e in matrix["steps"][:position])
+                if url not in indexes]
+    target = matrix["target"]
+    with tempfile.TemporaryDirectory(dir=cache) as work:
+        requirements = os.path.join(work, "requirements.txt")
+        with open(requirements, "w", encoding="utf-8") as handle:
+            handle.write(hashed_requirements(entries))
+        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes", "--only-binary=:all:",
+                "--python-version", target["python"], "--implementation", "cp",
+                *[a for tag in platform_tags(target) for a in ("--platform", tag)],
+                "--timeout", str(module.params["timeout"]), "--progress-bar", "off", "-d", os.path.join(work, "w"),
+                "-r", requirements]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+        env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1",
+                   PIP_NO_CACHE_DIR="1", **index_env(indexes))
+        # subprocess: pip's environment of its own (this machine's PIP_* left out), which run_command cannot give.
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)  # pylint: disable=ansible-bad-function
+        if proc.returncode != 0:
+            module.fail_json(msg=f"step {step['id']}: the lock's wheels could not be fetched from "
+                                 f"{', '.join(indexes)}: {(proc.stderr or proc.stdout).strip()[-1500:]}. The cache "
+                                 "keeps what it had; nothing on the hosts changed.")
+        kept = []
+        for name in sorted(os.listdir(os.path.join(work, "w"))):
+            path = os.path.join(work, "w", name)
+            folder = os.path.join(cache, sha256(path))
+            os.makedirs(folder, exist_ok=True)
+            shutil.move(path, os.path.join(folder, name))
+            kept.append(os.path.join(folder, name))
+        return kept
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "lock": {"type": "dict", "required": True},
+            "matrix": {"type": "dict", "required": True},
+            "index_overrides": {"type": "dict", "default": {}},
+            "cache": {"type": "path", "required": True},
+            "timeout": {"type": "int", "default": 60},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    module.no_log_values.update(matrix_secrets(p["matrix"], p["index_overrides"]))
+    try:
+        matrix = check(p["matrix"])
+    except MatrixError as exc:
+        module.fail_json(msg=f"{exc}. Nothing was fetched.")
+    errors = validate_lock(p["lock"], matrix)
+    if errors:
+        module.fail_json(msg="the hash lock cannot be used: " + "; ".join(errors) + ". Nothing was fetched.")
+    cache = p["cache"]
+    result = {"changed": False, "files": [], "fetched": [], "cached": [], "bytes_fetched": 0}
+    os.makedirs(cache, mode=0o755, exist_ok=True)
+    with open(os.path.join(cache, ".lock"), "w", encoding="utf-8") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)  # the fleet's hosts take turns: none fetches what another fetches
+        for position, step in enumerate(matrix["steps"]):
+            entries = p["lock"]["steps"][step["id"]]
+            missing = [e for e in entries if cached(cache, e) is None]
+            result["cached"] += [e.get("wheel") or e["name"] for e in entries if e not in missing]
+            if missing and not module.check_mode:
+                for path in fetch(module, matrix, position, missing, cache):
+                    result["fetched"].append(os.path.basename(path))
+                    result["bytes_fetched"] += os.path.getsize(path)
+            elif missing:
+                result["fetched"] += [e.get("wheel") or e["name"] for e in missing]
+            result["changed"] = result["changed"] or bool(missing)
+            result["files"] += [cached(cache, e) or "" for e in entries]
+    if not module.check_mode and "" in result["files"]:
+        module.fail_json(msg="pip fetched the step's wheels but the cache lacks one the lock names (its sha256 "
+                             "differs); nothing on the hosts changed.", **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
