@@ -71,6 +71,11 @@ def main() -> int:
             started = time.monotonic()
             if tool == "pip":
                 run([PYTHON, "-m", "venv", str(venv)], env)
+                # Debian's Python 3.11 seeds pip 23.0.1, which misreads PEP 658 metadata ("inconsistent Name"):
+                # today's pip first (as Ubuntu 24.04's Python 3.12 seeds pip 24), not counted.
+                run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-U", "pip"],
+                    {k: v for k, v in os.environ.items()})
+                started = time.monotonic()
             else:
                 run([uv, "venv", "-q", "--python", PYTHON, str(venv)], env)
             seconds = []

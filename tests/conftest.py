@@ -49,6 +49,7 @@ LONGEST_FIRST = (
     "tests/cluster/test_cluster_lab.py",
     "tests/integration/test_mirror.py",
     "tests/integration/test_venv.py",
+    "tests/integration/test_matrix_propose.py",
     "tests/integration/test_abi_scan_real.py",
     "tests/integration/test_derived_images.py",
     "tests/integration/test_matrix_check.py",

@@ -23,7 +23,8 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix imp
 )
 
 # The smoke step's figures an evidence block keeps.
-SMOKE_FIELDS = ("device", "verdict", "first_loss", "last_loss", "drop", "seconds_per_step", "peak_gpu_memory_mb")
+SMOKE_FIELDS = ("device", "verdict", "first_loss", "last_loss", "drop", "losses", "seconds_per_step",
+                "peak_gpu_memory_mb")
 
 
 def given_pins(matrix: dict, pins: list) -> dict[str, str]:

@@ -82,6 +82,28 @@ def test_a_pin_the_matrix_does_not_have_is_refused_before_any_index_is_asked(ind
     assert len(index.requests) == before
 
 
+def test_at_the_command_line_a_set_that_does_not_resolve_fails_on_the_controller_and_touches_no_host(index,
+                                                                                                       tmp_path):
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sparks": {"hosts": {"spark-01": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "spark_venv_index_overrides": index.overrides}}}}}}))
+    report = tmp_path / "report"
+    proc = subprocess.run([str(BIN / "sparkfleet"), "matrix", "propose", "-i", str(inventory), "--canary", "spark-01",
+                           "-e", '{"matrix_propose_pins": ["trl==1.10.0", "datasets==4.3.0"]}', "--plain",
+                           "--report-dir", str(report)], cwd=tmp_path, capture_output=True, text=True, check=False,
+                          env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    data = json.loads((report / "report.json").read_text())
+    [failure] = data["hosts"]["localhost"]["failures"]
+    assert failure["msg"].startswith("the candidate does not resolve (stage resolve), step stack: Cannot install "
+                                     "datasets==4.3.0 and trl==1.10.0")
+    assert "To blame: datasets==4.3.0 (given), trl 1.8.0 -> 1.10.0. Nothing was built or written" in failure["msg"]
+    assert "spark-01" not in data["hosts"], "the canary's play never started"
+    assert not (inventory / "matrix").exists()
+
+
 # --- the whole command, on a canary driven locally --------------------------------------------------------------
 
 SMOKE_MATRIX = {
