@@ -97,7 +97,7 @@ options:
     description:
       - A folder on the host holding the hash lock's wheels (spark_wheelhouse fetched them once for the fleet, and
         spark_venv copied them here). Each step then installs from it alone (C(--no-index --find-links), still
-        C(--require-hashes)): no index is asked, so a host that cannot reach them builds all the same.
+        C(--require-hashes)) - no index is asked, so a host that cannot reach them builds all the same.
       - Only with O(lock).
     type: path
   keep:
