@@ -15,8 +15,8 @@ description:
     the lock's sha256, into O(cache) (C(<cache>/<sha256>/<wheel>)). A wheel already there, with that sha256, is not
     fetched again; so across a fleet each wheel crosses from its index once, whichever host asked first.
   - Runs where the cache is (the controller, C(delegate_to localhost)); the hosts then get the files from RV(files)
-    and install with C(--no-index) (spark_venv's O(wheelhouse)). Calls for several hosts at once take turns on the
-    cache (a lock file), so none fetches what another is fetching.
+    and install with C(--no-index) (spark_venv's option C(wheelhouse)). Calls for several hosts at once take turns
+    on the cache (a lock file), so none fetches what another is fetching.
   - pip runs isolated from this machine's pip configuration; an index URL (a mirror's token) reaches pip through its
     environment, never its argv, and is masked in the result.
 version_added: "0.4.0"
