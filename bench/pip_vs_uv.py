@@ -102,7 +102,7 @@ def main() -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                             check=False).stdout.strip()
     (REPO / "bench" / "results" / "pip_vs_uv.json").write_text(json.dumps(
-        {"commit": commit, "date": time.strftime("%Y-%m-%d"), "uv": version, "same_packages": same,
+        {"commit": commit, "date": time.strftime("%Y-%m-%d"), "uv_version": version, "same_packages": same,
          **{tool: {k: v for k, v in f.items() if k != "packages"} for tool, f in figures.items()},
          "packages": figures["pip"]["packages"]}, indent=2) + "\n")
     return 0

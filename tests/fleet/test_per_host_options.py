@@ -46,8 +46,9 @@ NOT_VARIED = {
     "spark_advisories_packages": "set by the role that includes spark_advisories",
     "spark_advisories_playbooks": "set by the role that includes spark_advisories",
 }
-VENV = "the fleet builds no venv (an emulated build takes minutes): per host in " \
-       "tests/integration/test_per_host_settings.py and the venv lab"
+VENV = ("the lab fleet builds no venv (an emulated build takes minutes): a fleet of three hosts driven locally, the "
+        "third with its own venv settings, in tests/integration/test_venv.py; the refusals per host in "
+        "tests/integration/test_per_host_settings.py")
 
 
 def options() -> set[str]:

@@ -34,14 +34,14 @@ class Index:
         self.server.server_close()
 
 
-def venv_fleet(workdir: Path, index: Index, hosts: int, wheelhouse: bool):
+def venv_fleet(workdir: Path, index: Index, hosts: int, wheelhouse: bool, own: dict | None = None):
     """The role spark_venv run as site.yml runs it, from the hash lock, on `hosts` hosts driven locally (each its
     own venv root and link on this machine: a fleet's hosts, as far as the indexes can tell), through
     ansible-playbook. Returns (the process, how many wheels and bytes the index served during the run).
 
     The matrix is the real one retargeted at this machine (the test bed's stand-ins are pure Python), its lock
     written by the matrix check against the index; the hosts are simulated (their torch is the test bed's double,
-    so the other GPU frameworks are not exercised, as on a lab host)."""
+    so the other GPU frameworks are not exercised, as on a lab host). `own`: host name -> its host_vars."""
     import subprocess
     import sys
 
@@ -59,7 +59,8 @@ def venv_fleet(workdir: Path, index: Index, hosts: int, wheelhouse: bool):
     (inventory / "group_vars" / "all" / "spark_venv_lock.yml").write_text(yaml.safe_dump(
         {"spark_venv_lock": lock_from_sequence(matrix, checked["sequence"])}))
     names = {f"venv-host-{n}": {"spark_venv_root": str(workdir / f"host-{n}" / "venvs"),
-                                "spark_venv_link": str(workdir / f"host-{n}" / "venv")} for n in range(1, hosts + 1)}
+                                "spark_venv_link": str(workdir / f"host-{n}" / "venv"),
+                                **(own or {}).get(f"venv-host-{n}", {})} for n in range(1, hosts + 1)}
     (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sparks": {"hosts": names}}, "vars": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
         "spark_preflight_require_spark": False, "spark_preflight_simulated": True,

@@ -326,7 +326,18 @@ def test_a_lock_for_another_matrix_is_refused_before_anything_is_built(place, py
     assert not (tmp_path / "venvs").exists()
 
 
-def test_a_fleet_fetches_each_locked_wheel_once_and_a_host_cut_off_from_the_indexes_still_builds(place, pyindex,
+@pytest.fixture
+def own_index(tmp_path):
+    """An index of this test's own: the module's (pyindex) has a wheel swapped by the test above, and pip's cache
+    of its pages would give the lock the old bytes' hash."""
+    from indexes import Index
+
+    served = Index(tmp_path / "own-index")
+    yield served
+    served.close()
+
+
+def test_a_fleet_fetches_each_locked_wheel_once_and_a_host_cut_off_from_the_indexes_still_builds(place, own_index,
                                                                                                   tmp_path):
     """Issue 38: a venv built across N hosts fetched every wheel N times from the indexes (a pip cache per host).
     spark_wheelhouse fetches each wheel of the hash lock once into the controller's cache, the hosts after the
@@ -334,16 +345,16 @@ def test_a_fleet_fetches_each_locked_wheel_once_and_a_host_cut_off_from_the_inde
     whose indexes are unreachable builds all the same."""
     import shutil
 
-    lock = _lock(pyindex)
+    lock = _lock(own_index)
     wheels = {e["wheel"].replace("%2B", "+") for step in lock["steps"].values() for e in step}  # a wheel two
     # steps hold (torch: its own, and as the stack's dependency) is one file
     cache = tmp_path / "controller-cache"
 
     def wheels_served() -> list[str]:
-        return [r.rsplit("/", 1)[-1] for r in pyindex.requests if r.endswith(".whl")]
+        return [r.rsplit("/", 1)[-1] for r in own_index.requests if r.endswith(".whl")]
 
     before = len(wheels_served())
-    hosts = [run_module("spark_wheelhouse", {"lock": lock, "matrix": MATRIX, "index_overrides": pyindex.overrides,
+    hosts = [run_module("spark_wheelhouse", {"lock": lock, "matrix": MATRIX, "index_overrides": own_index.overrides,
                                              "cache": str(cache)}) for _host in range(3)]
     assert not any(h["failed"] for h in hosts), hosts[0].get("msg")
     assert sorted(hosts[0]["fetched"]) == sorted(wheels)
@@ -355,7 +366,7 @@ def test_a_fleet_fetches_each_locked_wheel_once_and_a_host_cut_off_from_the_inde
     house.mkdir()
     for path in hosts[2]["files"]:
         shutil.copy(path, house)
-    dead = {upstream: "http://127.0.0.1:9/simple" for upstream in pyindex.overrides}  # nothing listens on port 9
+    dead = {upstream: "http://127.0.0.1:9/simple" for upstream in own_index.overrides}  # nothing listens on port 9
     built = run_module("spark_venv", place(lock=lock, wheelhouse=str(house), index_overrides=dead,
                                            root=str(tmp_path / "cut-off"), link=str(tmp_path / "cut-off-venv")))
     assert not built["failed"], built.get("msg")
@@ -367,18 +378,26 @@ def test_a_fleet_fetches_each_locked_wheel_once_and_a_host_cut_off_from_the_inde
     assert refused["failed"] and "without the hash lock" in refused["msg"]
 
 
-def test_a_fleets_venvs_from_the_lock_take_each_wheel_from_the_index_once(pyindex, tmp_path):
-    """Issue 38, the role as site.yml runs it on two hosts: the index serves each wheel of the lock once for the
-    fleet (before: once per host), every host's venv is built and active, and a second run changes nothing."""
+def test_a_fleets_venvs_from_the_lock_take_each_wheel_from_the_index_once(own_index, tmp_path):
+    """Issue 38, the role as site.yml runs it: the index serves each wheel of the lock once for the hosts that use
+    the controller's wheelhouse (before: once per host); every host's venv is built and active, and a second run
+    changes nothing. Issue 35: the third host differs in every venv option a fleet can vary (host_vars) and is
+    built by its own: its wheels from the index itself, its age limit strict, its pip environment and timeouts."""
     from indexes import venv_fleet
 
-    proc, served = venv_fleet(tmp_path, pyindex, hosts=2, wheelhouse=True)
+    own = {"venv-host-3": {"spark_venv_wheelhouse": False, "spark_venv_keep": 2, "spark_venv_max_age_days": 3650,
+                           "spark_venv_strict_age": True, "spark_venv_pip_env": {"PIP_DEFAULT_TIMEOUT": "30"},
+                           "spark_venv_verify_timeout": 240, "spark_venv_policy": "report",
+                           "spark_venv_wheelhouse_cache": str(tmp_path / "unused-cache")}}
+    proc, served = venv_fleet(tmp_path, own_index, hosts=3, wheelhouse=True, own=own)
     assert proc.returncode == 0, proc.stdout[-4000:]
-    assert served["wheels"] == served["distinct"] > 0, served
-    for n in (1, 2):
+    assert served["wheels"] == 2 * served["distinct"] > 0, "once for hosts 1 and 2, once for host 3"
+    for n in (1, 2, 3):
         assert (tmp_path / f"host-{n}" / "venv" / "bin" / "python").exists()
+    for n in (1, 2):
         assert sorted(p.name for p in (tmp_path / f"host-{n}" / "venvs" / ".wheelhouse").iterdir()) == sorted(
             p.name for p in (tmp_path / "controller-cache").glob("*/*.whl"))
-    again, served_again = venv_fleet(tmp_path, pyindex, hosts=2, wheelhouse=True)
+    assert not (tmp_path / "host-3" / "venvs" / ".wheelhouse").exists() and not (tmp_path / "unused-cache").exists()
+    again, served_again = venv_fleet(tmp_path, own_index, hosts=3, wheelhouse=True, own=own)
     assert again.returncode == 0 and served_again["wheels"] == 0, again.stdout[-3000:]
     assert "changed=0" in again.stdout and "changed=1" not in again.stdout, again.stdout[-3000:]
