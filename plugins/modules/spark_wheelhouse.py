@@ -12,8 +12,9 @@ short_description: Fetch every wheel of the stack matrix's hash lock once, into 
 description:
   - For each package of each step of the hash lock, the wheel for the matrix's target (Python, linux architecture,
     glibc), from the step's index (or its override) and the earlier steps', with pip's C(--require-hashes) against
-    the lock's sha256, into O(cache) (C(<cache>/<sha256>/<wheel>)). A wheel already there, with that sha256, is not
-    fetched again; so across a fleet each wheel crosses from its index once, whichever host asked first.
+    the lock's sha256, into O(cache) (C(<cache>/<sha256>/<wheel>), its sha256 read again before it is kept). A wheel
+    already there is not fetched again; so across a fleet each wheel crosses from its index once, whichever host
+    asked first. The hosts install with C(--require-hashes) too, so a file changed in the cache fails their build.
   - Runs where the cache is (the controller, C(delegate_to localhost)); the hosts then get the files from RV(files)
     and install with C(--no-index) (spark_venv's option C(wheelhouse)). Calls for several hosts at once take turns
     on the cache (a lock file), so none fetches what another is fetching.
@@ -120,13 +121,13 @@ def sha256(path: str) -> str:
 
 
 def cached(cache: str, entry: dict) -> str | None:
-    """The cache's file for a lock entry, when it is there with the lock's sha256."""
+    """The cache's file for a lock entry: a wheel in the folder named by the lock's sha256. A file goes there only
+    once pip fetched it with --require-hashes and its sha256 was read again (fetch()); it is not read once more on
+    every call (a lock's wheels are gigabytes), since each host installs it with --require-hashes, which fails on
+    a file changed since."""
     folder = os.path.join(cache, entry["sha256"])
-    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-        path = os.path.join(folder, name)
-        if name.endswith(".whl") and sha256(path) == entry["sha256"]:
-            return path
-    return None
+    wheels = sorted(n for n in os.listdir(folder) if n.endswith(".whl")) if os.path.isdir(folder) else []
+    return os.path.join(folder, wheels[0]) if wheels else None
 
 
 def fetch(module: AnsibleModule, matrix: dict, position: int, entries: list[dict], cache: str) -> list[str]:
@@ -192,8 +193,9 @@ def main() -> None:
         fcntl.flock(guard, fcntl.LOCK_EX)  # the fleet's hosts take turns: none fetches what another fetches
         for position, step in enumerate(matrix["steps"]):
             entries = p["lock"]["steps"][step["id"]]
-            missing = [e for e in entries if cached(cache, e) is None]
-            result["cached"] += [e.get("wheel") or e["name"] for e in entries if e not in missing]
+            found = {e["sha256"]: cached(cache, e) for e in entries}
+            missing = [e for e in entries if found[e["sha256"]] is None]
+            result["cached"] += [os.path.basename(found[e["sha256"]]) for e in entries if e not in missing]
             if missing and not module.check_mode:
                 for path in fetch(module, matrix, position, missing, cache):
                     result["fetched"].append(os.path.basename(path))

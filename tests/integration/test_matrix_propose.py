@@ -180,6 +180,7 @@ def run_propose(canary, name: str, *extra: str) -> tuple[subprocess.CompletedPro
 @pytest.mark.network
 def test_a_candidate_that_learns_is_written_with_its_evidence_and_nothing_else_moves(canary):
     before = tree(canary["home"] / "venvs"), os.readlink(canary["home"] / "venv")
+    (canary["home"] / "candidates" / "spark-stack-2026-11-30-0123456789ab").mkdir(parents=True)  # a failed one's
     proc, data = run_propose(canary, "green")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     written = canary["inventory"] / "matrix" / f"spark-stack-{TODAY}.yml"
