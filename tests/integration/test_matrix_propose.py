@@ -250,3 +250,16 @@ def test_the_proof_is_judged_stage_by_stage_and_blames_what_the_failure_names():
         "trl 1.8.0 -> 1.10.0 (not named by the failure)", "datasets 4.3.0 -> 4.7.0 (not named by the failure)"])
     assert judge(built, gpu, {"verdict": "ok"}, rows, False)["ok"] is True
     assert copy.deepcopy(rows) == rows
+
+
+def test_a_host_list_inventory_is_refused_before_any_index_is_asked(tmp_path):
+    """A host list (-i spark-01,) has no directory to write the proposed matrix into: before, the file would have
+    gone to /spark-stack-<day>.yml."""
+    report = tmp_path / "report"
+    proc = subprocess.run([str(BIN / "sparkfleet"), "matrix", "propose", "-i", "spark-01,", "-c", "local",
+                           "--canary", "spark-01", "--plain", "--report-dir", str(report)], cwd=tmp_path,
+                          capture_output=True, text=True, check=False,
+                          env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    [failure] = json.loads((report / "report.json").read_text())["hosts"]["localhost"]["failures"]
+    assert "is a host list, which has no directory for the proposed matrix" in failure["msg"]
