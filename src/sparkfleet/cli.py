@@ -9,8 +9,10 @@ events.py (what each host did), report.py and terminal.py (the reports and the s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from sparkfleet import __version__, lab, report
 from sparkfleet.arguments import build_parser
 from sparkfleet.collection_home import PROJECT_DIR
 from sparkfleet.commands import ansible_core_version, error, run_command
-from sparkfleet.runner import EXIT_BAD_INPUT, EXIT_OK, ansible_config
+from sparkfleet.runner import CANCEL_SIGNALS, EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_OK, ansible_config
 from sparkfleet.terminal import make_console, print_summary
 
 __all__ = ["main"]
@@ -70,6 +72,28 @@ def show_report(path: Path, console: Console) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command; a cancel (Ctrl-C, SIGTERM, SIGHUP) before the playbook starts - while the inventory is read,
+    at a password prompt - ends it with 130 and a line that says nothing ran, as a cancel during the run does."""
+    cancelled = {"by": "SIGINT"}
+
+    def on_signal(signum, frame):
+        cancelled["by"] = signal.Signals(signum).name
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in CANCEL_SIGNALS if sig != signal.SIGINT}
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+            print(f"\nsparkfleet: cancelled ({cancelled['by']}) before the playbook started: nothing was run on "
+                  "any host", file=sys.stderr)
+        return EXIT_CANCELLED
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     if "--version" in (sys.argv[1:] if argv is None else argv)[:1]:
         print(version_text())

@@ -66,3 +66,21 @@ def end_run(root: int, grace: float = 5.0) -> set[int]:
         if not pids:
             break
     return ended
+
+
+def run_ended_with_us(argv: list[str], timeout: float, env: dict[str, str]) -> tuple[int, str]:
+    """(exit status, stdout) of a helper command (ansible-inventory) run in a process group of its own, which is
+    killed whole when this one is cancelled or the timeout passes: an inventory script it started does not outlive
+    sparkfleet. Raises subprocess.TimeoutExpired and OSError as subprocess.run does."""
+    import subprocess
+
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env=env, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return proc.returncode, out

@@ -33,7 +33,7 @@ from sparkfleet import ansible_config as _config
 from sparkfleet.ansible_config import AnsibleConfig
 from sparkfleet.collection_home import ANSIBLE_CFG, COLLECTIONS_DIR, PROJECT_DIR, collection_module
 from sparkfleet.events import Fleet
-from sparkfleet.processes import end_run
+from sparkfleet.processes import end_run, run_ended_with_us
 from sparkfleet.progress import Progress
 
 # Ctrl-C, kill's default and a closed terminal end a run the same way: its processes first, then the rest.
@@ -159,10 +159,9 @@ def inventory_groups(inventory: str, config: AnsibleConfig) -> list[str]:
     import subprocess
 
     try:
-        proc = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", inventory, "--list"],
-                              capture_output=True, text=True, timeout=60, check=False,
-                              env={**os.environ, **config.env})
-        data = json.loads(proc.stdout)
+        _, out = run_ended_with_us([str(Path(sys.executable).parent / "ansible-inventory"), "-i", inventory,
+                                    "--list"], timeout=60, env={**os.environ, **config.env})
+        data = json.loads(out)
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return []
     return sorted(name for name, group in data.items()

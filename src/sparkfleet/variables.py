@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from sparkfleet.collection_home import PROJECT_DIR
+from sparkfleet.processes import run_ended_with_us
 
 PREFIX = re.compile(r"^(spark|sparkfleet|cluster)_")
 # Read by the playbooks (not by a role's argument spec), or written into the inventory by sparkfleet itself.
@@ -162,10 +163,9 @@ def inventory_values(inventory: str, env: dict[str, str]) -> dict[str, dict]:
     """Each host's inventory variables (group_vars and host_vars merged), as ansible-inventory lists them; empty
     when it cannot list them without help (a vaulted file, a dynamic source that fails): Ansible then says why."""
     try:
-        proc = subprocess.run([str(Path(sys.executable).parent / "ansible-inventory"), "-i", inventory, "--list"],
-                              capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL,
-                              env={**os.environ, **env})
-        data = json.loads(proc.stdout) if proc.returncode == 0 else {}
+        rc, out = run_ended_with_us([str(Path(sys.executable).parent / "ansible-inventory"), "-i", inventory,
+                                     "--list"], timeout=60, env={**os.environ, **env})
+        data = json.loads(out) if rc == 0 else {}
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return {}
     hostvars = ((data.get("_meta") or {}).get("hostvars") or {}) if isinstance(data, dict) else {}

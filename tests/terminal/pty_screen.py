@@ -87,10 +87,12 @@ def processes_marked(mark: str) -> list[str]:
 
 def started(mark: str, deadline: float = 60) -> None:
     """Wait until the run's module (the resolver, waiting on the silent registry) is running: a process of the
-    run that is neither sparkfleet nor ansible-playbook (its workers share its command line)."""
+    run that is neither sparkfleet, nor ansible-playbook (its workers share its command line), nor the
+    ansible-inventory sparkfleet reads the inventory with before the playbook starts."""
     end = time.monotonic() + deadline
     while time.monotonic() < end:
-        if any("sparkfleet" not in p and "ansible-playbook" not in p for p in processes_marked(mark)):
+        if any(all(name not in p for name in ("sparkfleet", "ansible-playbook", "ansible-inventory"))
+               for p in processes_marked(mark)):
             time.sleep(1)
             return
         time.sleep(0.3)

@@ -255,6 +255,36 @@ def test_cancelling_ends_every_process_of_the_run_before_the_lock_is_freed(home,
         registry.close()
 
 
+@pytest.mark.parametrize("how", ["ctrl-c at the terminal", "SIGTERM", "SIGHUP"])
+def test_a_cancel_while_the_inventory_is_read_ends_with_130_and_leaves_no_process(home, how):
+    """CI met it: a SIGTERM that came while sparkfleet read the inventory (before the playbook, before the run's
+    own handlers) killed sparkfleet outright - no exit status, no word - and an inventory script it had started
+    ran on. Here an inventory script that takes its time holds sparkfleet there while the cancel comes."""
+    inventory = unreachable_registry_inventory(home)
+    script = inventory / "slow.sh"
+    script.write_text("#!/bin/sh\nsleep 60\necho '{\"_meta\": {\"hostvars\": {}}}'\n")
+    script.chmod(0o755)
+    mark = f"sparkfleet-test-{uuid.uuid4().hex}"
+    screen = Screen(["pin", "-i", "inv"], home, SPARKFLEET_TEST_RUN=mark)
+    end = time.monotonic() + 60
+    while not any("sleep 60" in p for p in processes_marked(mark)):
+        assert time.monotonic() < end, "the inventory script never started"
+        time.sleep(0.2)
+    {"SIGTERM": lambda: os.kill(screen.child.pid, signal.SIGTERM),
+     "SIGHUP": lambda: os.kill(screen.child.pid, signal.SIGHUP),
+     "ctrl-c at the terminal": screen.child.sendintr}[how]()
+    began = time.monotonic()
+    screen.wait()
+    assert screen.rc == 130, screen.text[-3000:]
+    assert time.monotonic() - began < 15, "the cancel waited for the inventory script"
+    assert processes_marked(mark) == [], "a process sparkfleet started outlived it"
+    if how != "SIGHUP":  # the terminal that closed reads nothing
+        by = "SIGINT" if how.startswith("ctrl-c") else how
+        assert f"cancelled ({by}) before the playbook started: nothing was run on any host" in screen.text
+    assert "Traceback" not in screen.text
+    assert not (home / "reports").exists(), "no report of a run that never began"
+
+
 def test_report_json_records_the_versions_and_the_command_as_typed_without_inline_values(home):
     unreachable_registry_inventory(home)
     secret = "inline-secret-" + uuid.uuid4().hex[:8]
