@@ -27,6 +27,9 @@ behaviour make the sequence's rules observable (each says so in its module):
   advisory pypi-trl-1.8.0-datasets) and datasets 4.7.0 is there: a newer set exists that resolves only when
   both move (`sparkfleet matrix propose`).
 
+- uv, the matrix's installer step (matrix/spark-stack.yml): the real wheels of its pin for x86_64 and aarch64,
+  from PyPI, downloaded once by pip into .cache/testbed-wheels (a real program: the venv's steps run through it).
+
 The PyPI tree answers a client that asks for PEP 691's JSON (pip does, and `sparkfleet matrix propose` for the
 dates) with it, each file with its PEP 700 upload-time (UPLOADED); the cu130 tree, as download.pytorch.org,
 serves plain pages only.
@@ -49,6 +52,40 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TORCH_DOUBLE = HERE / "doubles" / "torch" / "torch" / "__init__.py"
+REPO = HERE.parent
+REAL_WHEELS = REPO / ".cache" / "testbed-wheels"
+# pip --platform matches manylinux tags exactly: the tags uv's wheels carry on PyPI, for each architecture.
+INSTALLER_PLATFORMS = {"x86_64": ["manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_28_x86_64"],
+                       "aarch64": ["manylinux_2_17_aarch64", "manylinux2014_aarch64", "manylinux_2_28_aarch64"]}
+
+
+def installer_pin() -> str:
+    """The matrix's installer pin (uv==X), read from matrix/spark-stack.yml: the one place it is written."""
+    import re
+
+    found = re.search(r'"(uv==[0-9][0-9A-Za-z.+!_-]*)"', (REPO / "matrix" / "spark-stack.yml").read_text())
+    if not found:
+        raise SystemExit("matrix/spark-stack.yml has no installer pin uv==X; expected its installer step")
+    return found.group(1)
+
+
+def installer_wheels() -> list[Path]:
+    """The real wheels of the installer pin for each architecture, downloaded by pip once (kept)."""
+    import subprocess
+
+    pin = installer_pin()
+    version = pin.split("==")[1]
+    wheels = []
+    for arch, platforms in INSTALLER_PLATFORMS.items():
+        found = sorted(REAL_WHEELS.glob(f"uv-{version}-*{arch}*.whl"))
+        if not found:
+            python = REPO / ".venv" / "bin" / "python"
+            subprocess.run([str(python if python.exists() else sys.executable), "-m", "pip", "download", "-q",
+                            "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
+                            *[f"--platform={p}" for p in platforms], "-d", str(REAL_WHEELS), pin], check=True)
+            found = sorted(REAL_WHEELS.glob(f"uv-{version}-*{arch}*.whl"))
+        wheels += found[:1]
+    return wheels
 
 
 def build_wheel(out: Path, name: str, version: str, files: dict[str, bytes], requires: list[str] = (),
@@ -121,6 +158,13 @@ def packages(root: Path) -> list[Path]:
     made.append(build_wheel(pypi / "peft", "peft", "0.19.1", {"peft/__init__.py": _module("peft", "0.19.1",
                                                                                            PEFT_BODY)},
                             ["torch>=1.13.0"]))
+    import shutil
+
+    for wheel in installer_wheels():
+        (pypi / "uv").mkdir(parents=True, exist_ok=True)
+        if not (pypi / "uv" / wheel.name).exists():
+            shutil.copyfile(wheel, pypi / "uv" / wheel.name)
+        made.append(pypi / "uv" / wheel.name)
     simple_pages(root)
     return made
 

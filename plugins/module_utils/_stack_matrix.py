@@ -21,6 +21,9 @@ POLICIES = ("matrix", "install", "refuse", "source_build", "index", "warn")
 # pip options a matrix step may carry; anything else is refused so that a
 # typo cannot silently change how a step resolves.
 STEP_ARGS = ("--no-deps", "-U", "--upgrade", "--pre", "--force-reinstall")
+# The installers a matrix's installer step may name: it is installed first, beside the venvs (never into one),
+# and runs the other steps (`uv pip install`); without one, pip does.
+INSTALLERS = ("uv",)
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 _PIN = re.compile(rf"^(?P<name>{_NAME})==(?P<version>[A-Za-z0-9.+!_-]+)$")
 _REQUIREMENT = re.compile(rf"^\s*(?P<name>{_NAME})\s*(?P<extras>\[[^\]]*\])?\s*(?P<spec>[^;]*?)\s*(?:;.*)?$")
@@ -105,6 +108,8 @@ def validate(matrix) -> list[str]:
         if not isinstance(packages, list) or not packages:
             errors.append(f"{where}: packages is missing or empty")
             continue
+        if "installer" in step:
+            errors += _installer_problems(step, where, index == len(steps))
         for spec in packages:
             try:
                 name, _unused = parse_pin(str(spec))
@@ -138,6 +143,29 @@ def validate(matrix) -> list[str]:
         elif policy == "source_build" and not isinstance(comp.get("build_env", {}), dict):
             errors.append(f"components.{name}: build_env must be a mapping")
     return errors
+
+
+def _installer_problems(step: dict, where: str, last: bool) -> list[str]:
+    """What is wrong with a step marked `installer: true` (the tool that runs the other steps)."""
+    if step["installer"] is not True:
+        return [f"{where}: installer is {step['installer']!r}; expected true (or no installer key)"]
+    problems = [] if last else [f"{where}: the installer step must be the last (it resolves alone and moves no "
+                                "other step's indexes or constraints; it is installed first)"]
+    names = [normalize(str(spec).split("==", 1)[0]) for spec in step["packages"]]
+    if len(names) != 1 or names[0] not in INSTALLERS:
+        problems.append(f"{where}: the installer step pins {', '.join(map(str, step['packages']))}; expected one "
+                        f"pin of {' or '.join(INSTALLERS)} (e.g. uv==0.13.9)")
+    return problems
+
+
+def installer(matrix) -> dict | None:
+    """The matrix's installer step (uv), or None: pip runs the steps."""
+    return next((step for step in matrix["steps"] if step.get("installer")), None)
+
+
+def venv_steps(matrix) -> list[dict]:
+    """The steps that install into the venv, in order (all but the installer's)."""
+    return [step for step in matrix["steps"] if not step.get("installer")]
 
 
 def check(matrix) -> dict:
@@ -300,6 +328,19 @@ def url_secrets(urls) -> set[str]:
     return found
 
 
+_SECRET_NAME = re.compile(r"TOKEN|PASSWORD|PASSWD|SECRET|KEY|AUTH|CREDENTIAL", re.I)
+
+
+def env_secrets(env) -> set[str]:
+    """The secrets in an environment given for pip (spark_venv_pip_env): the value of a name that says it is one,
+    and the credentials in a URL value (a proxy's); not every value, as a masked short value (a timeout of 30)
+    would be masked in every string of the result."""
+    if not isinstance(env, dict):
+        return set()
+    values = {str(v) for k, v in env.items() if _SECRET_NAME.search(str(k)) and str(v)}
+    return values | url_secrets(str(v) for v in env.values())
+
+
 def matrix_secrets(matrix, overrides) -> set[str]:
     """url_secrets of every index a matrix and its overrides name (steps, components, the overrides' both
     sides); a malformed matrix gives what it has."""
@@ -329,6 +370,21 @@ def index_env(indexes: list[str]) -> dict:
     hosts = [urllib.parse.urlsplit(url).hostname for url in indexes if url.startswith("http://")]
     if hosts:
         env["PIP_TRUSTED_HOST"] = " ".join(dict.fromkeys(h for h in hosts if h))
+    return env
+
+
+def uv_env(indexes: list[str]) -> dict:
+    """index_env for `uv pip install`: the first index is UV_DEFAULT_INDEX, the others UV_INDEX, asked as pip asks
+    them (the best version any index offers: UV_INDEX_STRATEGY unsafe-best-match; uv's own default stops at the
+    first index that has the package, which would resolve another set than the matrix check did)."""
+    if not indexes:
+        return {}
+    env = {"UV_DEFAULT_INDEX": indexes[0], "UV_INDEX_STRATEGY": "unsafe-best-match"}
+    if indexes[1:]:
+        env["UV_INDEX"] = " ".join(indexes[1:])
+    hosts = [urllib.parse.urlsplit(url).hostname for url in indexes if url.startswith("http://")]
+    if hosts:
+        env["UV_INSECURE_HOST"] = " ".join(dict.fromkeys(h for h in hosts if h))
     return env
 
 
@@ -395,6 +451,7 @@ def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str
     `--no-index --find-links WHEELHOUSE`, no index asked.
     """
     steps = []
+    tool = "uv" if installer(matrix) else "pip"
     for position, step in enumerate(matrix["steps"]):
         indexes = [override(step["index_url"], overrides)]
         args = [*step.get("args", []), *step["packages"]]
@@ -404,13 +461,15 @@ def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str
             args = ["--require-hashes", "--no-deps", "-r", hashes_file(hashes_dir, step["id"])]
             if wheelhouse:
                 indexes, args = [], ["--no-index", "--find-links", wheelhouse, *args]
-        steps.append({"id": step["id"], "why": step.get("why", ""), "indexes": indexes, "args": args, "env": {}})
-    default_index = override(matrix["steps"][-1]["index_url"], overrides)
+        # The installer itself is installed by pip (into a venv of its own, beside the venvs).
+        steps.append({"id": step["id"], "why": step.get("why", ""), "indexes": indexes, "args": args, "env": {},
+                      "tool": "pip" if step.get("installer") else tool, "installer": bool(step.get("installer"))})
+    default_index = override(venv_steps(matrix)[-1]["index_url"], overrides)
     for extra in extras:
         # The matrix's pins are held: an extra that wants another torch fails instead of replacing it.
         args = ["--constraint", constraints_file, *extra["args"], extra["requirement"]]
         step = {"id": f"extra:{extra['name']}", "why": extra["says"], "indexes": [default_index], "args": args,
-                "env": extra["env"]}
+                "env": extra["env"], "tool": tool, "installer": False}
         if extra["index_url"]:
             # Never one pip command over both indexes: pip takes the highest version either offers, so a package
             # of the same name on the matrix's index (PyPI) would win over the one the component table names.
@@ -429,7 +488,8 @@ def display(step: dict) -> str:
     options = ([f"--index-url {redact_url(step['indexes'][0])}"] if step["indexes"] else []) + [
         f"--extra-index-url {redact_url(url)}" for url in step["indexes"][1:]]
     words = " ".join([*options, *(f'"{a}"' if "=" in a or "<" in a or ">" in a else a for a in step["args"])])
-    return f"{env + ' ' if env else ''}pip install {words}"
+    tool = "uv pip" if step.get("tool") == "uv" else "pip"
+    return f"{env + ' ' if env else ''}{tool} install {words}"
 
 
 def platform_tags(target: dict) -> list[str]:

@@ -23,7 +23,9 @@ FINISHED = ("built", "verified", "failed")  # a marker status after which a venv
 
 _PIP_NOISE = ("Looking in ", "Collecting ", "Downloading ", "Using cached ", "Requirement already satisfied",
               "INFO: pip is looking", "WARNING: Retrying", "Obtaining ", "To fix this you could try",
-              "1. loosen the range", "2. remove package versions")
+              "1. loosen the range", "2. remove package versions",
+              # uv's progress lines
+              "Using Python ", "Resolved ", "Prepared ", "Installed ", "Uninstalled ", "Audited ")
 
 
 def now() -> str:
@@ -31,9 +33,10 @@ def now() -> str:
 
 
 def pip_error(stdout: str, stderr: str) -> str:
-    """pip's own explanation: its ERROR lines (stderr) and the conflict report it prints to stdout."""
+    """pip's (or uv's) own explanation: its error lines (stderr) and the conflict report pip prints to stdout."""
     lines = [line.rstrip() for line in (stdout + "\n" + stderr).splitlines()]
-    return "\n".join(line for line in lines if line.strip() and not line.lstrip().startswith(_PIP_NOISE))
+    # without its last full stop: the caller's sentence goes on after it
+    return "\n".join(line for line in lines if line.strip() and not line.lstrip().startswith(_PIP_NOISE)).rstrip(".")
 
 
 def read_marker(path: str) -> dict | None:

@@ -26,6 +26,11 @@ description:
   - pip runs isolated from the host's pip configuration (no pip.conf, no
     PIP_CONSTRAINT such as NGC images set), with one wheel cache under O(root)
     so a rebuild fetches no wheel twice.
+  - Where the matrix has an installer step (C(installer) true, e.g. C(uv==0.13.9)),
+    pip installs it first into C(<root>/.installer/), never into the venv, and
+    it runs the other steps (C(uv pip install --python <venv>)) with the same
+    arguments, asking the indexes as pip does, compiling bytecode as pip does,
+    without the host's uv configuration. A later build from the same pin reuses it.
   - The venv's activate script, and nothing system-wide, exports the matrix's
     environment (TRITON_PTXAS_PATH, HF_XET_HIGH_PERFORMANCE).
 version_added: "0.1.0"
@@ -81,7 +86,12 @@ options:
     elements: str
     default: []
   pip_env:
-    description: Extra environment for pip (a proxy, a CA bundle). Never logged.
+    description:
+      - Extra environment for pip and uv (a proxy, a CA bundle, a timeout).
+      - The values of names that say they are secret (TOKEN, PASSWORD, SECRET, KEY, AUTH, CREDENTIAL) and the
+        credentials in a URL (C(http://user:secret@proxy:3128)) are masked wherever the result would show them;
+        the other values are not (masked, a short one such as a timeout of C(30) would hide every C(30) in the
+        result, the venv's path included).
     type: dict
     default: {}
   lock:
@@ -206,6 +216,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix imp
     MatrixError,
     check,
     display,
+    env_secrets,
     fingerprint,
     hashed_requirements,
     hashes_file,
@@ -217,6 +228,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix imp
     plain_http_refused,
     plan_extras,
     staleness,
+    uv_env,
     validate_lock,
 )
 from ansible_collections.sparkfleet.spark.plugins.module_utils._venv import (
@@ -301,13 +313,53 @@ class Venv:
         return exe, out.strip()
 
     def pip_environment(self) -> dict:
-        # The host's pip configuration must not change the sequence: no pip.conf, no PIP_CONSTRAINT (NGC sets
-        # one), no PIP_INDEX_URL; one cache under root so a rebuild fetches no wheel twice.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+        # The host's pip and uv configuration must not change the sequence: no pip.conf or uv.toml, no
+        # PIP_CONSTRAINT (NGC sets one), no PIP_INDEX_URL or UV_INDEX; one cache each under root so a rebuild
+        # fetches no wheel twice; uv compiles the bytecode pip compiles (the same venv either way).
+        # No COLUMNS: uv wraps its explanation at that width, and the error is read as one line per cause.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_")) and k != "COLUMNS"}
         env.update({"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1",
-                    "PIP_CACHE_DIR": os.path.join(self.root, ".pip-cache"), "PYTHONDONTWRITEBYTECODE": "1"})
+                    "PIP_CACHE_DIR": os.path.join(self.root, ".pip-cache"), "PYTHONDONTWRITEBYTECODE": "1",
+                    "UV_NO_CONFIG": "1", "UV_CACHE_DIR": os.path.join(self.root, ".uv-cache"),
+                    "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", "UV_COMPILE_BYTECODE": "1"})
         env.update({str(k): str(v) for k, v in self.module.params["pip_env"].items()})
         return env
+
+    def installer(self, exe: str, step: dict, shown: dict, env: dict) -> str:
+        """The installer's program (uv), installed by pip into a venv of its own beside the venvs
+        (<root>/.installer/<name>-<version>[-<the locked wheel's sha256>]), reused by later builds from the same
+        pin and wheel; made aside and renamed into place, so a half-made one is never used."""
+        home = os.path.join(self.root, ".installer")
+        (pin,) = next(s["packages"] for s in self.matrix["steps"] if s["id"] == step["id"])
+        locked = [e["sha256"][:12] for e in (self.lock or {}).get("steps", {}).get(step["id"], [])]
+        name = "-".join([pin.replace("==", "-"), *locked])  # another wheel of the same pin: another installer
+        path = os.path.join(home, name)
+        program = os.path.join(path, "bin", "uv")
+        started = time.monotonic()
+        if os.access(program, os.X_OK):
+            shown.update(seconds=0.0, rc=0, reused=path)
+            return program
+        work = f"{path}.sparkfleet-new"
+        shutil.rmtree(work, ignore_errors=True)
+        os.makedirs(home, mode=0o755, exist_ok=True)
+        rc, out, err = self.module.run_command([exe, "-m", "venv", work])
+        if rc != 0:
+            self.fail_build(step["id"], f"{exe} -m venv {work} said: {(err or out).strip()[-800:]}")
+        # subprocess: pip's environment of its own (the host's PIP_* left out), which run_command cannot give.
+        proc = subprocess.run([os.path.join(work, "bin", "python"), "-m", "pip", "install", *step["args"]],  # pylint: disable=ansible-bad-function
+                              env={**env, **index_env(step["indexes"])}, capture_output=True, text=True, check=False)
+        shown.update(seconds=round(time.monotonic() - started, 1), rc=proc.returncode)
+        if proc.returncode != 0:
+            shutil.rmtree(work, ignore_errors=True)
+            self.fail_build(step["id"], f"`{shown['command']}` (the installer, into {path}) exited "
+                                        f"{proc.returncode}: {pip_error(proc.stdout, proc.stderr)[-1500:]}",
+                            pip_stdout=proc.stdout[-4000:], pip_stderr=proc.stderr[-4000:])
+        shutil.rmtree(path, ignore_errors=True)
+        os.rename(work, path)
+        for entry in os.listdir(home):  # an earlier pin's installer: no venv needs it once built
+            if entry != name:
+                shutil.rmtree(os.path.join(home, entry), ignore_errors=True)
+        return program
 
     def fail_build(self, step: str, msg: str, **extra) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
@@ -354,12 +406,17 @@ class Venv:
             atomic_write(hashes_file(self.path, step_id), hashed_requirements(entries))
         vpy = os.path.join(self.path, "bin", "python")
         env = self.pip_environment()
+        shown_by_id = {s["id"]: shown for s, shown in zip(self.steps, self.result["steps"], strict=True)}
+        uv = next((self.installer(exe, s, shown_by_id[s["id"]], env) for s in self.steps if s["installer"]), None)
         for step, shown in zip(self.steps, self.result["steps"], strict=True):
+            if step["installer"]:
+                continue
             started = time.monotonic()
+            argv, indexes = (([uv, "pip", "install", "--python", vpy], uv_env(step["indexes"])) if step["tool"] == "uv"
+                             else ([vpy, "-m", "pip", "install"], index_env(step["indexes"])))
             # subprocess: pip's environment of its own (the host's PIP_* left out), which run_command cannot give.
-            proc = subprocess.run([vpy, "-m", "pip", "install", *step["args"]],  # pylint: disable=ansible-bad-function
-                                  env={**env, **index_env(step["indexes"]), **step["env"]},
-                                  capture_output=True, text=True, check=False)
+            proc = subprocess.run([*argv, *step["args"]],  # pylint: disable=ansible-bad-function
+                                  env={**env, **indexes, **step["env"]}, capture_output=True, text=True, check=False)
             shown["seconds"] = round(time.monotonic() - started, 1)
             shown["rc"] = proc.returncode
             if proc.returncode != 0:
@@ -472,7 +529,7 @@ def main() -> None:
             "insecure_indexes": {"type": "list", "elements": "str", "default": []},
             "wheelhouse": {"type": "path"},
             "extra_packages": {"type": "list", "elements": "str", "default": []},
-            "pip_env": {"type": "dict", "default": {}, "no_log": True},
+            "pip_env": {"type": "dict", "default": {}, "no_log": False},
             "lock": {"type": "dict"},
             "keep": {"type": "int", "default": 1},
             "max_age_days": {"type": "int", "default": 90},
@@ -484,6 +541,7 @@ def main() -> None:
     )
     # A token in an index URL (a private mirror's) is masked in the whole result, module_args included.
     module.no_log_values.update(matrix_secrets(module.params["matrix"], module.params["index_overrides"]))
+    module.no_log_values.update(env_secrets(module.params["pip_env"]))
     venv = Venv(module)
     {"built": venv.built, "active": venv.switch, "failed": venv.mark_failed}[module.params["state"]]()
 

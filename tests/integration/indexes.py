@@ -34,6 +34,15 @@ class Index:
         self.server.server_close()
 
 
+def here(matrix: dict) -> dict:
+    """The matrix retargeted at this machine (x86_64, Debian 12's glibc, this Python): what a lock must be for
+    when its hosts are this machine, as the installer's wheel (uv, a real program) is one per architecture."""
+    import sys
+
+    return {**matrix, "target": {"python": f"{sys.version_info[0]}.{sys.version_info[1]}", "arch": "x86_64",
+                                 "glibc": "2.36"}}
+
+
 def venv_fleet(workdir: Path, index: Index, hosts: int, wheelhouse: bool, own: dict | None = None):
     """The role spark_venv run as site.yml runs it, from the hash lock, on `hosts` hosts driven locally (each its
     own venv root and link on this machine: a fleet's hosts, as far as the indexes can tell), through
@@ -50,8 +59,7 @@ def venv_fleet(workdir: Path, index: Index, hosts: int, wheelhouse: bool, own: d
 
     from conftest import BIN, REPO, ansible_env, run_module
 
-    matrix = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())
-    matrix["target"] = {"python": f"{sys.version_info[0]}.{sys.version_info[1]}", "arch": "x86_64", "glibc": "2.36"}
+    matrix = here(yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text()))
     (workdir / "matrix.yml").write_text(yaml.safe_dump(matrix))
     checked = run_module("spark_matrix_check", {"matrix": matrix, "index_overrides": index.overrides})
     inventory = workdir / "inventory"

@@ -40,8 +40,10 @@ def test_an_index_token_is_in_no_row_and_no_unasked_index(pyindex):
 def test_the_sequence_resolves_step_by_step_on_the_test_beds_index(pyindex):
     result = run_module("spark_matrix_check", {"matrix": MATRIX, "index_overrides": pyindex.overrides})
     steps = {s["step"]: s for s in result["sequence"]}
-    assert [s["status"] for s in result["sequence"]] == ["resolves"] * 4, result["table"]
+    assert [s["status"] for s in result["sequence"]] == ["resolves"] * 5, result["table"]
     assert result["conflicts"] == []
+    # The installer (uv, the real wheels) resolves for the target: its aarch64 wheel.
+    assert steps["uv"]["installs"] == ["uv==0.13.9"] and "aarch64" in steps["uv"]["locked"][0]["wheel"]
     # peft needs torch: the cu130 torch the first step installed satisfies it, not PyPI's.
     assert "torch==2.10.0+cu130" in steps["stack"]["installs"]
     assert steps["stack"]["constraints"] == ["torch==2.10.0"]
@@ -161,7 +163,7 @@ def test_matrix_lock_records_every_resolved_wheel_with_the_sha256_of_its_bytes(p
     assert f"The hash lock of {MATRIX['name']} is changed in {written}" in first.stdout
     assert sorted(p.name for p in (REPO / "matrix").iterdir()) == ours, "the lock went into sparkfleet's matrix/"
     lock = yaml.safe_load(written.read_text())["spark_venv_lock"]
-    assert sorted(lock["steps"]) == ["stack", "torch", "torchao", "unsloth"]
+    assert sorted(lock["steps"]) == ["stack", "torch", "torchao", "unsloth", "uv"]
     files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in pyindex.root.rglob("*.whl")}
     for entries in lock["steps"].values():
         for entry in entries:

@@ -116,6 +116,8 @@ SMOKE_MATRIX = {
          "packages": ["transformers==5.13.1", "peft==0.19.1"]},
         {"id": "torchao", "why": "last: an older torchao breaks peft's LoRA attach",
          "index_url": "https://pypi.org/simple", "args": ["-U"], "packages": ["torchao==0.13.0"]},
+        {"id": "uv", "why": "the installer, as the shipped matrix has it", "index_url": "https://pypi.org/simple",
+         "installer": True, "args": ["--no-deps"], "packages": ["uv==0.13.9"]},
     ],
     "imports": ["torch", "transformers", "peft", "torchao"], "environment": {}, "components": {},
 }
@@ -199,7 +201,11 @@ def test_a_candidate_that_learns_is_written_with_its_evidence_and_nothing_else_m
     assert data["proposal"]["file"] == str(written)
     # The canary's active venv and its link, byte for byte; the candidate venv removed.
     assert (tree(canary["home"] / "venvs"), os.readlink(canary["home"] / "venv")) == before
-    assert [p.name for p in (canary["home"] / "candidates").iterdir()] == [".pip-cache"], "pip's wheels are kept"
+    # pip's and uv's caches, and uv itself (which built the candidate), are kept for the next candidate
+    assert sorted(p.name for p in (canary["home"] / "candidates").iterdir()) == [".installer", ".pip-cache",
+                                                                                ".uv-cache"]
+    [installer] = (canary["home"] / "candidates" / ".installer").iterdir()
+    assert installer.name.startswith("uv-0.13.9-"), "from the lock: named by its wheel's sha256"
     # The matrix check reads the evidence: proved by sparkfleet, on what, how.
     checked = run_module("spark_matrix_check", {"matrix": matrix, "skip_steps": ["torch", "stack", "torchao"]})
     assert f"proved by sparkfleet {evidence['sparkfleet']} on {TODAY} on a host (x86_64) without a GPU" \

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from indexes import here
 
 from conftest import BIN, REPO, SHOW_INVOCATION, run_module
 
@@ -52,11 +53,15 @@ def test_the_sequence_builds_a_venv_that_imports_and_reports_cuda_13(place, pyin
     built = run_module("spark_venv", place())
     assert not built["failed"], built.get("msg")
     assert built["changed"] is True and built["action"] == "build"
-    assert [s["id"] for s in built["steps"]] == ["torch", "stack", "unsloth", "torchao"]
-    assert [s["rc"] for s in built["steps"]] == [0, 0, 0, 0]
+    assert [s["id"] for s in built["steps"]] == ["torch", "stack", "unsloth", "torchao", "uv"]
+    assert [s["rc"] for s in built["steps"]] == [0, 0, 0, 0, 0]
     pypi = f"--index-url {pyindex.url}/pypi"
-    assert built["steps"][2]["command"].startswith(f"pip install {pypi} --no-deps ")
-    assert built["steps"][3]["command"] == f'pip install {pypi} -U "torchao==0.17.0"'
+    # uv (the matrix's installer step, the real program) ran the steps; pip installed uv beside the venvs.
+    assert built["steps"][2]["command"].startswith(f"uv pip install {pypi} --no-deps ")
+    assert built["steps"][3]["command"] == f'uv pip install {pypi} -U "torchao==0.17.0"'
+    assert built["steps"][4]["command"] == f'pip install {pypi} --no-deps "uv==0.13.9"'
+    assert (tmp_path / "venvs" / ".installer" / "uv-0.13.9" / "bin" / "uv").is_file()
+    assert "uv" not in built["packages"], "the installer is not in the venv"
     path = Path(built["path"])
     assert path.parent == tmp_path / "venvs" and path.name == f"unsloth-2026.7.2-{built['fingerprint'][:12]}"
     # --no-deps kept the cu130 torch although unsloth's metadata asks for torch<2.10.0 (PyPI has 2.9.1).
@@ -146,7 +151,8 @@ def test_a_failing_step_leaves_the_active_venv_and_says_which_step_with_pips_err
     result = run_module("spark_venv", place(broken))
     assert result["failed"] is True and result["failed_step"] == "stack"
     assert "step stack failed" in result["msg"]
-    assert "No matching distribution found for trl==9.9.9" in result["msg"]
+    assert "there is no version of trl==9.9.9" in result["msg"], "uv's own words"
+    assert "Using Python" not in result["msg"]
     assert f"the active venv {first['path']} is untouched" in result["msg"]
     assert os.readlink(tmp_path / "venv") == first["path"]
     assert not Path(result["path"]).exists()
@@ -187,10 +193,25 @@ def test_an_index_token_never_reaches_pips_argv_or_the_result(place, pyindex, tm
     assert token not in shown and f"--index-url http://ci:***@{pyindex.url.split('//')[1]}/pypi" in shown
 
 
+def test_pip_env_masks_its_secrets_and_no_short_value_of_its_own_in_the_result(place):
+    """A fleet's pip environment with a timeout of 30 masked every "30" of the result: the venv's path (its
+    fingerprint held one) came back as ...-********8c27..., and the next task acted on a path that is not there.
+    Secrets (a proxy's password, a token's value) are masked; a timeout is not."""
+    planned = run_module("spark_venv", place(), "--check")
+    piece = Path(planned["path"]).name.rsplit("-", 1)[1][:2]  # two characters of the path, as "30" was
+    env = {"PIP_DEFAULT_TIMEOUT": piece, "HTTPS_PROXY": "http://fleet:proxy-pass-5e1@127.0.0.1:3128",
+           "ARTIFACTORY_TOKEN": "planted-token-7f2"}
+    result = run_module("spark_venv", place(pip_env=env), "--check")
+    assert result["path"] == planned["path"], "the path came back whole"
+    shown = json.dumps(result)
+    assert "proxy-pass-5e1" not in shown and "planted-token-7f2" not in shown
+
+
 def test_check_mode_reports_the_build_and_creates_nothing(place, tmp_path):
     result = run_module("spark_venv", place(), "--check")
     assert (result["changed"], result["action"]) == (True, "build")
-    assert [s["command"].split(" --index-url ")[0] for s in result["steps"]] == ["pip install"] * 4
+    assert [s["command"].split(" --index-url ")[0] for s in result["steps"]] == ["uv pip install"] * 4 + [
+        "pip install"]
     assert not (tmp_path / "venvs").exists() and not (tmp_path / "venv").exists()
 
 
@@ -230,9 +251,51 @@ def test_a_mirror_off_the_loopback_is_used_only_with_the_hash_lock(place, pyinde
 def test_the_hosts_pip_configuration_cannot_change_the_sequence(place, tmp_path):
     bad = tmp_path / "constraints.txt"
     bad.write_text("torch==2.9.1\n")
-    result = run_module("spark_venv", place(), PIP_CONSTRAINT=str(bad), PIP_INDEX_URL="http://127.0.0.1:9/none")
+    result = run_module("spark_venv", place(), PIP_CONSTRAINT=str(bad), PIP_INDEX_URL="http://127.0.0.1:9/none",
+                        UV_CONSTRAINT=str(bad), UV_DEFAULT_INDEX="http://127.0.0.1:9/none", UV_OFFLINE="1")
     assert not result["failed"], result.get("msg")
     assert result["packages"]["torch"] == "2.10.0+cu130"
+
+
+def site_files(venv: Path) -> set[str]:
+    """Every file the steps put into the venv's site-packages, bytecode included; what names the installer
+    (dist-info INSTALLER, RECORD, which lists the bytecode pip compiled) left out."""
+    (site,) = venv.glob("lib/python*/site-packages")
+    return {str(p.relative_to(site)) for p in site.rglob("*") if p.is_file()
+            and p.name not in ("INSTALLER", "RECORD", "REQUESTED") and not p.relative_to(site).parts[0].startswith(
+                ("pip", "_virtualenv", "_distutils_hack", "distutils-precedence"))}
+
+
+def test_uv_and_pip_build_the_same_venv_and_the_installer_is_made_once_beside_the_venvs(place, pyindex, tmp_path):
+    """Issue 38: uv is used because it builds the same venv (bench/pip_vs_uv.py measures it faster). The matrix
+    without its installer step is the same sequence by pip."""
+    by_pip = {**MATRIX, "name": "by-pip", "steps": [s for s in MATRIX["steps"] if not s.get("installer")]}
+    pip_built = run_module("spark_venv", place(by_pip))
+    uv_built = run_module("spark_venv", place())
+    assert not pip_built["failed"] and not uv_built["failed"], (pip_built.get("msg"), uv_built.get("msg"))
+    assert {s["command"].split(" install")[0] for s in pip_built["steps"]} == {"pip"}
+    assert pip_built["packages"] == uv_built["packages"]
+    assert site_files(Path(pip_built["path"])) == site_files(Path(uv_built["path"]))
+    assert any(name.endswith(".pyc") for name in site_files(Path(uv_built["path"]))), "bytecode compiled as pip does"
+    assert pip_built["imports"] == uv_built["imports"]
+
+    pyindex.requests.clear()
+    again = run_module("spark_venv", place(MATRIX | {"name": "renamed"}))
+    assert again["steps"][-1]["reused"] == str(tmp_path / "venvs" / ".installer" / "uv-0.13.9")
+    assert not [r for r in pyindex.requests if "/uv" in r], "the installer was not fetched again"
+    assert sorted(p.name for p in (tmp_path / "venvs" / ".installer").iterdir()) == ["uv-0.13.9"]
+
+
+def test_an_installer_that_cannot_be_installed_fails_its_step_and_leaves_nothing_half_made(place, tmp_path):
+    first = run_module("spark_venv", place())
+    run_module("spark_venv", place(state="active", path=first["path"]))
+    broken = changed_matrix(uv=["uv==9.9.9"])
+    result = run_module("spark_venv", place(broken))
+    assert result["failed"] is True and result["failed_step"] == "uv", result.get("msg")
+    assert "uv==9.9.9" in result["msg"] and "the installer, into" in result["msg"]
+    assert f"the active venv {first['path']} is untouched" in result["msg"]
+    assert sorted(p.name for p in (tmp_path / "venvs" / ".installer").iterdir()) == ["uv-0.13.9"]
+    assert not Path(result["path"]).exists()
 
 
 def test_extra_packages_follow_the_matrix_policy(place, pyindex, tmp_path):
@@ -254,17 +317,18 @@ def test_extra_packages_follow_the_matrix_policy(place, pyindex, tmp_path):
                             "index (nightly wheels only)")
     assert says["llamafactory"] == "llamafactory: installed, but fragile on Spark; check upstream issues first"
     commands = {s["id"]: s["command"] for s in planned["steps"]}
-    assert commands["extra:xformers"].startswith("TORCH_CUDA_ARCH_LIST=12.1 pip install ")
+    assert commands["extra:xformers"].startswith("TORCH_CUDA_ARCH_LIST=12.1 uv pip install ")
     assert "--no-binary xformers" in commands["extra:xformers"]
     # vllm alone from its own index, its dependencies from the matrix's: never one pip command over both.
-    assert commands["extra:vllm"].startswith("pip install --index-url https://wheels.vllm.ai/nightly --no-deps ")
-    assert commands["extra:vllm:dependencies"].startswith(f"pip install --index-url {pyindex.url}/pypi ")
+    assert commands["extra:vllm"].startswith("uv pip install --index-url https://wheels.vllm.ai/nightly --no-deps ")
+    assert commands["extra:vllm:dependencies"].startswith(f"uv pip install --index-url {pyindex.url}/pypi ")
     assert not any("--extra-index-url" in c for c in commands.values())
 
     # An extra that wants another torch cannot move the matrix's pin: pip refuses, the venv is not kept.
     moved = run_module("spark_venv", place(extra_packages=["axolotl"]))
     assert moved["failed"] is True and moved["failed_step"] == "extra:axolotl"
-    assert "axolotl 0.9.0 depends on torch==2.9.1" in moved["msg"]
+    assert "all versions of axolotl depend on torch==2.9.1 and torch==2.10.0" in moved["msg"], "uv's own words"
+    assert "unsatisfiable.." not in moved["msg"]
 
 
 def test_an_invalid_matrix_is_refused_with_every_problem(place):
@@ -281,13 +345,17 @@ def test_an_invalid_matrix_is_refused_with_every_problem(place):
     assert result["msg"].endswith("Nothing was changed.")
 
 
-def _lock(pyindex) -> dict:
+def _lock(pyindex, matrix: dict = MATRIX) -> dict:
     """The hash lock as `sparkfleet matrix lock` writes it, from the matrix check against the test bed's index."""
     from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import lock_from_sequence
 
-    checked = run_module("spark_matrix_check", {"matrix": MATRIX, "index_overrides": pyindex.overrides})
+    checked = run_module("spark_matrix_check", {"matrix": matrix, "index_overrides": pyindex.overrides})
     assert not checked["failed"], checked.get("msg")
-    return lock_from_sequence(MATRIX, checked["sequence"])
+    return lock_from_sequence(matrix, checked["sequence"])
+
+
+# A lock installed on this machine is this machine's: the installer's wheel (uv) is one per architecture.
+HERE = here(MATRIX)
 
 
 def test_require_hashes_installs_the_locked_set_and_refuses_a_wheel_swapped_on_the_index(place, pyindex, tmp_path):
@@ -296,8 +364,8 @@ def test_require_hashes_installs_the_locked_set_and_refuses_a_wheel_swapped_on_t
     build fails on the hash and the active venv stays."""
     from pyindex import build_wheel, simple_pages
 
-    lock = _lock(pyindex)
-    built = run_module("spark_venv", place(lock=lock))
+    lock = _lock(pyindex, HERE)
+    built = run_module("spark_venv", place(HERE, lock=lock))
     assert not built["failed"], built.get("msg")
     assert all("--require-hashes --no-deps -r" in s["command"] for s in built["steps"]), built["steps"]
     run_module("spark_venv", place(state="active", path=built["path"]))
@@ -311,9 +379,9 @@ def test_require_hashes_installs_the_locked_set_and_refuses_a_wheel_swapped_on_t
     unlocked = run_module("spark_venv", place(**fresh))
     assert not unlocked["failed"], "pip took the swapped wheel without the lock"
     # another host's first build from the same lock (the link is its own: nothing active there yet)
-    refused = run_module("spark_venv", place(lock=lock, root=str(tmp_path / "third"), link=str(tmp_path / "v3")))
+    refused = run_module("spark_venv", place(HERE, lock=lock, root=str(tmp_path / "third"), link=str(tmp_path / "v3")))
     assert refused["failed"] is True and refused["failed_step"] == "stack", refused.get("msg")
-    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in refused["msg"]
+    assert "Hash mismatch for `transformers==5.13.1`" in refused["msg"] and "Resolved " not in refused["msg"]
     assert not Path(refused["path"]).exists(), "the half-built venv stays"
     assert os.path.realpath(tmp_path / "venv") == built["path"], "the active venv moved"
 
@@ -345,7 +413,7 @@ def test_a_fleet_fetches_each_locked_wheel_once_and_a_host_cut_off_from_the_inde
     whose indexes are unreachable builds all the same."""
     import shutil
 
-    lock = _lock(own_index)
+    lock = _lock(own_index, HERE)
     wheels = {e["wheel"].replace("%2B", "+") for step in lock["steps"].values() for e in step}  # a wheel two
     # steps hold (torch: its own, and as the stack's dependency) is one file
     cache = tmp_path / "controller-cache"
@@ -354,7 +422,7 @@ def test_a_fleet_fetches_each_locked_wheel_once_and_a_host_cut_off_from_the_inde
         return [r.rsplit("/", 1)[-1] for r in own_index.requests if r.endswith(".whl")]
 
     before = len(wheels_served())
-    hosts = [run_module("spark_wheelhouse", {"lock": lock, "matrix": MATRIX, "index_overrides": own_index.overrides,
+    hosts = [run_module("spark_wheelhouse", {"lock": lock, "matrix": HERE, "index_overrides": own_index.overrides,
                                              "cache": str(cache)}) for _host in range(3)]
     assert not any(h["failed"] for h in hosts), hosts[0].get("msg")
     assert sorted(hosts[0]["fetched"]) == sorted(wheels)
@@ -367,11 +435,12 @@ def test_a_fleet_fetches_each_locked_wheel_once_and_a_host_cut_off_from_the_inde
     for path in hosts[2]["files"]:
         shutil.copy(path, house)
     dead = {upstream: "http://127.0.0.1:9/simple" for upstream in own_index.overrides}  # nothing listens on port 9
-    built = run_module("spark_venv", place(lock=lock, wheelhouse=str(house), index_overrides=dead,
+    built = run_module("spark_venv", place(HERE, lock=lock, wheelhouse=str(house), index_overrides=dead,
                                            root=str(tmp_path / "cut-off"), link=str(tmp_path / "cut-off-venv")))
     assert not built["failed"], built.get("msg")
-    assert all(s["command"].startswith(f"pip install --no-index --find-links {house} --require-hashes")
+    assert all(s["command"].split(" install ", 1)[1].startswith(f"--no-index --find-links {house} --require-hashes")
                for s in built["steps"]), built["steps"]
+    assert built["steps"][-1]["command"].startswith("pip install "), "pip installs uv, from the wheelhouse too"
     assert all(i["ok"] for i in built["imports"]) and built["packages"]["trl"] == "1.8.0"
     assert len(wheels_served()) == before + len(wheels), "the build asked no index"
     refused = run_module("spark_venv", place(wheelhouse=str(house)), "--check")

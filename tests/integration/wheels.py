@@ -195,15 +195,16 @@ SMOKE_INDEX_NO_DEPS = ["torchao==0.13.0"]
 
 
 def smoke_index() -> Path:
-    """SMOKE_INDEX and SMOKE_INDEX_NO_DEPS with every dependency (pip download: the machine's store, then PyPI),
+    """SMOKE_INDEX and SMOKE_INDEX_NO_DEPS with every dependency (pip download: the machine's store, then PyPI)
+    and the matrix's installer (uv),
     laid out as the test bed's index lays out its stand-ins (testbed/pyindex.py: PEP 503 pages, PEP 658 metadata,
     PEP 691 JSON for the PyPI tree); built once and kept under .cache/tests/smoke-index."""
     import shutil
 
-    from pyindex import simple_pages
+    from pyindex import installer_pin, installer_wheels, simple_pages
 
     root = CACHE / "smoke-index"
-    want = repr([SMOKE_INDEX, SMOKE_INDEX_NO_DEPS])
+    want = repr([SMOKE_INDEX, SMOKE_INDEX_NO_DEPS, installer_pin()])
     stamp = root / ".sparkfleet-built"
     if stamp.exists() and stamp.read_text() == want:
         return root
@@ -217,6 +218,9 @@ def smoke_index() -> Path:
         for tree in ("pypi", "cpu") if project != "torchao" else ("pypi",):
             (root / tree / project).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(wheel, root / tree / project / wheel.name)
+    for wheel in installer_wheels():  # the matrix's installer (uv), as the test bed's index has it
+        (root / "pypi" / "uv").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(wheel, root / "pypi" / "uv" / wheel.name)
     simple_pages(root)
     stamp.write_text(want)
     return root

@@ -385,14 +385,15 @@ def test_the_readmes_matrix_check_at_a_terminal_shows_each_step_as_it_is_asked(h
     (home / "ansible.cfg").write_text("[defaults]\ninventory = inv\n")
     screen = Screen(argv[1:], home, columns=100, timeout=600).wait()
     assert screen.rc == 0, screen.text[-4000:]
-    counted = set(re.findall(r"task: Ask the indexes, a step at a time \(\d+ s, (\d) of 4 items done\)", screen.text))
-    assert {"1", "2", "3"} <= counted, screen.text[-4000:]
+    counted = set(re.findall(r"task: Ask the indexes, a step at a time \(\d+ s, (\d) of 5 items done\)", screen.text))
+    assert {"1", "2", "3", "4"} <= counted, screen.text[-4000:]
     # The table after the live display's last frame, read as text (a line may carry the terminal's padding).
     text = screen.text
     table = text[text.rindex("\nmatrix unsloth-"):]
     assert re.search(r"^torchao +torchao +0\.17\.0 +available", table, re.M), text[-4000:]
     sequence = table[table.index("the sequence, each step resolved with its dependencies after the earlier"):]
     assert re.search(r"^unsloth +resolves +3 packages", sequence, re.M), text[-4000:]
+    assert re.search(r"^uv +uv +0\.13\.9 +available", table, re.M), "the installer, for the matrix's target"
     assert any(line.startswith("reports: ") for line in screen.lines())
     asked = {request.split("/")[1] for request in pyindex.requests}
     assert asked == {"pypi", "cu130"}, ("the user's overrides applied: each index asked of the test bed's", asked)

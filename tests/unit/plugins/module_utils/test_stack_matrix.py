@@ -26,6 +26,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix imp
     redact_url,
     staleness,
     url_secrets,
+    uv_env,
     validate,
     validate_lock,
 )
@@ -44,7 +45,9 @@ def test_the_shipped_matrix_is_valid_and_holds_the_users_sequence_verbatim():
                        "trl==1.8.0"]),
         ("unsloth", ["--no-deps"], ["unsloth==2026.7.2", "unsloth_zoo==2026.7.2", "bitsandbytes==0.49.2"]),
         ("torchao", ["-U"], ["torchao==0.17.0"]),
+        ("uv", ["--no-deps"], ["uv==0.13.9"]),
     ]
+    assert [s.get("installer", False) for s in MATRIX["steps"]] == [False] * 4 + [True]
     assert MATRIX["steps"][0]["index_url"] == "https://download.pytorch.org/whl/cu130"
     assert str(MATRIX["last_verified"]) == "2026-07-14"
     assert MATRIX["environment"] == {"TRITON_PTXAS_PATH": "/usr/local/cuda/bin/ptxas", "HF_XET_HIGH_PERFORMANCE": "1"}
@@ -65,6 +68,10 @@ def test_pins_are_by_normalized_name():
     (lambda m: m["components"]["xformers"].update(policy="maybe"), "components.xformers: policy is 'maybe'"),
     (lambda m: m.update(environment={"lower": "x"}), "environment is {'lower': 'x'}"),
     (lambda m: m.update(steps=[]), "steps is missing or empty"),
+    (lambda m: m["steps"].insert(0, m["steps"].pop()), "step 1 (uv): the installer step must be the last"),
+    (lambda m: m["steps"][-1].update(packages=["pip==25.3"]), "the installer step pins pip==25.3; expected one pin "
+                                                             "of uv"),
+    (lambda m: m["steps"][-1].update(installer="yes"), "step 5 (uv): installer is 'yes'; expected true"),
 ])
 def test_validation_names_what_is_wrong(change, error):
     matrix = copy.deepcopy(MATRIX)
@@ -142,15 +149,24 @@ def test_pip_steps_use_the_overrides_hold_the_pins_and_read_as_typed():
     overrides = {"https://pypi.org/simple/": "https://mirror.example/pypi",
                  "https://download.pytorch.org/whl/cu130": "http://127.0.0.1:5090/cu130"}
     steps = pip_steps(MATRIX, plan_extras(MATRIX, ["xformers"]), overrides, "/v/constraints.txt")
-    assert [s["id"] for s in steps] == ["torch", "stack", "unsloth", "torchao", "extra:xformers"]
+    assert [s["id"] for s in steps] == ["torch", "stack", "unsloth", "torchao", "uv", "extra:xformers"]
     assert steps[0]["args"] == ["torch==2.10.0"]
     assert index_env(steps[0]["indexes"]) == {"PIP_INDEX_URL": "http://127.0.0.1:5090/cu130",
                                               "PIP_TRUSTED_HOST": "127.0.0.1"}
+    assert uv_env(steps[0]["indexes"]) == {"UV_DEFAULT_INDEX": "http://127.0.0.1:5090/cu130",
+                                           "UV_INDEX_STRATEGY": "unsafe-best-match", "UV_INSECURE_HOST": "127.0.0.1"}
+    assert uv_env([*steps[1]["indexes"][:1], "http://127.0.0.1:5090/cu130"])["UV_INDEX"] == \
+        "http://127.0.0.1:5090/cu130"
     assert steps[3]["args"] == ["-U", "torchao==0.17.0"] and steps[3]["indexes"] == ["https://mirror.example/pypi"]
-    assert "--constraint" in steps[4]["args"] and "/v/constraints.txt" in steps[4]["args"]
-    assert display(steps[2]) == ('pip install --index-url https://mirror.example/pypi --no-deps "unsloth==2026.7.2" '
-                                 '"unsloth_zoo==2026.7.2" "bitsandbytes==0.49.2"')
-    assert display(steps[4]).startswith("TORCH_CUDA_ARCH_LIST=12.1 pip install ")
+    assert "--constraint" in steps[5]["args"] and "/v/constraints.txt" in steps[5]["args"]
+    # uv runs the venv's steps and the extras; pip installs uv itself, beside the venvs.
+    assert [(s["tool"], s["installer"]) for s in steps] == [("uv", False)] * 4 + [("pip", True), ("uv", False)]
+    assert display(steps[2]) == ('uv pip install --index-url https://mirror.example/pypi --no-deps '
+                                 '"unsloth==2026.7.2" "unsloth_zoo==2026.7.2" "bitsandbytes==0.49.2"')
+    assert display(steps[4]) == 'pip install --index-url https://mirror.example/pypi --no-deps "uv==0.13.9"'
+    assert display(steps[5]).startswith("TORCH_CUDA_ARCH_LIST=12.1 uv pip install ")
+    without = {**MATRIX, "steps": MATRIX["steps"][:-1]}
+    assert {s["tool"] for s in pip_steps(without, [], {}, "/v/c.txt")} == {"pip"}, "no installer step: pip"
 
 
 def test_an_index_token_reaches_pip_only_through_its_environment_and_is_masked_where_shown():
@@ -163,7 +179,7 @@ def test_an_index_token_reaches_pip_only_through_its_environment_and_is_masked_w
                                               "PIP_TRUSTED_HOST": "127.0.0.1"}, "the host, not 'ci:TOKEN@127.0.0.1'"
     shown = [display(s) for s in steps]
     assert not any(token in line for line in shown), shown
-    assert shown[0] == "pip install --index-url http://ci:***@127.0.0.1:5090/cu130 \"torch==2.10.0\""
+    assert shown[0] == "uv pip install --index-url http://ci:***@127.0.0.1:5090/cu130 \"torch==2.10.0\""
     assert "--index-url https://***@mirror.example/pypi" in shown[2]
     assert redact_url("https://pypi.org/simple/") == "https://pypi.org/simple/"
 
