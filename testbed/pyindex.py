@@ -34,6 +34,7 @@ The PyPI tree answers a client that asks for PEP 691's JSON (pip does, and `spar
 dates) with it, each file with its PEP 700 upload-time (UPLOADED); the cu130 tree, as download.pytorch.org,
 serves plain pages only.
 
+    pyindex.py fetch                     download the real wheels it serves (once: kept in .cache/testbed-wheels)
     pyindex.py build ROOT                write the tree (idempotent)
     pyindex.py serve ROOT PORT [LOG]     serve it on 127.0.0.1:PORT, one line per request in LOG
 """
@@ -253,6 +254,10 @@ def main(argv: list[str]) -> int:
         root = Path(argv[2])
         for wheel in packages(root):
             print(wheel.relative_to(root))
+        return 0
+    if len(argv) == 2 and argv[1] == "fetch":
+        for wheel in installer_wheels():
+            print(wheel)
         return 0
     if len(argv) == 4 and argv[1] == "serve":
         packages(Path(argv[2]))

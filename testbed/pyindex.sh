@@ -14,6 +14,8 @@ start() {
         rm -rf "$ROOT"
         mkdir -p "$ROOT"
     fi
+    # uv's real wheels from PyPI first (once), so that the server starts within service_start's wait
+    python3 "$TESTBED_DIR/pyindex.py" fetch > /dev/null
     service_start pyindex "$port" "http://127.0.0.1:$port/cu130/torch/" "" \
         python3 "$TESTBED_DIR/pyindex.py" serve "$ROOT" "$port"
 }

@@ -69,8 +69,7 @@ def test_pins_are_by_normalized_name():
     (lambda m: m.update(environment={"lower": "x"}), "environment is {'lower': 'x'}"),
     (lambda m: m.update(steps=[]), "steps is missing or empty"),
     (lambda m: m["steps"].insert(0, m["steps"].pop()), "step 1 (uv): the installer step must be the last"),
-    (lambda m: m["steps"][-1].update(packages=["pip==25.3"]), "the installer step pins pip==25.3; expected one pin "
-                                                             "of uv"),
+    (lambda m: m["steps"][-1].update(packages=["pip==25.3"]), "pins pip==25.3; expected one pin of uv"),
     (lambda m: m["steps"][-1].update(installer="yes"), "step 5 (uv): installer is 'yes'; expected true"),
 ])
 def test_validation_names_what_is_wrong(change, error):
