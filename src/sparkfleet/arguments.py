@@ -13,95 +13,14 @@ from pathlib import Path
 
 import shtab
 
+from sparkfleet.command_table import COMMANDS, CONFIGURED, GROUPS, Command
 from sparkfleet.runner import EXIT_BAD_INPUT
 
-# command -> (playbook, tags, what it does)
-COMMANDS = {
-    "provision": ("playbooks/site.yml", None,
-                  "Run site.yml on the inventory's 'sparks': preflight, NVIDIA container runtime, images pinned "
-                  "by digest, the bare-pip venv where enabled, verification. Also the way to restore a host "
-                  "after an OS reinstall: it comes back on the locked digests and matrix, verified from scratch."),
-    "verify": ("playbooks/site.yml", "spark_preflight,spark_images,spark_venv,spark_verify",
-               "Re-verify every host: site.yml without the container-runtime role. On a converged host it "
-               "changes nothing (an image the lock pins that went missing is pulled again)."),
-    "pin": ("playbooks/pin.yml", None,
-            "Resolve the configured image tags once, on the controller, and write the lock into the inventory "
-            "(review its diff with --check --diff first)."),
-    "refresh": ("playbooks/refresh.yml", None,
-                "Fleet-wide tag refresh: resolve once, show the lock diff (--check stops there), then roll out "
-                "canary first in batches (-e '{\"refresh_batches\": [1, 2, \"50%\"]}'), verify each host, roll "
-                "back a host that fails and stop before the next batch; the lock is written once the canary "
-                "passed."),
-    "matrix-check": ("playbooks/matrix_check.yml", None,
-                     "Ask the indexes, installing nothing, whether every pin of the stack matrix exists as a "
-                     "wheel for the Spark target and whether each step of the sequence resolves after the earlier "
-                     "ones without moving a pinned package (a conflict is named as pip states it); show the "
-                     "matrix's age."),
-    "matrix-lock": ("playbooks/matrix_check.yml", None,
-                    "The matrix check, then, when it passes, the hash lock of the whole resolved set written with "
-                    "the inventory (group_vars/all/spark_venv_lock.yml): every package each step resolves to, "
-                    "through the inventory's mirrors, with its wheel's sha256, what the venv installs with pip's "
-                    "--require-hashes (always from a mirror, else with spark_venv_require_hashes: true). Review its "
-                    "diff like the matrix's and commit it; nothing is written when a step does not resolve."),
-    "matrix-propose": ("playbooks/matrix_propose.yml", None,
-                       "Renew the stack matrix: work out the newest set its indexes offer that resolves together "
-                       "(each pin at its version or newer, the sequence kept), or take a set given "
-                       "(-e '{\"matrix_propose_pins\": [\"trl==1.10.0\"]}'), show each pin old -> new with its "
-                       "release day, check and hash-lock the candidate, build it on the canary beside the active "
-                       "venv (which, with the rest of the fleet, is not touched), prove it there by the GPU "
-                       "verification and the smoke step, and write it with its evidence as "
-                       "<inventory>/matrix/spark-stack-<day>.yml to review and commit. A failure writes nothing and "
-                       "names the stage and the pins to blame."),
-    "advisories-check": ("playbooks/advisories_check.yml", None,
-                         "List the issues of NVIDIA/dgx-spark-playbooks created or updated since "
-                         "matrix/advisories.yml was last reviewed (its checked_on), for review. Opt-in network: asks "
-                         "GitHub's API (GITHUB_TOKEN in the environment raises the rate limit). Changes nothing: "
-                         "record what affects you in the file and set checked_on."),
-    "cluster-verify": ("playbooks/cluster_verify.yml", None,
-                       "Prove each cluster of spark_clusters (Sparks joined through their ConnectX-7 ports), "
-                       "read-only and bounded in time: per node the CX-7 interfaces, link speed, PCIe width, MTU, "
-                       "addresses, RDMA devices, CmaTotal and any nccl.conf; per pair and rail which port answers "
-                       "at the other end of the cable, reach, frames of the full MTU, TCP and RDMA bandwidth and "
-                       "SSH with pinned host keys; then a bounded NCCL all_gather in the locked NGC image. Each "
-                       "check against matrix/cluster-thresholds.yml; a failure names its likely cause and the fix."),
-    "doctor": ("playbooks/doctor.yml", None,
-               "What someone debugging a DGX Spark needs, in one paste-able report per host, read-only: DGX OS, "
-               "kernel, driver and CUDA, the GPU and its compute capability, Docker, its runtimes and CDI, the toolkit "
-               "packages and their holds, each pinned image and whether it is present, the active venv and its "
-               "matrix fingerprint, the last verification with its diagnosis, the ABI findings. No secret; hostnames "
-               "replaced unless --keep-hostnames. Without -i it reports on this machine (-c local). Writes doctor.md "
-               "and doctor.json."),
-}
-SHORT_HELP = {"doctor": "a paste-able report of a Spark for debugging, without secrets",
-              "provision": "provision the Sparks (site.yml); also restores a reinstalled host",
-              "verify": "re-verify every host", "pin": "resolve the image tags and write the lock",
-              "refresh": "fleet-wide tag refresh: canary, batches, rollback"}
 # Where reports go by default; reports/latest points at the last one.
 REPORT_ROOT = Path("reports")
 EXIT_CODES = ("Exit codes: 0 all ok, 2 a host failed, 3 a host was unreachable, 4 bad input (usage, inventory, "
               "variables, nothing targeted), 5 another sparkfleet run holds the inventory, 130 cancelled (Ctrl-C, "
               "SIGTERM, SIGHUP).")
-# Each command's examples, shown by its --help.
-EXAMPLES = {
-    "provision": ["sparkfleet provision -i inventory/mylab", "sparkfleet provision -i inventory/mylab --check --diff "
-                  "--limit spark-01", "sparkfleet provision -i inventory/mylab -u nvidia -b -K --ask-vault-pass"],
-    "verify": ["sparkfleet verify -i inventory/mylab", "sparkfleet verify -i inventory/mylab --smoke",
-               "sparkfleet verify -i inventory/mylab --json | jq .hosts"],
-    "pin": ["sparkfleet pin -i inventory/mylab --check --diff", "sparkfleet pin -i inventory/mylab"],
-    "refresh": ["sparkfleet refresh -i inventory/mylab --check",
-                "sparkfleet refresh -i inventory/mylab -e '{\"refresh_batches\": [1, 2, \"50%\"]}'"],
-    "doctor": ["sparkfleet doctor", "sparkfleet doctor -i inventory/mylab -l spark-03"],
-    "matrix-check": ["sparkfleet matrix check", "sparkfleet matrix check -e matrix_check_skip_steps=torch"],
-    "matrix-lock": ["sparkfleet matrix lock -i inventory/mylab",
-                    "sparkfleet matrix lock -i inventory/mylab --check --diff"],
-    "matrix-propose": ["sparkfleet matrix propose -i inventory/mylab --canary spark-01",
-                       "sparkfleet matrix propose -i inventory/mylab --canary spark-01 "
-                       "-e '{\"matrix_propose_pins\": [\"trl==1.10.0\", \"datasets==4.7.0\"]}'"],
-    "cluster-verify": ["sparkfleet cluster verify -i inventory/mylab",
-                       "sparkfleet cluster verify -i inventory/mylab -e cluster_verify_tcp_seconds=10"],
-    "advisories-check": ["sparkfleet advisories check",
-                         "GITHUB_TOKEN=$(cat ~/.github-token) sparkfleet advisories check"],
-}
 
 
 class HelpText(argparse.HelpFormatter):
@@ -121,14 +40,8 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
-def epilog(command: str) -> str:
-    return "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[command]) + "\n\n" + EXIT_CODES
-
-
-# The controller's own checks: they run on this machine, read the inventory's variables (index mirrors, tokens)
-# and write nothing into it. Without -i they take the inventory the user's ansible.cfg names, else localhost.
-CONTROLLER_CHECKS = ("matrix-check", "matrix-lock", "advisories-check")
-CONFIGURED = "the inventory your ansible.cfg or ANSIBLE_INVENTORY names, else localhost,"
+def epilog(command: Command) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in command.examples) + "\n\n" + EXIT_CODES
 
 
 def ansible_options(parser: argparse.ArgumentParser, inventory_default: str | None = None) -> None:
@@ -170,18 +83,14 @@ def ansible_options(parser: argparse.ArgumentParser, inventory_default: str | No
     parser.add_argument("--no-color", action="store_true", help="no colour (also when NO_COLOR is set)")
 
 
-def group(subparsers, name: str, short: str, description: str):
-    """A command of subcommands (matrix, advisories, cluster); args.<name>_command says which one was typed."""
-    return subparsers.add_parser(name, help=short, description=description).add_subparsers(
-        dest=f"{name}_command", required=True, metavar="SUBCOMMAND")
-
-
-def subcommand(subparsers, name: str, command: str, short: str, runs: str, inventory_default: str | None = None):
-    """A subcommand (matrix check, cluster verify, ...) of COMMANDS' `command`: its help, what it runs, examples."""
-    parser = subparsers.add_parser(name, help=short, epilog=epilog(command), formatter_class=HelpText,
-                                   description=f"{COMMANDS[command][2]} Runs {runs}.")
-    ansible_options(parser, inventory_default=inventory_default)
-    return parser
+def add_command(subparsers, command: Command) -> None:
+    """The record's parser: its help, what it runs, its examples, the options every run has and its own."""
+    parser = subparsers.add_parser(command.words[-1], help=command.short, formatter_class=HelpText,
+                                   description=f"{command.description} Runs {command.runs}.", epilog=epilog(command))
+    ansible_options(parser, inventory_default=command.inventory_default)
+    for option in command.options:
+        parser.add_argument(*option.flags, **option.settings)
+    parser.set_defaults(record=command)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -196,43 +105,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=argparse.SUPPRESS,
                         help="show sparkfleet's, ansible-core's and the collection's versions and the ansible.cfg "
                              "in use, and exit")
+    parser.set_defaults(record=None)  # a command of the table sets its record; lab, report and completion none
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
-    for name, (playbook, tags, text) in COMMANDS.items():
-        if name in ("matrix-check", "matrix-lock", "matrix-propose", "advisories-check", "cluster-verify"):
-            continue
-        command = sub.add_parser(name, help=SHORT_HELP[name], formatter_class=HelpText,
-                                 description=f"{text} Runs {playbook}" + (f" --tags {tags}" if tags else "") + ".",
-                                 epilog=epilog(name))
-        ansible_options(command, inventory_default="localhost," if name == "doctor" else None)
-        if name == "doctor":
-            command.add_argument("--keep-hostnames", action="store_true",
-                                 help="keep the hosts' names in the report (replaced by host-N otherwise)")
-        if name in ("provision", "verify", "refresh"):
-            command.add_argument("--smoke", action="store_true",
-                                 help="also prove each image and venv by the smoke step: a tiny model trained on "
-                                      "the GPU for a few dozen steps, which must learn (-e spark_verify_smoke=true)")
-    matrix_sub = group(sub, "matrix", "the bare-pip stack matrix",
-                       "The bare-pip stack matrix (matrix/spark-stack.yml).")
-    subcommand(matrix_sub, "check", "matrix-check", "check every pin against its index", "playbooks/matrix_check.yml "
-               "(-e matrix_check_skip_steps=torch for an index this machine cannot reach)", CONFIGURED)
-    subcommand(matrix_sub, "lock", "matrix-lock", "check, then write the hash lock of the whole resolved set",
-               "playbooks/matrix_check.yml -e matrix_lock=true (matrix_lock_file or spark_venv_lock_file: another "
-               "path)", CONFIGURED)
-    propose = subcommand(matrix_sub, "propose", "matrix-propose", "propose a newer matrix, proved on a canary",
-                         "playbooks/matrix_propose.yml")
-    propose.add_argument("--canary", required=True, metavar="HOST",
-                         help="the host of the inventory the candidate is built and proved on (its active venv is "
-                              "not touched)")
-    advisories_sub = group(sub, "advisories", "upstream advisories (matrix/advisories.yml)",
-                           "Upstream advisories: known problems with images, pins and playbooks, dated "
-                           "(matrix/advisories.yml).")
-    subcommand(advisories_sub, "check", "advisories-check", "list the upstream issues since the last review",
-               "playbooks/advisories_check.yml", CONFIGURED)
-    cluster_sub = group(sub, "cluster", "Sparks joined through their ConnectX-7 ports",
-                        "Sparks joined into a cluster through their ConnectX-7 ports (spark_clusters; provision "
-                        "sets them up with the role spark_cluster).")
-    subcommand(cluster_sub, "verify", "cluster-verify", "prove each cluster's link, RDMA and NCCL",
-               "playbooks/cluster_verify.yml")
+    groups = {}
+    for command in COMMANDS:
+        where = sub
+        if len(command.words) == 2:
+            if command.words[0] not in groups:
+                short, description = GROUPS[command.words[0]]
+                groups[command.words[0]] = sub.add_parser(command.words[0], help=short, description=description) \
+                    .add_subparsers(dest=f"{command.words[0]}_command", required=True, metavar="SUBCOMMAND")
+            where = groups[command.words[0]]
+        add_command(where, command)
     lab = sub.add_parser("lab", help="the test bed's lab of emulated Sparks",
                          description="The lab: emulated aarch64 hosts standing in for Sparks, with the test bed's "
                                      "registry, apt repository and package index (testbed/). 'up' starts them and "

@@ -100,24 +100,18 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_OK
     args = parser.parse_args(argv)
     console = make_console(no_color=getattr(args, "no_color", False))
-    if args.command == "completion":
-        import shtab
+    if args.record is not None:  # a command of the table (command_table.py): its playbook, run
+        return run_command(args.record, args, console)
+    own = {"lab": lambda: lab.lab(args, console), "report": lambda: show_report(args.path, console),
+           "completion": lambda: completion(parser, args.shell)}
+    return own[args.command]()
 
-        print(shtab.complete(parser, shell=args.shell))
-        return EXIT_OK
-    if args.command == "lab":
-        return lab.lab(args, console)
-    if args.command == "report":
-        return show_report(args.path, console)
-    if args.command == "matrix":
-        if args.matrix_command == "lock":
-            args.extra_vars = [*args.extra_vars, '{"matrix_lock": true}']
-        return run_command(f"matrix-{args.matrix_command}", args, console)
-    if args.command == "advisories":
-        return run_command("advisories-check", args, console)
-    if args.command == "cluster":
-        return run_command("cluster-verify", args, console)
-    return run_command(args.command, args, console)
+
+def completion(parser, shell: str) -> int:
+    import shtab
+
+    print(shtab.complete(parser, shell=shell))
+    return EXIT_OK
 
 
 if __name__ == "__main__":

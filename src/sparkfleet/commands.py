@@ -13,9 +13,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sparkfleet import __version__, doctor, report, reportdir, variables
-from sparkfleet.arguments import COMMANDS, CONTROLLER_CHECKS, REPORT_ROOT
+from sparkfleet import __version__, report, reportdir, variables
+from sparkfleet.arguments import REPORT_ROOT
 from sparkfleet.collection_home import PROJECT_DIR, collection_module
+from sparkfleet.command_table import Command, extra_vars
 from sparkfleet.events import Fleet
 from sparkfleet.runner import (
     EXIT_BAD_INPUT,
@@ -68,14 +69,15 @@ def point_latest(directory: Path) -> None:
     os.replace(tmp, link)
 
 
-def run_command(command: str, args: argparse.Namespace, console: Console) -> int:
-    playbook, tags, _ = COMMANDS[command]
+def run_command(record: Command, args: argparse.Namespace, console: Console) -> int:
+    """The record's playbook, run (command_table.py says what each command adds)."""
+    command, playbook, tags = record.name, record.playbook, record.tags
     try:
         config = ansible_config()
     except ValueError as exc:
         error(str(exc))
         return EXIT_BAD_INPUT
-    inventory = args.inventory or (config.inventory if command in CONTROLLER_CHECKS else None) or "localhost,"
+    inventory = args.inventory or (config.inventory if record.controller else None) or "localhost,"
     args = argparse.Namespace(**{**vars(args), "inventory": inventory})
     if "," not in inventory and not Path(inventory).exists():
         error(f"inventory {inventory} not found; expected a directory such as "
@@ -95,13 +97,9 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
         error("these values cannot be used (nothing was run; fix each, then run again):\n  "
               + "\n  ".join(mistyped + [f"{p} (sparkfleet pin -i INVENTORY writes the lock)" for p in broken_lock]))
         return EXIT_BAD_INPUT
-    if command == "doctor":
-        args = doctor.doctor_args(args)
-    if getattr(args, "canary", None):  # matrix propose: the play of the canary is that host alone
-        args = argparse.Namespace(**{**vars(args), "extra_vars": [
-            *args.extra_vars, json.dumps({"matrix_propose_canary": args.canary})]})
-    if getattr(args, "smoke", False):
-        args = argparse.Namespace(**{**vars(args), "extra_vars": [*args.extra_vars, '{"spark_verify_smoke": true}']})
+    if record.prepare:
+        args = record.prepare(args)
+    args = argparse.Namespace(**{**vars(args), "extra_vars": extra_vars(record, args)})
     options = AnsibleOptions.from_args(args, tags)
     as_json = getattr(args, "json", False)
     if as_json:
@@ -113,7 +111,7 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
     fleet = Fleet()
     try:
         # the controller's checks write nothing into the inventory: they need not wait for a provision
-        with inventory_lock("localhost," if command in CONTROLLER_CHECKS else inventory, command.replace("-", " ")):
+        with inventory_lock("localhost," if record.controller else inventory, command.replace("-", " ")):
             # Claimed once the inventory is this run's: a run refused as busy touches no report directory.
             try:
                 directory = report_dir_for(command.replace("-", "_"), args.report_dir)
@@ -144,45 +142,20 @@ def run_command(command: str, args: argparse.Namespace, console: Console) -> int
               f"with: ansible-inventory -i {inventory} --graph).")
     data = report.build(fleet, {"command": command.replace("-", " "), **meta, "argv": typed_argv(),
                                 "versions": versions(config), "errors": outcome.errors})
-    if command == "doctor" and not args.keep_hostnames:
-        data = doctor.redacted(data, fleet)
+    if record.redact:
+        data = record.redact(data, fleet, args)
     paths = report.write(data, directory)
     point_latest(directory)
     if as_json:
         print(json.dumps(data, indent=2))
-    if command == "doctor":
-        paths.update(doctor.write(fleet, directory, console))
-    if command in ("matrix-check", "matrix-lock", "advisories-check"):
-        for line in fleet.check_lines("issues" if command == "advisories-check" else "table"):
-            console.print(line, highlight=False, markup=False)
-    if command == "matrix-propose":
-        for line in proposal_lines(fleet, data):
-            console.print(line, highlight=False, markup=False)
+    if record.files:
+        paths.update(record.files(fleet, directory, console))
+    for line in record.lines(fleet, data):
+        console.print(line, highlight=False, markup=False)
     for line in collection_module("_cluster").verdict_lines(data.get("clusters") or []):
         console.print(line, highlight=False, markup=False, style="red" if line.startswith("  FAILED") else None)
     print_summary(data, paths, console, diffs=options.diff)
     return outcome.exit_code()
-
-
-def proposal_lines(fleet, data: dict) -> list[str]:
-    """matrix propose: the candidate against the matrix in use, pin by pin; when proved, the file written, how it
-    was proved and what to do next (a failure is the summary's, with its stage and the pins to blame)."""
-    lines = fleet.check_lines("proposal")
-    if lines and data.get("check"):
-        lines.append("check mode: the candidate was worked out and checked; it was not built, proved or written")
-    written = data.get("proposal")
-    if written:
-        smoke = written.get("smoke") or {}
-        proof, _sep, how = collection_module("_stack_matrix").proof({"evidence": written.get("evidence")}).rpartition(
-            " (")
-        peak = smoke.get("peak_gpu_memory_mb")
-        lines += [f"written: {written['file']}", f"  {proof}", f"  ({how}" if how else "",
-                  f"  smoke step on the {smoke.get('device')}: loss {smoke.get('first_loss')} -> "
-                  f"{smoke.get('last_loss')}, {smoke.get('seconds_per_step')} s per step"
-                  + (f", peak GPU memory {peak} MiB" if peak else ""),
-                  "  to use it: review and commit it, set spark_venv_matrix_file to it",
-                  "  (group_vars/all), sparkfleet matrix lock -i INVENTORY, then provision"]
-    return [line for line in lines if line]
 
 
 def typed_argv() -> list[str]:

@@ -9,6 +9,7 @@ import subprocess
 from rich.console import Console
 
 from sparkfleet.collection_home import PROJECT_DIR
+from sparkfleet.command_table import named
 from sparkfleet.commands import error, run_command
 from sparkfleet.runner import EXIT_BAD_INPUT, EXIT_FAILED_HOSTS, EXIT_OK
 
@@ -36,7 +37,7 @@ def lab(args: argparse.Namespace, console: Console) -> int:
     inventory = os.environ.get("LAB_INVENTORY") or str(PROJECT_DIR / "inventory" / "lab")
     base = argparse.Namespace(inventory=inventory, limit=None, check=False, diff=False,
                               tags=None, extra_vars=[], plain=args.plain, report_dir=None, no_color=args.no_color)
-    pinned = run_command("pin", argparse.Namespace(**{**vars(base), "report_dir": None}), console)
+    pinned = run_command(named("pin"), argparse.Namespace(**{**vars(base), "report_dir": None}), console)
     if pinned != EXIT_OK:
         return pinned
-    return run_command("provision", argparse.Namespace(**{**vars(base), "report_dir": args.report_dir}), console)
+    return run_command(named("provision"), argparse.Namespace(**{**vars(base), "report_dir": args.report_dir}), console)

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sparkfleet import report
+from sparkfleet.collection_home import collection_module
 
 # Which columns of the fleet table stay when the width is short, most important first; the others are named
 # under the table and are all in report.md. What an Ansible user reads first (the host, its verdict, changed and
@@ -156,3 +157,24 @@ def print_summary(data: dict, paths: dict[str, Path] | None, console: Console, d
                           soft_wrap=True)
     if paths:
         console.print("reports: " + ", ".join(str(p) for p in paths.values()), markup=False, soft_wrap=True)
+
+
+def proposal_lines(fleet, data: dict) -> list[str]:
+    """matrix propose: the candidate against the matrix in use, pin by pin; when proved, the file written, how it
+    was proved and what to do next (a failure is the summary's, with its stage and the pins to blame)."""
+    lines = fleet.check_lines("proposal")
+    if lines and data.get("check"):
+        lines.append("check mode: the candidate was worked out and checked; it was not built, proved or written")
+    written = data.get("proposal")
+    if written:
+        smoke = written.get("smoke") or {}
+        proof, _sep, how = collection_module("_stack_matrix").proof({"evidence": written.get("evidence")}).rpartition(
+            " (")
+        peak = smoke.get("peak_gpu_memory_mb")
+        lines += [f"written: {written['file']}", f"  {proof}", f"  ({how}" if how else "",
+                  f"  smoke step on the {smoke.get('device')}: loss {smoke.get('first_loss')} -> "
+                  f"{smoke.get('last_loss')}, {smoke.get('seconds_per_step')} s per step"
+                  + (f", peak GPU memory {peak} MiB" if peak else ""),
+                  "  to use it: review and commit it, set spark_venv_matrix_file to it",
+                  "  (group_vars/all), sparkfleet matrix lock -i INVENTORY, then provision"]
+    return [line for line in lines if line]
