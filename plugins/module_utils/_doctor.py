@@ -139,61 +139,106 @@ def memory_signs(kernel_log: str | None, swaps: str | None, processes: list[str]
             "pressure_some_avg10": float(some.group(1)) if some else None}
 
 
-def diagnose(report: dict, platform: dict, limits: dict) -> list[dict]:
-    """Each problem the report shows, with its evidence and what to do, in the order a person should look
-    (the GPU, the runtime, the toolkit, the images, the venv, disk, memory). Pure: from the report, the
-    platform facts and the thresholds (limits: docker_free_gib, pressure_avg10)."""
-    found: list[dict] = []
+# The doctor's checks, one function each, in the order a person should look (the GPU, the runtime, the toolkit,
+# the images, the venv, disk, memory). Each is pure: (the report, the platform facts, the thresholds) -> the
+# problems it sees, each {problem, evidence, fix}. To add one: a function here, its line in CHECKS, its test.
 
-    def problem(text: str, evidence: str, fix: str) -> None:
-        found.append({"problem": text, "evidence": evidence, "fix": fix})
 
+def _problem(text: str, evidence: str, fix: str) -> dict:
+    return {"problem": text, "evidence": evidence, "fix": fix}
+
+
+def check_gpu(report: dict, platform: dict, limits: dict) -> list[dict]:
     smi = platform.get("nvidia_smi") or {}
-    if not (report["gpu"].get("devices")) and not report["simulated"]:
-        problem("no GPU visible", smi.get("error") or "nvidia-smi listed no GPU",
-                "run nvidia-smi on the host; if it fails, the driver is not loaded: reboot after a kernel "
-                "update, or reinstall the DGX OS driver packages")
+    if report["gpu"].get("devices") or report["simulated"]:
+        return []
+    return [_problem("no GPU visible", smi.get("error") or "nvidia-smi listed no GPU",
+                     "run nvidia-smi on the host; if it fails, the driver is not loaded: reboot after a kernel "
+                     "update, or reinstall the DGX OS driver packages")]
+
+
+def check_docker(report: dict, platform: dict, limits: dict) -> list[dict]:
     runtimes = report["docker"].get("runtimes") or []
-    if report["docker"].get("server_version") and "nvidia" not in runtimes:
-        problem("the nvidia runtime is not registered with Docker", f"Docker's runtimes: {', '.join(runtimes)}",
-                "sparkfleet provision (role spark_container_runtime), or: nvidia-ctk runtime configure "
-                "--runtime=docker && systemctl restart docker")
-    elif not report["docker"].get("server_version"):
-        problem("Docker does not answer", report["docker"].get("error") or "docker info gave no answer",
-                "systemctl status docker; start it, then run the doctor again")
+    if not report["docker"].get("server_version"):
+        return [_problem("Docker does not answer", report["docker"].get("error") or "docker info gave no answer",
+                         "systemctl status docker; start it, then run the doctor again")]
+    if "nvidia" not in runtimes:
+        return [_problem("the nvidia runtime is not registered with Docker", f"Docker's runtimes: "
+                         f"{', '.join(runtimes)}", "sparkfleet provision (role spark_container_runtime), or: "
+                         "nvidia-ctk runtime configure --runtime=docker && systemctl restart docker")]
+    return []
+
+
+def check_toolkit(report: dict, platform: dict, limits: dict) -> list[dict]:
     missing = [p["name"] for p in report["toolkit"] if not p["version"]]
     unheld = [p["name"] for p in report["toolkit"] if p["version"] and not p["held"]]
+    found = []
     if missing:
-        problem("NVIDIA Container Toolkit packages not installed", ", ".join(missing),
-                "sparkfleet provision installs them from NVIDIA's repository, pinned and held")
+        found.append(_problem("NVIDIA Container Toolkit packages not installed", ", ".join(missing),
+                              "sparkfleet provision installs them from NVIDIA's repository, pinned and held"))
     if unheld:
-        problem("toolkit packages not held (an apt upgrade can move them under the runtime)", ", ".join(unheld),
-                f"apt-mark hold {' '.join(unheld)} (sparkfleet provision holds them)")
-    for image in report["images"]:
-        if not image["present"]:
-            problem(f"the locked image {image['name']} is missing", image["ref"],
-                    "sparkfleet provision -l <this host> pulls it again by its digest")
-    venv = report.get("venv_state") or {}
-    if venv.get("stale"):
-        problem("the venv's matrix is stale", f"{venv.get('matrix')}: {venv.get('age_days')} days since last "
-                "verified", "check the pins (sparkfleet matrix check) and refresh matrix/spark-stack.yml")
-    free = platform.get("docker_data_root_free_bytes")
-    if isinstance(free, int) and free < limits["docker_free_gib"] * GIB:
-        problem("Docker's disk is low", f"{free / GIB:.1f} GiB free on {platform.get('docker_data_root')} "
-                f"(under {limits['docker_free_gib']} GiB; an NGC image takes about 20 GiB unpacked)",
-                "docker system df; remove images no launcher uses (spark_images_prune: true)")
-    memory = report.get("memory") or {}
-    if memory.get("nv_no_memory"):
-        problem("the GPU driver ran out of memory (unified memory)",
-                f"{memory['nv_no_memory']} NV_ERR_NO_MEMORY line(s) in the kernel log, last: "
-                f"{memory['nv_no_memory_last']}",
-                "lower the job's memory (batch size, model size) or free host memory; GPU and CPU share the 128 GB")
-    if memory.get("swap") == [] and not memory.get("oom_guard"):
-        problem("no swap and no OOM guard", "/proc/swaps lists no swap area; none of "
-                f"{', '.join(OOM_GUARDS)} is running", "enable systemd-oomd or earlyoom, or add swap, so a job "
-                "that runs out of memory is stopped rather than the machine hanging")
-    pressure = memory.get("pressure_some_avg10")
-    if pressure is not None and pressure >= limits["pressure_avg10"]:
-        problem("memory pressure", f"/proc/pressure/memory some avg10={pressure}",
-                "find the process holding memory (ps -eo rss,cmd --sort=-rss | head) before starting a job")
+        found.append(_problem("toolkit packages not held (an apt upgrade can move them under the runtime)",
+                              ", ".join(unheld), f"apt-mark hold {' '.join(unheld)} (sparkfleet provision holds "
+                              "them)"))
     return found
+
+
+def check_images(report: dict, platform: dict, limits: dict) -> list[dict]:
+    return [_problem(f"the locked image {image['name']} is missing", image["ref"],
+                     "sparkfleet provision -l <this host> pulls it again by its digest")
+            for image in report["images"] if not image["present"]]
+
+
+def check_venv(report: dict, platform: dict, limits: dict) -> list[dict]:
+    venv = report.get("venv_state") or {}
+    if not venv.get("stale"):
+        return []
+    return [_problem("the venv's matrix is stale", f"{venv.get('matrix')}: {venv.get('age_days')} days since last "
+                     "verified", "check the pins (sparkfleet matrix check) and refresh matrix/spark-stack.yml")]
+
+
+def check_disk(report: dict, platform: dict, limits: dict) -> list[dict]:
+    free = platform.get("docker_data_root_free_bytes")
+    if not isinstance(free, int) or free >= limits["docker_free_gib"] * GIB:
+        return []
+    return [_problem("Docker's disk is low", f"{free / GIB:.1f} GiB free on {platform.get('docker_data_root')} "
+                     f"(under {limits['docker_free_gib']} GiB; an NGC image takes about 20 GiB unpacked)",
+                     "docker system df; remove images no launcher uses (spark_images_prune: true)")]
+
+
+def check_gpu_memory(report: dict, platform: dict, limits: dict) -> list[dict]:
+    memory = report.get("memory") or {}
+    if not memory.get("nv_no_memory"):
+        return []
+    return [_problem("the GPU driver ran out of memory (unified memory)",
+                     f"{memory['nv_no_memory']} NV_ERR_NO_MEMORY line(s) in the kernel log, last: "
+                     f"{memory['nv_no_memory_last']}",
+                     "lower the job's memory (batch size, model size) or free host memory; GPU and CPU share the "
+                     "128 GB")]
+
+
+def check_oom_guard(report: dict, platform: dict, limits: dict) -> list[dict]:
+    memory = report.get("memory") or {}
+    if memory.get("swap") != [] or memory.get("oom_guard"):
+        return []
+    return [_problem("no swap and no OOM guard", "/proc/swaps lists no swap area; none of "
+                     f"{', '.join(OOM_GUARDS)} is running", "enable systemd-oomd or earlyoom, or add swap, so a job "
+                     "that runs out of memory is stopped rather than the machine hanging")]
+
+
+def check_memory_pressure(report: dict, platform: dict, limits: dict) -> list[dict]:
+    pressure = (report.get("memory") or {}).get("pressure_some_avg10")
+    if pressure is None or pressure < limits["pressure_avg10"]:
+        return []
+    return [_problem("memory pressure", f"/proc/pressure/memory some avg10={pressure}",
+                     "find the process holding memory (ps -eo rss,cmd --sort=-rss | head) before starting a job")]
+
+
+CHECKS = (check_gpu, check_docker, check_toolkit, check_images, check_venv, check_disk, check_gpu_memory,
+          check_oom_guard, check_memory_pressure)
+
+
+def diagnose(report: dict, platform: dict, limits: dict) -> list[dict]:
+    """Each problem the report shows, with its evidence and what to do: every check of CHECKS, in order. Pure:
+    from the report, the platform facts and the thresholds (limits: docker_free_gib, pressure_avg10)."""
+    return [found for check in CHECKS for found in check(report, platform, limits)]

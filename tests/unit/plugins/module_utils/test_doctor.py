@@ -69,3 +69,32 @@ def test_no_gpu_comes_first_and_a_simulated_host_is_not_told_it_has_none():
     assert diagnose(report, platform, LIMITS)[0]["evidence"].startswith("NVIDIA-SMI has failed")
     report["simulated"] = True
     assert diagnose(report, platform, LIMITS) == []
+
+
+# One fault per check of the list: the check that speaks, and only it (issue 39: a check is a function in CHECKS).
+FAULTS = {
+    "check_gpu": {"gpu": {"devices": []}},
+    "check_docker": {"docker": {"server_version": None, "error": "Cannot connect to the Docker daemon"}},
+    "check_toolkit": {"toolkit": [{"name": "nvidia-container-toolkit", "version": None, "held": False}]},
+    "check_images": {"images": [{"name": "ngc", "ref": "nvcr.io/nvidia/pytorch@sha256:" + "a" * 64,
+                                 "present": False}]},
+    "check_venv": {"venv_state": {"matrix": "m", "stale": True, "age_days": 99}},
+    "check_disk": {"docker_data_root_free_bytes": 2 * GIB},
+    "check_gpu_memory": {"memory": memory_signs(KERNEL_LOG, SWAP, ["systemd"], "some avg10=0.00\n")},
+    "check_oom_guard": {"memory": memory_signs("", NO_SWAP, ["systemd"], "some avg10=0.00\n")},
+    "check_memory_pressure": {"memory": memory_signs("", SWAP, ["systemd"], PRESSURE)},
+}
+
+
+def test_every_check_of_the_list_speaks_for_its_fault_alone_and_in_the_lists_order():
+    from ansible_collections.sparkfleet.spark.plugins.module_utils._doctor import CHECKS
+
+    assert [check.__name__ for check in CHECKS] == list(FAULTS), "each check has its fault here, in order"
+    for check in CHECKS:
+        report, platform = healthy(**FAULTS[check.__name__])
+        spoke = {c.__name__ for c in CHECKS if c(report, platform, LIMITS)}
+        assert spoke == {check.__name__}, (check.__name__, spoke)
+        assert diagnose(report, platform, LIMITS) == check(report, platform, LIMITS)
+    everything = healthy(**{k: v for fault in list(FAULTS.values())[1:6] for k, v in fault.items()})
+    order = [p["problem"] for p in diagnose(*everything, LIMITS)]
+    assert order[0] == "Docker does not answer" and order[-1] == "Docker's disk is low", order
