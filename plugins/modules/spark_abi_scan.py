@@ -56,6 +56,7 @@ description:
     big-endian or unreadable files are listed in RV(unreadable) with a reason.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only, sparkfleet.spark.sparkfleet_docker]
 options:
   path:
     description:
@@ -72,10 +73,6 @@ options:
         throwaway container (no network, no GPU needed), and RV(system) describes
         the image, not the host.
     type: str
-  docker:
-    description: Docker CLI for O(image).
-    type: path
-    default: docker
   expected_cuda_major:
     description: The CUDA major every CUDA wheel must link (13 on a DGX Spark).
     type: int
@@ -92,20 +89,6 @@ options:
         into the container by name, on top of the image's own C(ENV).
     type: dict
     default: {}
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-    details: Only reads; runs the same in check mode.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
-      diff mode.
-    support: none
-  idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation
-      indicates no change.
-    support: full
-    details: Never changes anything.
 """
 
 EXAMPLES = r"""
@@ -250,6 +233,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _cuda_abi, _elf, _program_abi_image
 from ansible_collections.sparkfleet.spark.plugins.module_utils._cuda_abi import scan, system_cuda
+from ansible_collections.sparkfleet.spark.plugins.module_utils._shared_options import DOCKER
 
 
 def _unique(paths: list[str]) -> list[str]:
@@ -334,7 +318,7 @@ def main() -> None:
             "path": {"type": "path"},
             "python": {"type": "path"},
             "image": {"type": "str"},
-            "docker": {"type": "path", "default": "docker"},
+            **DOCKER,
             "expected_cuda_major": {"type": "int", "default": 13},
             "cuda_home": {"type": "path", "default": "/usr/local/cuda"},
             "environment": {"type": "dict", "default": {}},

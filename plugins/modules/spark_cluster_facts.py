@@ -91,6 +91,7 @@ import tarfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _user_files as user_files
+from ansible_collections.sparkfleet.spark.plugins.module_utils._shared_options import DOCKER
 
 SYS_NET = "/sys/class/net"
 SYS_IB = "/sys/class/infiniband"
@@ -233,7 +234,7 @@ def main() -> None:
             "interfaces": {"type": "list", "elements": "str", "required": True},
             "user": {"type": "str"},
             "image": {"type": "str"},
-            "docker": {"type": "path", "default": "docker"},
+            **DOCKER,
             "timeout": {"type": "int", "default": 30},
         },
         supports_check_mode=True,

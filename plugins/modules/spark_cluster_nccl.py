@@ -104,6 +104,7 @@ import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
+from ansible_collections.sparkfleet.spark.plugins.module_utils._shared_options import DOCKER
 from ansible_collections.sparkfleet.spark.plugins.module_utils._validate import env_name, env_value
 
 DOCKER_COULD_NOT_START = 125  # docker run's own exit status when the container did not start
@@ -132,7 +133,7 @@ def main() -> None:
             "run_flags": {"type": "list", "elements": "str",
                           "default": ["--runtime=nvidia", "--gpus", "all", "--ipc=host", "--ulimit", "memlock=-1",
                                       "--ulimit", "stack=67108864"]},
-            "docker": {"type": "path", "default": "docker"},
+            **DOCKER,
             "timeout": {"type": "int", "default": 300},
         },
         supports_check_mode=True,

@@ -31,7 +31,7 @@ description:
   - Anything it cannot read is listed under C(unreadable), never a failure.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only, sparkfleet.spark.sparkfleet_docker]
 options:
   platform:
     description: The facts spark_preflight_facts gathered (C(ansible_facts['spark_preflight'])).
@@ -50,10 +50,6 @@ options:
       that role spark_container_runtime installs and holds; an empty list, none.
     type: list
     elements: str
-  docker:
-    description: Docker CLI.
-    type: str
-    default: docker
   hostnames:
     description: Names of the host to replace (e.g. its inventory name).
     type: list
@@ -119,6 +115,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils import _docker_ap
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _dpkg as dpkg
 from ansible_collections.sparkfleet.spark.plugins.module_utils._docker_daemon import DAEMON_JSON
 from ansible_collections.sparkfleet.spark.plugins.module_utils._doctor import diagnose, markdown, memory_signs, redact
+from ansible_collections.sparkfleet.spark.plugins.module_utils._shared_options import DOCKER
 from ansible_collections.sparkfleet.spark.plugins.module_utils._state import STATE_FILE
 from ansible_collections.sparkfleet.spark.plugins.module_utils._verification import recorded_lines
 
@@ -253,7 +250,7 @@ def main() -> None:
             "state_file": {"type": "path", "default": STATE_FILE},
             "venv_link": {"type": "path", "default": "/opt/sparkfleet/venv"},
             "toolkit_packages": {"type": "list", "elements": "str"},
-            "docker": {"type": "str", "default": "docker"},
+            **DOCKER,
             "hostnames": {"type": "list", "elements": "str", "default": []},
             "keep_hostnames": {"type": "bool", "default": False},
             "label": {"type": "str", "default": "host"},

@@ -39,6 +39,7 @@ description:
   - The probe runs under O(timeout); a hang is a diagnosis, not a stuck play.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_docker]
 options:
   python:
     description: Interpreter to probe on the host. Exactly one of O(python) and O(launcher).
@@ -49,10 +50,6 @@ options:
         with the probe on stdin and C(SPARK_CONTAINER_NAME) set, so a hung
         container can be removed.
     type: path
-  docker:
-    description: Docker CLI (to remove a hung container).
-    type: path
-    default: docker
   timeout:
     description: Seconds the probe may take before it counts as hung.
     type: int
@@ -218,6 +215,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._gpu_probe import
     killed_by,
     parse_probe_output,
 )
+from ansible_collections.sparkfleet.spark.plugins.module_utils._shared_options import DOCKER
 
 _DOCKER_LAUNCH_FAILED = 125  # docker run's own exit status when the container could not start
 
@@ -241,7 +239,7 @@ def main() -> None:
         argument_spec={
             "python": {"type": "path"},
             "launcher": {"type": "path"},
-            "docker": {"type": "path", "default": "docker"},
+            **DOCKER,
             "timeout": {"type": "int", "default": 180},
             "expected_cuda_major": {"type": "int", "default": 13},
             "spark": {"type": "bool", "default": True},

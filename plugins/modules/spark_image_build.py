@@ -151,6 +151,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._derived import (
 )
 from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
 from ansible_collections.sparkfleet.spark.plugins.module_utils._pinned import derived as derived_record
+from ansible_collections.sparkfleet.spark.plugins.module_utils._shared_options import DOCKER
 
 
 def inspect(module: AnsibleModule, docker: str, ref: str) -> dict | None:
@@ -176,7 +177,7 @@ def main() -> None:
             "locked_recipe": {"type": "str"},
             "launcher": {"type": "str"},
             "launcher_dir": {"type": "path", "default": "/usr/local/bin"},
-            "docker": {"type": "path", "default": "docker"},
+            **DOCKER,
         },
         supports_check_mode=True,
     )

@@ -149,6 +149,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils import _docker_ap
 from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
 from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import is_digest
 from ansible_collections.sparkfleet.spark.plugins.module_utils._pinned import pinned
+from ansible_collections.sparkfleet.spark.plugins.module_utils._shared_options import DOCKER
 
 
 def short_name(repository: str) -> str:
@@ -329,7 +330,7 @@ def main() -> None:
             "headroom_bytes": {"type": "int", "default": 0},
             "record": {"type": "path", "default": "/var/lib/sparkfleet/pulled-images.json"},
             "docker_config": {"type": "path"},
-            "docker": {"type": "path", "default": "docker"},
+            **DOCKER,
         },
         mutually_exclusive=[("images", "repository"), ("images", "digest")],
         required_one_of=[("images", "repository")],

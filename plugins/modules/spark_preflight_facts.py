@@ -23,6 +23,7 @@ description:
     does for memory on the Spark's unified memory) become null, never errors.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
 options:
   nvidia_smi:
     description:
@@ -61,20 +62,6 @@ options:
         content changes.
     type: path
     default: /var/lib/sparkfleet/state.json
-attributes:
-  check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
-    support: full
-    details: Only reads; runs the same in check mode.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
-      diff mode.
-    support: none
-  idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation
-      indicates no change.
-    support: full
-    details: Never changes anything; always reports C(changed=false).
 notes:
   - The facts are returned as C(ansible_facts.spark_preflight) and C(ansible_facts.spark_platform).
 """

@@ -24,7 +24,7 @@ description:
     the CPU; RV(gpu_verified) is then false whatever the verdict.
 version_added: "0.3.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only, sparkfleet.spark.sparkfleet_docker]
 options:
   python:
     description: Interpreter to run the step on the host. Exactly one of O(python) and O(launcher).
@@ -32,10 +32,6 @@ options:
   launcher:
     description: A launcher installed by spark_images, run as C(LAUNCHER python3 -) with the step on stdin.
     type: path
-  docker:
-    description: Docker CLI (to remove a hung container).
-    type: path
-    default: docker
   steps:
     description: Training steps.
     type: int
@@ -153,6 +149,7 @@ import subprocess
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils._shared_options import DOCKER
 from ansible_collections.sparkfleet.spark.plugins.module_utils._smoke import SMOKE, judge
 
 
@@ -161,7 +158,7 @@ def main() -> None:
         argument_spec={
             "python": {"type": "path"},
             "launcher": {"type": "path"},
-            "docker": {"type": "path", "default": "docker"},
+            **DOCKER,
             "steps": {"type": "int", "default": 40},
             "learning_rate": {"type": "float", "default": 0.01},
             "min_drop": {"type": "float", "default": 0.05},

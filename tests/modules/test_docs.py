@@ -41,7 +41,15 @@ def _argument_spec_keys(module: str) -> set[str]:
 
                 spec = importlib.import_module(f"ansible_collections.sparkfleet.spark.plugins.modules.{module}")
                 return set(getattr(spec, node.value.id))
-            return {k.value for k in node.value.keys}
+            keys = {k.value for k in node.value.keys if k is not None}
+            # a spec shared by several modules (module_utils/_shared_options.py), unpacked: `**DOCKER`
+            shared = [v.id for k, v in zip(node.value.keys, node.value.values, strict=True) if k is None]
+            if shared:
+                import importlib
+
+                loaded = importlib.import_module(f"ansible_collections.sparkfleet.spark.plugins.modules.{module}")
+                keys |= {key for name in shared for key in getattr(loaded, name)}
+            return keys
     pytest.fail(f"{module}: no argument_spec= found")
 
 
@@ -141,3 +149,15 @@ def test_no_module_returns_its_own_data_under_a_key_ansible_reserves(module):
     if "path" in documented:
         clash = documented & file_facts
         assert not clash, f"{module} returns path, so Ansible overwrites its {clash}"
+
+
+def test_a_shared_option_is_declared_once_and_documented_by_its_fragment():
+    """Issue 39: the Docker CLI option was written out in eight modules, one typing it str where the rest said
+    path. Its argument spec lives in module_utils/_shared_options.py and its documentation in the fragment."""
+    declared = [m for m in MODULES if '"docker": {' in (REPO / "plugins" / "modules" / f"{m}.py").read_text()]
+    assert declared == [], "declare it as **DOCKER"
+    users = [m for m in MODULES if "docker" in _argument_spec_keys(m)]
+    assert len(users) == 8
+    for module in users:
+        fragments = _documented(module)["DOCUMENTATION"]["extends_documentation_fragment"]
+        assert "sparkfleet.spark.sparkfleet_docker" in fragments, module
