@@ -354,9 +354,17 @@ def matrix_secrets(matrix, overrides) -> set[str]:
     return url_secrets(urls)
 
 
-def index_env(indexes: list[str]) -> dict:
-    """pip's index options as its environment: the first index is PIP_INDEX_URL, the others PIP_EXTRA_INDEX_URL,
-    plus PIP_TRUSTED_HOST for a plain-http mirror (pip caches nothing from an untrusted http origin, and a rebuild
+# Each installer's names for the indexes it asks (the first, the others, the plain-http hosts it may use) and
+# what else it needs to ask them as pip does.
+_INDEX_ENV = {"pip": ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", {}),
+              # uv's own default stops at the first index that has a package: pip takes the best version any
+              # index offers, and the matrix check resolved the set as pip does.
+              "uv": ("UV_DEFAULT_INDEX", "UV_INDEX", "UV_INSECURE_HOST", {"UV_INDEX_STRATEGY": "unsafe-best-match"})}
+
+
+def index_env(indexes: list[str], tool: str = "pip") -> dict:
+    """pip's (or uv's: tool) index options as its environment: the first index is PIP_INDEX_URL, the others
+    PIP_EXTRA_INDEX_URL, plus PIP_TRUSTED_HOST for a plain-http mirror (pip caches nothing from an untrusted http origin, and a rebuild
     must not fetch a wheel twice).
 
     In the environment, not the argv: a process's argv is readable by every user of the host (ps,
@@ -364,28 +372,19 @@ def index_env(indexes: list[str]) -> dict:
     """
     if not indexes:  # from a wheelhouse (--no-index): no index at all
         return {}
-    env = {"PIP_INDEX_URL": indexes[0]}
+    first, others, trusted, more = _INDEX_ENV[tool]
+    env = {first: indexes[0], **more}
     if indexes[1:]:
-        env["PIP_EXTRA_INDEX_URL"] = " ".join(indexes[1:])
+        env[others] = " ".join(indexes[1:])
     hosts = [urllib.parse.urlsplit(url).hostname for url in indexes if url.startswith("http://")]
     if hosts:
-        env["PIP_TRUSTED_HOST"] = " ".join(dict.fromkeys(h for h in hosts if h))
+        env[trusted] = " ".join(dict.fromkeys(h for h in hosts if h))
     return env
 
 
 def uv_env(indexes: list[str]) -> dict:
-    """index_env for `uv pip install`: the first index is UV_DEFAULT_INDEX, the others UV_INDEX, asked as pip asks
-    them (the best version any index offers: UV_INDEX_STRATEGY unsafe-best-match; uv's own default stops at the
-    first index that has the package, which would resolve another set than the matrix check did)."""
-    if not indexes:
-        return {}
-    env = {"UV_DEFAULT_INDEX": indexes[0], "UV_INDEX_STRATEGY": "unsafe-best-match"}
-    if indexes[1:]:
-        env["UV_INDEX"] = " ".join(indexes[1:])
-    hosts = [urllib.parse.urlsplit(url).hostname for url in indexes if url.startswith("http://")]
-    if hosts:
-        env["UV_INSECURE_HOST"] = " ".join(dict.fromkeys(h for h in hosts if h))
-    return env
+    """index_env for `uv pip install` (UV_DEFAULT_INDEX, UV_INDEX, UV_INSECURE_HOST, as pip asks them)."""
+    return index_env(indexes, "uv")
 
 
 def loopback(host: str) -> bool:
