@@ -364,8 +364,8 @@ _INDEX_ENV = {"pip": ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST"
 
 def index_env(indexes: list[str], tool: str = "pip") -> dict:
     """pip's (or uv's: tool) index options as its environment: the first index is PIP_INDEX_URL, the others
-    PIP_EXTRA_INDEX_URL, plus PIP_TRUSTED_HOST for a plain-http mirror (pip caches nothing from an untrusted http origin, and a rebuild
-    must not fetch a wheel twice).
+    PIP_EXTRA_INDEX_URL, plus PIP_TRUSTED_HOST for a plain-http mirror (pip caches nothing from an untrusted
+    http origin, and a rebuild must not fetch a wheel twice).
 
     In the environment, not the argv: a process's argv is readable by every user of the host (ps,
     /proc/PID/cmdline), its environment only by its owner and root, and an index URL may carry a token.
