@@ -411,10 +411,10 @@ def test_a_failure_of_a_task_run_on_the_controller_is_the_controllers_not_the_fi
     fleet.handle(event("failed", "sparkfleet-lab-1", {
         "msg": "cannot reach http://127.0.0.1:5000/v2/: connection refused",
         "_ansible_delegated_vars": {"ansible_delegated_host": "localhost", "ansible_connection": "local"}},
-        task="Resolve every configured image, once for the fleet"))
+        task="Resolve the images on the controller, once for the fleet"))
     assert fleet.hosts["sparkfleet-lab-1"].failures == []
     (failure,) = fleet.hosts["localhost"].failures
-    assert failure["task"] == "Resolve every configured image, once for the fleet"
+    assert failure["task"] == "Resolve the images on the controller, once for the fleet"
     assert failure["msg"].startswith("cannot reach http://127.0.0.1:5000/v2/")
 
 

@@ -94,7 +94,7 @@ def test_an_unlocked_dated_tag_is_resolved_once_for_the_whole_fleet(anon, tmp_pa
     plan = tmp_path / "plan.yml"
     plan.write_text(json.dumps([{"hosts": "sparks", "gather_facts": False, "tasks": [
         {"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_images", "tasks_from": "plan.yml"}},
-        {"ansible.builtin.debug": {"msg": "{{ __spark_images_unlocked.images | map(attribute='index_digest') }}"}}]}]))
+        {"ansible.builtin.debug": {"msg": "{{ __spark_images_resolved.images | map(attribute='index_digest') }}"}}]}]))
     run = playbook(plan, inv)
     assert run.returncode == 0, run.stdout
     assert "not locked, resolved for this run only: ngc" in flat(run.stdout)

@@ -157,13 +157,11 @@ def test_nvidias_apt_key_is_pinned_by_default():
 # pull plan was the first host's catalog). A new run_once task, or a new variable in one, must be added here with
 # its reason, or not run once.
 RUN_ONCE_READS = {
-    ("spark_images", "plan_unlocked.yml", "Resolve the images the lock does not pin yet, once for the fleet"): {
-        # the images are every host's (the union of their plans); one registry login for the fleet
+    ("spark_images", "resolve.yml", "Resolve the images on the controller, once for the fleet"): {
+        # pin and a refresh move the fleet's one lock, plan_unlocked.yml resolves every host's unlocked images
+        # together (the union of their plans): the registries and their login are the fleet's (group_vars/all)
         "spark_images_registry_credentials", "spark_images_plain_http"},
     ("spark_images", "plan_unlocked.yml", "Say which images are not locked"): set(),
-    ("spark_images", "refresh_resolve.yml", "Resolve every configured image, once for the fleet"): {
-        # a refresh moves the fleet's one lock: the catalog and registries are the fleet's (group_vars/all)
-        "spark_images_registry_credentials", "spark_images_plain_http"},
     ("spark_images", "refresh_resolve.yml", "Keep the refresh's plan for every host (set once, given to each)"): {
         "spark_images_lock"},  # the inventory's one lock (not a role option: listed for the reader)
     ("spark_images", "refresh_resolve.yml", "Show the lock diff (old -> new digest per image)"): set(),
