@@ -80,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         cancelled["by"] = signal.Signals(signum).name
         raise KeyboardInterrupt
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in CANCEL_SIGNALS if sig != signal.SIGINT}
+    # SIGINT too: started in the background of a script (`sparkfleet ... &`, nohup) it is inherited ignored, and
+    # Ctrl-C at the terminal it is later given must still cancel (the run's own handlers set it as well).
+    previous = {sig: signal.signal(sig, on_signal) for sig in CANCEL_SIGNALS}
     try:
         return _main(argv)
     except KeyboardInterrupt:

@@ -265,7 +265,13 @@ def test_a_cancel_while_the_inventory_is_read_ends_with_130_and_leaves_no_proces
     script.write_text("#!/bin/sh\nsleep 60\necho '{\"_meta\": {\"hostvars\": {}}}'\n")
     script.chmod(0o755)
     mark = f"sparkfleet-test-{uuid.uuid4().hex}"
-    screen = Screen(["pin", "-i", "inv"], home, SPARKFLEET_TEST_RUN=mark)
+    # Started as from a script's background (`sparkfleet ... &`, nohup: SIGINT inherited ignored), as CI's own run
+    # of this test was: Ctrl-C at the terminal must still cancel.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        screen = Screen(["pin", "-i", "inv"], home, SPARKFLEET_TEST_RUN=mark)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     end = time.monotonic() + 60
     while not any("sleep 60" in p for p in processes_marked(mark)):
         assert time.monotonic() < end, "the inventory script never started"
