@@ -218,8 +218,12 @@ def test_a_candidate_that_fails_its_smoke_step_writes_nothing_and_names_the_stag
     # The matrix the green run wrote stays in the inventory's matrix/ folder, which is no inventory source.
     written = sorted((canary["inventory"] / "matrix").glob("*.yml"))
     before = tree(canary["home"] / "venvs"), os.readlink(canary["home"] / "venv")
-    proc, data = run_propose(canary, "red", "-e", '{"matrix_propose_pins": ["torchao==0.13.0"]}')
+    # the first propose on a host: its candidates' folder is not there yet (it warned "is not a directory")
+    fresh = canary["home"] / "fresh-candidates"
+    proc, data = run_propose(canary, "red", "-e", '{"matrix_propose_pins": ["torchao==0.13.0"]}',
+                             "-e", f"matrix_propose_root={fresh}")
     assert proc.returncode == 2, proc.stdout[-4000:]
+    assert "is not a directory" not in proc.stdout, proc.stdout[-3000:]
     [failure] = data["hosts"]["canary"]["failures"]
     assert "at stage smoke (lora)" in failure["msg"] and "To blame: torchao==0.13.0 (given)" in failure["msg"]
     assert "0.16.0" in failure["msg"], "peft's own words"
