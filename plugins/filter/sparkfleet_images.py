@@ -11,10 +11,9 @@ import re
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkfleet.spark.plugins.filter.sparkfleet_inputs import spark_inventory_dir as inventory_dir
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _image_lock as image_lock
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _pinned as pinned_model
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _validate as validate
-from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import dated as lock_dated
-from ansible_collections.sparkfleet.spark.plugins.module_utils._lock import diff as lock_diff
 from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import host_platform
 
 
@@ -32,8 +31,7 @@ def spark_images_pull_requests(targets: list[dict], mirrors: dict, platform: str
 
 def spark_images_lock_entries(lock: dict | None, names: list[str]) -> list[dict]:
     """The lock's entries for these image names, each with its name (what a host ran before a refresh)."""
-    lock = lock or {}
-    return [{**lock[name], "name": name} for name in names if isinstance(lock.get(name), dict)]
+    return image_lock.entries(lock, names)
 
 
 def spark_images_stale(recorded: list[str], pinned: list[dict]) -> list[str]:
@@ -43,8 +41,9 @@ def spark_images_stale(recorded: list[str], pinned: list[dict]) -> list[str]:
 
 
 def spark_images_pin_line(image: dict) -> str:
-    """'ngc: nvcr.io/nvidia/pytorch:25.09-py3 @ sha256:... (arm64 sha256:...), wanted 25.11-py3: <why>'."""
-    return pinned_model.pin_line(image)
+    """'ngc: nvcr.io/nvidia/pytorch:25.09-py3 @ sha256:... (linux/arm64 sha256:...), FALLBACK from 25.11-py3:
+    <why>'."""
+    return image_lock.line(image)
 
 
 # What each catalog field may hold: it reaches a launcher (a shell script and its file name), a pull and a URL.
@@ -84,7 +83,7 @@ def spark_images_pull_repository(image: dict, mirrors: dict) -> str:
 
 def spark_images_lock_diff(lock: dict | None, resolved: list[dict]) -> list[dict]:
     """Per image: the digest the lock pins now and the one the tag resolves to (old -> new)."""
-    return lock_diff(lock, resolved)
+    return image_lock.diff(lock, resolved)
 
 
 def spark_images_fleet(own: list[dict], hostvars, hosts: list, key: str) -> list[dict]:
@@ -115,7 +114,7 @@ def spark_images_fleet(own: list[dict], hostvars, hosts: list, key: str) -> list
 def spark_images_dated(resolved: list[dict], lock: dict | None) -> list[dict]:
     """The resolved images with the resolved_at the lock will give them (the lock's where the digest did not
     move): what a refresh writes the launchers from."""
-    return lock_dated(lock, resolved)
+    return image_lock.dated(lock, resolved)
 
 
 DERIVED_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")

@@ -2,8 +2,7 @@
 # Apache License 2.0
 """The pinned image: one model, from the lock to what a host runs. Each of its shapes is made here and nowhere else.
 
-- The lock entry (LOCK_FIELDS, validate_lock): what pin.yml and a refresh write into the inventory
-  (group_vars/all/spark_images_lock.yml) from what the registry resolved, and what every run reads.
+- The lock entry: its fields, validation, plan and writing are the lock's own (module_utils/_image_lock.py).
 - The pull request (pull_request): one lock entry made complete for one host - where it pulls from (the registry's
   mirror, when there is one), the digest, the platforms the index has, the size for the host's platform, the
   blessed tags to fall back to, the launcher - and the entry itself. spark_image_pull takes it as it is.
@@ -16,76 +15,11 @@ A record is never rebuilt elsewhere (in Jinja, or by joining a module's input ba
 
 from __future__ import annotations
 
+from ansible_collections.sparkfleet.spark.plugins.module_utils import _image_lock as image_lock
 from ansible_collections.sparkfleet.spark.plugins.module_utils import _validate as validate
-from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import BadReference, parse_reference
 
-# The lock entry's fields, in the order the file is written (its diff is the review).
-LOCK_FIELDS = ("requested", "registry", "repository", "tag", "index_digest", "arm64_digest", "media_type",
-               "platforms", "sizes", "fallback", "resolved_at", "derived")
 # What a pull request carries of its lock entry into the record (the lock's, never the host's).
-RECORD_LOCK_FIELDS = ("registry", "repository", "tag", "index_digest", "arm64_digest", "resolved_at", "fallback")
-
-
-def validate_lock(lock: object, path: str) -> list[str]:
-    """Problems with a lock as loaded from YAML, each naming the file and the entry."""
-    if lock is None:
-        return []
-    if not isinstance(lock, dict):
-        return [f"{path}: spark_images_lock must be a mapping of image name to entry, found {type(lock).__name__}"]
-    problems = []
-    for name, entry in lock.items():
-        if not isinstance(entry, dict):
-            problems.append(f"{path}: entry {name!r} must be a mapping, found {type(entry).__name__}")
-            continue
-        missing = [f for f in ("registry", "repository", "index_digest", "arm64_digest") if not entry.get(f)]
-        if missing:
-            problems.append(f"{path}: entry {name!r} lacks {', '.join(missing)}")
-        problems += [f"{path}: entry {name!r} {problem}" for problem in _entry_problems(name, entry)]
-    return problems
-
-
-# What each field of a lock entry may hold: every one reaches a launcher (a shell script), a pull or a URL.
-_LOCK_CHECKS = {"registry": validate.registry, "repository": validate.repository, "tag": validate.tag,
-                "index_digest": validate.digest, "arm64_digest": validate.digest, "media_type": validate.media_type,
-                "resolved_at": validate.iso_datetime}
-
-
-def _entry_problems(name: object, entry: dict) -> list[str]:
-    said = [] if validate.launcher(name) is None else [f"name {validate.launcher(name)}"]
-    said += [f"{field} {problem}" for field, check in _LOCK_CHECKS.items()
-             if entry.get(field) is not None and (problem := check(entry[field]))]
-    requested = entry.get("requested")
-    if requested is not None:
-        try:
-            if not isinstance(requested, str) or requested != requested.strip() or len(requested) > 255:
-                raise BadReference(f"{requested!r} is not an image reference")
-            parse_reference(requested)
-        except BadReference as exc:
-            said.append(f"requested: {exc}")
-    platforms = entry.get("platforms") or []
-    said += [f"platforms {problem}" for p in (platforms if isinstance(platforms, list) else [platforms])
-             if (problem := validate.platform(p))]
-    sizes = entry.get("sizes") or {}
-    said += [f"sizes {p!r} is {v!r}; expected a platform and a size in bytes"
-             for p, v in (sizes.items() if isinstance(sizes, dict) else [("sizes", sizes)])
-             if validate.platform(p) or not isinstance(v, int) or isinstance(v, bool)]
-    derived = entry.get("derived") or {}
-    for child, recipe in derived.items() if isinstance(derived, dict) else [("derived", derived)]:
-        said += [f"derived name {problem}" for problem in [validate.launcher(child)] if problem]
-        if not isinstance(recipe, dict):
-            said.append(f"derived.{child} is {recipe!r}; expected a mapping with recipe and tag")
-            continue
-        said += [f"derived.{child}.recipe {problem}" for problem in [validate.digest(recipe.get("recipe"))] if problem]
-        repo, colon, tag = str(recipe.get("tag")).rpartition(":")
-        if not colon or validate.repository(repo) or validate.tag(tag):
-            said.append(f"derived.{child}.tag is {recipe.get('tag')!r}; expected sparkfleet/<name>:<recipe hash>")
-    return said
-
-
-def lock_entry(resolved: dict) -> dict:
-    """The lock's entry for an image as the registry resolved it (spark_image_resolve's result), in field order;
-    its derived recipes are added by the writer."""
-    return {k: resolved.get(k) for k in LOCK_FIELDS if k not in ("resolved_at", "derived")}
+RECORD_LOCK_FIELDS = image_lock.RECORD_FIELDS
 
 
 def pull_repository(entry: dict, mirrors: dict | None) -> str:
@@ -93,7 +27,7 @@ def pull_repository(entry: dict, mirrors: dict | None) -> str:
 
     Digests are the same on a mirror, so the lock (resolved against the registry itself) stays the truth.
     Every path that pulls or runs a locked image goes through here, so the entry and the mirror are checked
-    here, as validate_lock checks them (a value such as '--volume=/:/host' never reaches docker's argv): a
+    here, as the lock's load() checks them (a value such as '--volume=/:/host' never reaches docker's argv): a
     ValueError says what was found and what is expected.
     """
     name = entry.get("name", "?") if isinstance(entry, dict) else "?"
@@ -101,7 +35,7 @@ def pull_repository(entry: dict, mirrors: dict | None) -> str:
         raise ValueError(f"spark_images_lock entry {name!r}: must be a mapping, found {type(entry).__name__}")
     missing = [f for f in ("registry", "repository") if not entry.get(f)]
     problems = [f"lacks {', '.join(missing)}"] if missing else []
-    problems += _entry_problems("image" if name == "?" else name, entry)
+    problems += image_lock.entry_problems("image" if name == "?" else name, image_lock.current_entry(entry))
     registry = entry.get("registry")
     mirror = (mirrors or {}).get(registry) if isinstance(registry, str) else None
     if mirror is not None and validate.registry(mirror):
@@ -186,13 +120,3 @@ def derived(*, name: str, base: str, base_ref: str, base_digest: str, launcher: 
         "built": bool(result.get("built")), "pulled": False, "unlocked": False, "fallback": None,
         "resolved_at": None, "launcher": launcher, "launcher_path": launcher_path(launcher_dir, launcher),
     }
-
-
-def pin_line(image: dict) -> str:
-    """'ngc: nvcr.io/nvidia/pytorch:25.09-py3 @ sha256:... (arm64 sha256:...), wanted 25.11-py3: <why>'."""
-    line = (f"{image['name']}: {image['registry']}/{image['repository']}:{image['tag']} @ {image['index_digest']} "
-            f"(arm64 {image['arm64_digest']})")
-    fallback = image.get("fallback")
-    if fallback:
-        line += f", FALLBACK from {fallback['wanted']}: {'; '.join(fallback['reasons'])}"
-    return line

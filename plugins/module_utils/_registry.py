@@ -196,8 +196,9 @@ def _error_text(status: int, body: bytes) -> str:
 
 
 def resolve_tag(registry: Registry, repository: str, tag: str, arch: str = "arm64") -> dict:
-    """What a tag resolves to: the index's digest (a single manifest's own), the manifest for linux/`arch`, the
-    media type, the platforms the index lists and the download size of each; RegistryError otherwise."""
+    """What a tag resolves to: the index's digest (a single manifest's own), the manifest digest of each platform
+    (one for linux/`arch` required), the media type, the platforms the index lists and the download size of each;
+    RegistryError otherwise."""
     ref = f"{registry.host}/{repository}:{tag}"
     status, headers, _unused = registry.request("HEAD", repository, f"manifests/{tag}")
     if status == 401:
@@ -225,12 +226,13 @@ def resolve_tag(registry: Registry, repository: str, tag: str, arch: str = "arm6
         platform_digest, platforms = select_platform(index, arch)
         if not platform_digest:
             raise RegistryError(f"{ref}: no linux/{arch} variant (the index lists {', '.join(platforms) or 'none'})")
-        sizes = {}
+        sizes, digests = {}, {}
         for entry in index.get("manifests") or []:
             platform = entry.get("platform") or {}
             label = "/".join(p for p in (platform.get("os"), platform.get("architecture"), platform.get("variant"))
                              if p)
-            if label and label not in sizes and entry.get("digest"):
+            if label and label not in digests and entry.get("digest") and "unknown" not in label.split("/"):
+                digests[label] = entry["digest"]  # an attestation's unknown/unknown is no platform to run
                 sizes[label] = manifest_size(registry, repository, entry["digest"])
     else:
         status, _unused, manifest_body = registry.request("GET", repository, f"manifests/{digest}")
@@ -240,9 +242,9 @@ def resolve_tag(registry: Registry, repository: str, tag: str, arch: str = "arm6
         if config.get("architecture") != arch:
             raise RegistryError(f"{ref}: a single-platform image for {config.get('os')}/{config.get('architecture')}, "
                                 f"no linux/{arch} variant")
-        platform_digest, platforms = digest, [f"{config.get('os')}/{config.get('architecture')}"]
-        sizes = {platforms[0]: manifest_size(registry, repository, digest)}
-    return {"tag": tag, "index_digest": digest, "arm64_digest": platform_digest, "media_type": media_type,
+        platforms = [f"{config.get('os')}/{config.get('architecture')}"]
+        digests, sizes = {platforms[0]: digest}, {platforms[0]: manifest_size(registry, repository, digest)}
+    return {"tag": tag, "index_digest": digest, "digests": digests, "media_type": media_type,
             "platforms": platforms, "sizes": {k: v for k, v in sizes.items() if v is not None}}
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: spark_image_resolve
-short_description: Resolve image tags to index and linux/arm64 digests over the OCI distribution API
+short_description: Resolve image tags to index and per-platform digests over the OCI distribution API
 description:
   - Speaks the distribution API itself with Ansible's HTTP helpers; run it
     once per run on the controller (C(run_once), C(delegate_to localhost)),
@@ -21,8 +21,10 @@ description:
     the pin is the index's digest, never a single-platform manifest a
     registry falls back to. When HEAD gives no C(Docker-Content-Digest), the
     body is fetched and hashed.
-  - For an index, checks that a linux/arm64 manifest exists and returns its
-    digest too; a single manifest must itself be linux/arm64.
+  - For an index, checks that a linux/arm64 manifest exists (O(architecture)) and
+    returns the manifest digest of each platform the index lists (C(digests), keyed
+    by platform; an attestation's C(unknown/unknown) left out); a single manifest
+    must itself be linux/arm64, and is its own platform's digest.
   - O(images[].tags) is an ordered list of blessed tags, newest first; the
     newest one that resolves (with arm64) is used and a fallback is recorded
     (wanted, used, why).
@@ -118,7 +120,7 @@ images:
       repository: nvidia/pytorch
       tag: 25.09-py3
       index_digest: sha256:0123...
-      arm64_digest: sha256:4567...
+      digests: {linux/amd64: "sha256:89ab...", linux/arm64: "sha256:4567..."}
       media_type: application/vnd.oci.image.index.v1+json
       platforms: [linux/amd64, linux/arm64]
       sizes: {linux/amd64: 9876543210, linux/arm64: 9123456789}

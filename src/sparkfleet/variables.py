@@ -127,18 +127,23 @@ def files_setting(inventory: str, names: set[str]) -> dict[str, list[str]]:
 
 
 def lock_problems(values_by_source: dict[str, dict], inventory: str) -> list[str]:
-    """What is wrong with the image lock the inventory gives its hosts (spark_images_lock), as pin and provision
-    would find it later, host by host."""
+    """What is wrong with the image lock the inventory gives its hosts, as every run would find it later, host by
+    host (module_utils/_image_lock.py): the variable spark_images_lock, and the file spark_images_lock_file names
+    where the inventory sets it to a path of its own."""
     from sparkfleet.collection_home import collection_module
 
-    pinned = collection_module("_pinned")
-    where = files_setting(inventory, {"spark_images_lock"}).get("spark_images_lock") or ["the inventory"]
+    image_lock = collection_module("_image_lock")
+    where = files_setting(inventory, {image_lock.VARIABLE}).get(image_lock.VARIABLE) or ["the inventory"]
     problems: list[str] = []
     for values in values_by_source.values():
-        if "spark_images_lock" in values:
-            for problem in pinned.validate_lock(values["spark_images_lock"], where[0]):
-                if problem not in problems:
-                    problems.append(problem)
+        found = image_lock.problems(values[image_lock.VARIABLE], where[0]) if image_lock.VARIABLE in values else []
+        path = values.get("spark_images_lock_file")
+        if isinstance(path, str) and path and "{" not in path:
+            try:
+                found += image_lock.problems(image_lock.read(path)[0], path)
+            except image_lock.LockRefused as exc:
+                found.append(exc.msg)
+        problems += [problem for problem in found if problem not in problems]
     return problems
 
 

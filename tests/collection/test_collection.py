@@ -97,7 +97,7 @@ def test_a_playbook_outside_the_repository_uses_the_installed_roles_modules_and_
             # A filter by FQCN from a file holding several.
             {"name": "Show a pin line", "ansible.builtin.debug": {"msg": "{{ {'name': 'ngc', 'registry': 'nvcr.io', "
              "'repository': 'nvidia/pytorch', 'tag': '25.11-py3', 'index_digest': 'sha256:aaa', "
-             "'arm64_digest': 'sha256:bbb'} | sparkfleet.spark.spark_images_pin_line }}"}},
+             "'digests': {'linux/arm64': 'sha256:bbb'}} | sparkfleet.spark.spark_images_pin_line }}"}},
         ],
     }], sort_keys=False))
     proc = _run(BIN / "ansible-playbook", "-i", "hosts.yml", "play.yml", cwd=tmp_path,
@@ -105,7 +105,7 @@ def test_a_playbook_outside_the_repository_uses_the_installed_roles_modules_and_
     assert "TASK [sparkfleet.spark.spark_preflight : Say when a host that is not a Spark" in proc.stdout
     assert '"spark_preflight_override": true' in proc.stdout, proc.stdout
     assert json.loads((tmp_path / "state.json").read_text())["platform"] == "not-spark"
-    assert "ngc: nvcr.io/nvidia/pytorch:25.11-py3 @ sha256:aaa (arm64 sha256:bbb)" in proc.stdout
+    assert "ngc: nvcr.io/nvidia/pytorch:25.11-py3 @ sha256:aaa (linux/arm64 sha256:bbb)" in proc.stdout
     # Roles came from the installed copy, not from this checkout.
     verbose = _run(BIN / "ansible-playbook", "-i", "hosts.yml", "play.yml", "--list-tasks", "-v", cwd=tmp_path,
                    ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(collections))

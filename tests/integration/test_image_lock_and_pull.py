@@ -1,4 +1,5 @@
-"""The lock (plan and write) and pulling by digest through this machine's real dockerd."""
+"""The lock (spark_image_plan reads it, spark_image_lock writes it) and pulling by digest through this machine's real
+dockerd."""
 
 from __future__ import annotations
 
@@ -23,13 +24,13 @@ def resolved(name: str, digest: str, tag: str) -> dict:
     image = next(i for i in CATALOG if i["name"] == name)
     return {"name": name, "requested": f"{image['registry']}/{image['repository']}:{image['tags'][0]}",
             "registry": image["registry"], "repository": image["repository"], "tag": tag, "index_digest": digest,
-            "arm64_digest": D2, "media_type": "application/vnd.oci.image.index.v1+json",
+            "digests": {"linux/arm64": D2}, "media_type": "application/vnd.oci.image.index.v1+json",
             "platforms": ["linux/amd64", "linux/arm64"], "fallback": None}
 
 
 def write(path, *images, check=False):
-    return run_module("spark_image_lock", {"state": "write", "path": str(path), "images": CATALOG,
-                                           "resolved": list(images)}, *(["--check", "--diff"] if check else []))
+    return run_module("spark_image_lock", {"path": str(path), "resolved": list(images)},
+                      *(["--check", "--diff"] if check else []))
 
 
 def test_the_lock_is_written_in_a_stable_order_and_rewritten_only_on_change(tmp_path):
@@ -37,10 +38,10 @@ def test_the_lock_is_written_in_a_stable_order_and_rewritten_only_on_change(tmp_
     first = write(path, resolved("ngc", D1, "25.11-py3"), resolved("unsloth", D1, "dgxspark-latest"))
     assert first["changed"] is True
     text = path.read_text()
-    assert text.startswith("---\n# Written by playbooks/pin.yml")
+    assert text.startswith("---\n# Written by `sparkfleet pin` (playbooks/pin.yml)")
     lock = yaml.safe_load(text)["spark_images_lock"]
     assert list(lock) == ["ngc", "unsloth"]
-    assert list(lock["ngc"])[:6] == ["requested", "registry", "repository", "tag", "index_digest", "arm64_digest"]
+    assert list(lock["ngc"])[:6] == ["requested", "registry", "repository", "tag", "index_digest", "digests"]
     again = write(path, resolved("ngc", D1, "25.11-py3"), resolved("unsloth", D1, "dgxspark-latest"))
     assert (again["changed"], again["changes"]) == (False, [])
     assert path.read_text() == text
@@ -50,31 +51,34 @@ def test_the_lock_is_written_in_a_stable_order_and_rewritten_only_on_change(tmp_
     assert path.read_text() == text  # check mode wrote nothing
 
 
-def plan(lock, **extra):
-    return run_module("spark_image_lock", {"state": "plan", "path": "inv/group_vars/all/spark_images_lock.yml",
-                                           "images": CATALOG, "lock": lock,
-                                           "moving_tags": ["latest", "dgxspark-latest"], **extra})
+def plan(lock, tmp_path):
+    """The plan of the lock file pin writes (written here as the inventory has it, and loaded as its variable)."""
+    path = tmp_path / "inv" / "group_vars" / "all" / "spark_images_lock.yml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"spark_images_lock": lock}))
+    return run_module("spark_image_plan", {"path": str(path), "images": CATALOG, "inventory_lock": lock,
+                                           "moving_tags": ["latest", "dgxspark-latest"]})
 
 
-def test_plan_refuses_a_moving_tag_without_an_entry():
-    result = plan({"ngc": {k: v for k, v in resolved("ngc", D1, "25.11-py3").items()}})
+def test_plan_refuses_a_moving_tag_without_an_entry(tmp_path):
+    result = plan({"ngc": {k: v for k, v in resolved("ngc", D1, "25.11-py3").items()}}, tmp_path)
     assert result["failed"] is True
     assert result["msg"].startswith("docker.io/unsloth/unsloth:dgxspark-latest is a moving tag and "
-                                    "inv/group_vars/all/spark_images_lock.yml has no entry 'unsloth'")
+                                    f"{tmp_path}/inv/group_vars/all/spark_images_lock.yml has no entry 'unsloth'")
     assert "playbooks/pin.yml" in result["msg"]
 
 
-def test_plan_names_the_file_and_the_entry_of_a_bad_digest():
-    lock = {"ngc": {**resolved("ngc", D1, "25.11-py3"), "arm64_digest": "sha256:short"},
+def test_plan_names_the_file_and_the_entry_of_a_bad_digest(tmp_path):
+    lock = {"ngc": {**resolved("ngc", D1, "25.11-py3"), "index_digest": "sha256:short"},
             "unsloth": resolved("unsloth", D1, "dgxspark-latest")}
-    result = plan(lock)
+    result = plan(lock, tmp_path)
     assert result["failed"] is True
-    assert ("inv/group_vars/all/spark_images_lock.yml: entry 'ngc' arm64_digest is 'sha256:short'; expected "
-            "sha256: and 64 lowercase hex digits") in result["msg"]
+    assert (f"{tmp_path}/inv/group_vars/all/spark_images_lock.yml: entry 'ngc' index_digest is 'sha256:short'; "
+            "expected sha256: and 64 lowercase hex digits") in result["msg"]
 
 
-def test_plan_lists_unlocked_dated_tags_and_plans_locked_ones():
-    result = plan({"unsloth": resolved("unsloth", D1, "dgxspark-latest")})
+def test_plan_lists_unlocked_dated_tags_and_plans_locked_ones(tmp_path):
+    result = plan({"unsloth": resolved("unsloth", D1, "dgxspark-latest")}, tmp_path)
     assert [i["name"] for i in result["unlocked"]] == ["ngc"]
     assert [(p["name"], p["index_digest"]) for p in result["plan"]] == [("unsloth", D1)]
 
@@ -161,8 +165,7 @@ def test_a_derived_image_is_locked_beside_its_base_and_moves_with_the_base_diges
               "files": {"motd": str(tmp_path / "motd")}}
 
     def lock(digest: str, *recipes: dict) -> dict:
-        result = run_module("spark_image_lock", {"state": "write", "path": str(path), "images": CATALOG,
-                                                 "resolved": [resolved("ngc", digest, "25.11-py3")],
+        result = run_module("spark_image_lock", {"path": str(path), "resolved": [resolved("ngc", digest, "25.11-py3")],
                                                  "derived": list(recipes)})
         return result, yaml.safe_load(path.read_text())["spark_images_lock"]["ngc"]
 
@@ -177,8 +180,7 @@ def test_a_derived_image_is_locked_beside_its_base_and_moves_with_the_base_diges
     result, entry = lock(D2, recipe)
     assert entry["derived"]["ngc-tree"]["recipe"] not in (first["recipe"], None), "the base moved"
     assert any(c.startswith("ngc-tree (derived from ngc) ") for c in result["changes"])
-    refused = run_module("spark_image_lock", {"state": "write", "path": str(path), "images": CATALOG,
-                                              "resolved": [resolved("ngc", D1, "25.11-py3")],
+    refused = run_module("spark_image_lock", {"path": str(path), "resolved": [resolved("ngc", D1, "25.11-py3")],
                                               "derived": [{**recipe, "base": "unsloth"}]})
     assert refused["failed"] and "base 'unsloth' is not among the images resolved (ngc)" in refused["msg"]
     assert yaml.safe_load(path.read_text())["spark_images_lock"]["ngc"]["index_digest"] == D2, "left untouched"

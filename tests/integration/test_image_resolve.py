@@ -20,12 +20,13 @@ def resolve(registry_host: str, repository: str, tags: list[str], **params) -> d
         "images": [{"name": "img", "registry": registry_host, "repository": repository, "tags": tags}], **params})
 
 
-def test_oci_index_pins_the_index_and_records_the_arm64_manifest(anon):
+def test_oci_index_pins_the_index_and_records_each_platforms_manifest(anon):
     pushed = push(anon.url, "nvidia/pytorch:25.11-py3", ["amd64", "arm64"])
     result = resolve(anon.host, "nvidia/pytorch", ["25.11-py3"])
     image = result["images"][0]
     assert image["index_digest"] == pushed["digest"]
-    assert image["arm64_digest"] == pushed["platforms"]["arm64"]
+    assert image["digests"] == {"linux/amd64": pushed["platforms"]["amd64"],
+                                "linux/arm64": pushed["platforms"]["arm64"]}
     assert image["media_type"] == "application/vnd.oci.image.index.v1+json"
     assert image["platforms"] == ["linux/amd64", "linux/arm64"]
     assert image["fallback"] is None
@@ -49,13 +50,14 @@ def test_a_docker_manifest_list_is_pinned_by_the_lists_digest(anon):
     assert naive == pushed["platforms"]["amd64"]
     image = resolve(anon.host, "unsloth/unsloth", ["dgxspark-latest"])["images"][0]
     assert image["index_digest"] == pushed["digest"] != naive
-    assert image["arm64_digest"] == pushed["platforms"]["arm64"]
+    assert image["digests"]["linux/arm64"] == pushed["platforms"]["arm64"]
 
 
-def test_a_single_arm64_manifest_is_its_own_arm64_digest_and_amd64_is_refused(anon):
+def test_a_single_arm64_manifest_is_its_own_platform_digest_and_amd64_is_refused(anon):
     arm = push(anon.url, "team/tool:arm", ["arm64"], list_type="single")
     image = resolve(anon.host, "team/tool", ["arm"])["images"][0]
-    assert image["index_digest"] == image["arm64_digest"] == arm["digest"]
+    assert image["index_digest"] == image["digests"]["linux/arm64"] == arm["digest"]
+    assert list(image["digests"]) == ["linux/arm64"]
     push(anon.url, "team/tool:amd", ["amd64"], list_type="single")
     refused = resolve(anon.host, "team/tool", ["amd"])
     assert "a single-platform image for linux/amd64, no linux/arm64 variant" in refused["msg"]

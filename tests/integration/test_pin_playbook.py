@@ -250,3 +250,38 @@ def test_pin_locks_the_images_a_host_has_of_its_own_and_refuses_a_name_defined_t
     assert "image 'audio' is defined differently by host spark-1 and host spark-2" in flat(refused.stdout), \
         refused.stdout[-3000:]
     assert lock_file.read_text() == before
+
+
+def test_the_plan_reads_the_lock_file_pin_wrote_and_refuses_a_variable_that_says_another(anon, tmp_path):
+    """Issue 39: pin wrote spark_images_lock_file while the plan read the variable spark_images_lock, so with the
+    file moved the plan pulled from the old lock while pin wrote the new one. The plan reads the file pin writes,
+    and refuses, naming both, when the inventory's variable holds another lock; a refresh reads it the same way."""
+    pushed = push(anon.url, "pintest/unsloth:dgxspark-latest", ["amd64", "arm64"], list_type="docker", seed="one")
+    push(anon.url, "pintest/pytorch:25.11-py3", ["amd64", "arm64"], seed="one")
+    inv = inventory(tmp_path, anon.host, hosts=2)
+    own = tmp_path / "locks" / "fleet.yml"  # the owner keeps the lock outside the inventory
+    (inv / "group_vars" / "all" / "where.yml").write_text(f"spark_images_lock_file: {own}\n")
+    assert playbook(REPO / "playbooks" / "pin.yml", inv).returncode == 0
+    written = yaml.safe_load(own.read_text())["spark_images_lock"]
+    assert written["unsloth"]["index_digest"] == pushed["digest"]
+    assert written["unsloth"]["digests"]["linux/arm64"] == pushed["platforms"]["arm64"]
+    assert not (inv / "group_vars" / "all" / "spark_images_lock.yml").exists()
+    plan = tmp_path / "plan.yml"
+    plan.write_text(json.dumps([{"hosts": "sparks", "gather_facts": False, "tasks": [
+        {"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_images", "tasks_from": "plan.yml"}},
+        {"ansible.builtin.debug": {"msg": "planned {{ __spark_images_plan.plan | map(attribute='index_digest') "
+                                          "| join(',') }}"}}]}]))
+    run = playbook(plan, inv)
+    assert run.returncode == 0, run.stdout
+    assert f"planned {written['ngc']['index_digest']},{pushed['digest']}" in flat(run.stdout), "the file pin wrote"
+
+    # An old lock left in group_vars/all (Ansible loads it as the variable): two locks, refused naming both.
+    stale = {**written, "unsloth": {**written["unsloth"], "index_digest": "sha256:" + "0" * 64}}
+    (inv / "group_vars" / "all" / "spark_images_lock.yml").write_text(yaml.safe_dump({"spark_images_lock": stale}))
+    for refused in (playbook(plan, inv), playbook(REPO / "playbooks" / "refresh.yml", inv, "--check")):
+        text = flat(refused.stdout)
+        assert refused.returncode != 0, text
+        assert f"two image locks: the inventory sets spark_images_lock, and the lock file spark_images_lock_file is " \
+               f"{own}" in text, text
+        assert "they differ in unsloth" in text
+    assert anon.requests("HEAD", "/v2/pintest/unsloth/manifests/dgxspark-latest") == 1, "refused before resolving"

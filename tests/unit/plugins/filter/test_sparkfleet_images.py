@@ -14,7 +14,7 @@ CATALOG = [{"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch"
 
 
 LOCKED = {"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch", "tag": "25.11-py3",
-          "index_digest": D1, "arm64_digest": D2, "platforms": ["linux/arm64", "linux/amd64"],
+          "index_digest": D1, "digests": {"linux/arm64": D2}, "platforms": ["linux/arm64", "linux/amd64"],
           "sizes": {"linux/arm64": 123}}
 
 

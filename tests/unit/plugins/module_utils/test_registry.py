@@ -88,12 +88,13 @@ def served():
     server.close()
 
 
-def test_a_tag_resolves_to_the_index_digest_the_arm64_manifest_and_each_platforms_size(served):
+def test_a_tag_resolves_to_the_index_digest_each_platforms_manifest_and_size(served):
     expected = served.index_of("nvidia/pytorch", "25.11-py3")
     registry = served.registry()
     found = resolve_tag(registry, "nvidia/pytorch", "25.11-py3")
-    assert (found["index_digest"], found["arm64_digest"], found["media_type"]) == (
+    assert (found["index_digest"], found["digests"]["linux/arm64"], found["media_type"]) == (
         expected["digest"], expected["arm64"], INDEX)
+    assert set(found["digests"]) == {"linux/amd64", "linux/arm64"}, "each platform's manifest, keyed by platform"
     assert found["platforms"] == ["linux/amd64", "linux/arm64"]
     assert found["sizes"] == {"linux/amd64": 1124, "linux/arm64": 1124}
     head = served.seen[0]
