@@ -1,5 +1,5 @@
 """Benchmark: the bare-pip sequence installed by pip and by uv (`uv pip install`), the same steps with the same
-arguments, as spark_venv runs them (uv with the module's own environment: module_utils/_stack_matrix.uv_env,
+arguments, as spark_venv runs them (uv with the module's own environment: module_utils/venv/_stack_matrix.uv_env,
 bytecode compiled as pip compiles it), each into a fresh venv with a cold cache of its own, in one run, two ways:
 from the indexes (a build without the hash lock) and from a wheelhouse (`--no-index --find-links`, the hash lock's
 wheels, as a fleet builds by default). The venvs' packages are compared (the same result is the condition for
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 for path in ("tests", "tests/integration", "testbed", "collections"):
     sys.path.insert(0, str(REPO / path))
 import wheels  # noqa: E402
-from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import index_env, uv_env  # noqa: E402
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import index_env, uv_env  # noqa: E402
 from pyindex import installer_pin, server  # noqa: E402
 
 PYTHON = "/usr/bin/python3.11"

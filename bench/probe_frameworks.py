@@ -1,6 +1,6 @@
 """What probing every GPU framework costs against the torch-only probe, and what the smoke step costs, in one run.
 
-Runs the probe program (plugins/module_utils/_program_gpu_probe.py) under an interpreter that holds GPU
+Runs the probe program (plugins/module_utils/verification/_program_gpu_probe.py) under an interpreter that holds GPU
 frameworks, without and with --frameworks, and the smoke step under one that holds the training stack; each
 several times, the median kept. On a machine without a GPU (this project's CI and developers' machines) the
 frameworks fail fast at their device stage, so the figure is the floor (imports and device discovery); on a GPU
@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PROBE = (REPO / "plugins" / "module_utils" / "_program_gpu_probe.py").read_text()
-SMOKE = (REPO / "plugins" / "module_utils" / "_program_smoke.py").read_text()
+PROBE = (REPO / "plugins" / "module_utils" / "verification" / "_program_gpu_probe.py").read_text()
+SMOKE = (REPO / "plugins" / "module_utils" / "verification" / "_program_smoke.py").read_text()
 RUNS = 5
 
 

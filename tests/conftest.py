@@ -21,7 +21,7 @@ BIN = Path(sys.executable).parent
 sys.modules.setdefault("conftest", sys.modules[__name__])
 
 # Tests import module_utils the way modules do, from the collection sparkfleet.spark
-# (ansible_collections.sparkfleet.spark.plugins.module_utils._x): pyproject's
+# (ansible_collections.sparkfleet.spark.plugins.module_utils.<concept>._x): pyproject's
 # pythonpath puts collections/ on sys.path, where ansible_collections/sparkfleet/spark
 # links to this repository.
 COLLECTION = "sparkfleet.spark"

@@ -9,7 +9,7 @@ catalog): run as a module it would cost a Python process and a module payload on
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
-from ansible_collections.sparkfleet.spark.plugins.module_utils._image_lock import PLAN_OPTIONS, LockRefused, load, plan
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._lock import PLAN_OPTIONS, LockRefused, load, plan
 
 
 class ActionModule(ActionBase):

@@ -1,7 +1,7 @@
 # Copyright: sparkfleet contributors
 # Apache License 2.0
 """Filters for spark_cluster and `sparkfleet cluster verify`: the inventory's clusters, each node's part in
-them, and the verdict. The logic is module_utils/_cluster.py; these convert at the edge (Ansible's errors,
+them, and the verdict. The logic is module_utils/cluster.py; these convert at the edge (Ansible's errors,
 hostvars). (ansible-doc reads each filter's documentation from plugins/filter/<filter>.yml.)
 """
 
@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
-from ansible_collections.sparkfleet.spark.plugins.module_utils._validate import host_name
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _model as cluster_model
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _nccl as cluster_nccl
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _verdict as cluster_verdict
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._validate import host_name
 
 # An OpenSSH public key line: its type, its base64 body, an optional comment.
 PUBLIC_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)) [A-Za-z0-9+/]+={0,3}(?: [^\n]*)?$")
@@ -20,8 +22,8 @@ PUBLIC_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521))
 def spark_cluster_model(clusters: object, hosts: list) -> list[dict]:
     """spark_clusters checked against the inventory's hosts and made complete (each node's rail addresses)."""
     try:
-        model = cluster.validate(clusters, [str(h) for h in hosts or []])
-    except cluster.ClusterError as exc:
+        model = cluster_model.validate(clusters, [str(h) for h in hosts or []])
+    except cluster_model.ClusterError as exc:
         raise AnsibleFilterError(str(exc)) from exc
     for entry in model:
         for node in entry["nodes"]:
@@ -32,8 +34,8 @@ def spark_cluster_model(clusters: object, hosts: list) -> list[dict]:
 
 def spark_cluster_node_plan(model: list[dict], host: str) -> dict | None:
     """This node's plan (its rails with their addresses, its peers), or None when it is in no cluster."""
-    found = cluster.cluster_of(model or [], str(host))
-    return cluster.node_plan(found, str(host)) if found else None
+    found = cluster_model.cluster_of(model or [], str(host))
+    return cluster_model.node_plan(found, str(host)) if found else None
 
 
 def _fact(hostvars, node: str, name: str):
@@ -53,7 +55,7 @@ def _peer_value(hostvars, peer: str, fact: str, what: str, cluster_name: str):
 def _peer_keys(model: list[dict], host: str, hostvars, fact: str, what: str, check_mode: bool):
     """(cluster, peer, key) for each of the node's peers, the key its fact holds, checked to be an OpenSSH public
     key. In check mode a peer whose key is not there yet (made or read by this run) is left out."""
-    found = cluster.cluster_of(model or [], str(host))
+    found = cluster_model.cluster_of(model or [], str(host))
     for peer in found["nodes"] if found else []:
         if peer == str(host) or (check_mode and _fact(hostvars, peer, fact) is None):
             continue
@@ -82,7 +84,7 @@ def spark_cluster_measure_args(model: list[dict], host: str, hostvars) -> dict:
     """spark_cluster_measure's arguments for this node: its index, its rails (address without prefix, the one
     it has where link-local; its IPv6 link-local address, which a link-local rail is measured over) and its
     peers (likewise), from each node's fact spark_cluster_facts."""
-    found = cluster.cluster_of(model or [], str(host))
+    found = cluster_model.cluster_of(model or [], str(host))
     if not found:
         raise AnsibleFilterError(f"{host} is in no cluster of spark_clusters")
 
@@ -116,7 +118,7 @@ def spark_cluster_measure_args(model: list[dict], host: str, hostvars) -> dict:
 def spark_cluster_nccl_args(model: list[dict], host: str, hostvars, cap_bytes: int, headroom: float) -> dict:
     """spark_cluster_nccl's arguments for this node, or {'skip': why} when NCCL cannot run on the cluster (a node
     without a GPU, rank 0 without an address, too little memory for even 64 MiB)."""
-    found = cluster.cluster_of(model or [], str(host))
+    found = cluster_model.cluster_of(model or [], str(host))
     if not found:
         raise AnsibleFilterError(f"{host} is in no cluster of spark_clusters")
     facts = {n: _fact(hostvars, n, "spark_cluster_facts") or {} for n in found["nodes"]}
@@ -127,13 +129,13 @@ def spark_cluster_nccl_args(model: list[dict], host: str, hostvars, cap_bytes: i
     if not master:
         return {"skip": f"{found['nodes'][0]} has no address on {found['rails'][0]['interface']}"}
     available = min((facts[n].get("meminfo") or {}).get("MemAvailable") or 0 for n in found["nodes"])
-    size = cluster.nccl_bytes(available, len(found["nodes"]), int(cap_bytes), float(headroom))
+    size = cluster_nccl.nccl_bytes(available, len(found["nodes"]), int(cap_bytes), float(headroom))
     if not size:
         return {"skip": f"the memory available ({available // 1024} MiB on the tightest node) cannot hold even a "
                         "64 MiB all_gather within the headroom"}
     return {"rank": found["nodes"].index(str(host)), "ranks": len(found["nodes"]), "master": master,
-            "bytes": size, "environment": cluster.nccl_environment(cluster.node_plan(found, str(host)),
-                                                                   facts[str(host)].get("rdma") or [])}
+            "bytes": size, "environment": cluster_nccl.nccl_environment(
+                cluster_model.node_plan(found, str(host)), facts[str(host)].get("rdma") or [])}
 
 
 def spark_cluster_verdict(model: list[dict], hostvars, thresholds: dict) -> list[dict]:
@@ -144,14 +146,14 @@ def spark_cluster_verdict(model: list[dict], hostvars, thresholds: dict) -> list
         facts = {n: _fact(hostvars, n, "spark_cluster_facts") or {} for n in entry["nodes"]}
         measures = {n: _fact(hostvars, n, "spark_cluster_measures") or [] for n in entry["nodes"]}
         nccl = _fact(hostvars, entry["nodes"][0], "spark_cluster_nccl")
-        verdicts.append(cluster.judge(entry, facts, measures, nccl, (thresholds or {}).get("thresholds") or {}))
+        verdicts.append(cluster_verdict.judge(entry, facts, measures, nccl, (thresholds or {}).get("thresholds") or {}))
     return verdicts
 
 
 def spark_cluster_table(verdicts: list[dict]) -> list[str]:
     """The verdicts as lines: each cluster's verdict, each check that failed (its cause and the fix), each that did
     not run or was not judged (why), then the bandwidths measured."""
-    return cluster.verdict_lines(verdicts)
+    return cluster_verdict.verdict_lines(verdicts)
 
 
 class FilterModule:

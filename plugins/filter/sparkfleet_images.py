@@ -11,17 +11,17 @@ import re
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkfleet.spark.plugins.filter.sparkfleet_inputs import spark_inventory_dir as inventory_dir
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _image_lock as image_lock
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _pinned as pinned_model
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _validate as validate
-from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import host_platform
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _validate as validate
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images import _lock as image_lock
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images import _pinned as pinned_model
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._oci import host_platform
 
 
 def spark_images_pull_requests(targets: list[dict], mirrors: dict, platform: str, catalog: list[dict],
                                moving: list[str], launcher_dir: str, blessed_fallback: bool = True,
                                sized: bool = True) -> list[dict]:
     """What spark_image_pull's O(images) takes for the lock entries a host pulls: one complete request each
-    (module_utils/_pinned.py's pull_request), so that provision and refresh pull the same way."""
+    (module_utils/images/_pinned.py's pull_request), so that provision and refresh pull the same way."""
     try:
         return pinned_model.pull_requests(targets, catalog, mirrors=mirrors, platform=platform, moving=moving,
                                           launcher_dir=launcher_dir, blessed_fallback=blessed_fallback, sized=sized)
@@ -74,7 +74,7 @@ def spark_images_effective(catalog: list[dict], overrides: dict) -> list[dict]:
 
 def spark_images_pull_repository(image: dict, mirrors: dict) -> str:
     """Where a host pulls a locked image from: its registry's pull-through mirror when one is configured; the
-    entry and the mirror checked (module_utils/_pinned.py)."""
+    entry and the mirror checked (module_utils/images/_pinned.py)."""
     try:
         return pinned_model.pull_repository(image, mirrors)
     except ValueError as exc:
@@ -122,7 +122,7 @@ DERIVED_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 def spark_images_derived_recipes(derived: list[dict], catalog: list[dict], sources: list) -> list[dict]:
     """spark_images_derived checked and normalized: files as absolute paths (relative ones from the inventory's
-    directory, module_utils/_inventory.py's, asked only when a file is relative: `sources` are
+    directory, module_utils/common/_inventory.py's, asked only when a file is relative: `sources` are
     ansible_inventory_sources).
 
     Fails with what was found and what is expected: a missing field, a bad name, a name used twice or by a

@@ -1,8 +1,8 @@
 # Copyright: sparkfleet contributors
 # Apache License 2.0
 """What enters from the inventory. spark_checked: one value from an inventory, a lock or a matrix, checked where
-it enters a path, a script or a URL, by the validator of its kind (module_utils/_validate.py). spark_inventory_dir:
-the inventory's one directory (module_utils/_inventory.py), or a path in it.
+it enters a path, a script or a URL, by the validator of its kind (module_utils/common/_validate.py).
+spark_inventory_dir: the inventory's one directory (module_utils/common/_inventory.py), or a path in it.
 (ansible-doc reads each filter's documentation from plugins/filter/<filter>.yml.)
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _validate as validate
-from ansible_collections.sparkfleet.spark.plugins.module_utils._inventory import NoInventoryDirectory, directory
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _validate as validate
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._inventory import NoInventoryDirectory, directory
 
 KINDS = ("tag", "digest", "registry", "repository", "launcher", "host_name", "iso_datetime", "env_name",
          "env_value", "relative_dir", "platform")

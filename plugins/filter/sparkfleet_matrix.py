@@ -8,8 +8,8 @@ a proposal's proof (its verdict, and the matrix written with its evidence).
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.sparkfleet.spark.plugins.module_utils._matrix_proposal import blame, evidence, judge
-from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_proposal import blame, evidence, judge
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
     MatrixError,
     lock_from_sequence,
     mirrors,

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils._dpkg import parse_lines
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._dpkg import parse_lines
 
 
 def spark_dpkg_missing(lines: list[str], packages: list[str], version: str | None = None,

@@ -6,8 +6,11 @@
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils._docker_daemon import RUNTIME_PATH, registration_gaps
-from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import debian_architecture
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_daemon import (
+    RUNTIME_PATH,
+    registration_gaps,
+)
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._oci import debian_architecture
 
 
 def spark_docker_registration_gaps(daemon_json: dict | None, path: str, set_as_default: bool = False,
@@ -16,7 +19,7 @@ def spark_docker_registration_gaps(daemon_json: dict | None, path: str, set_as_d
     C(docker_daemon_json); None when the facts cannot tell (another file, or one that is not JSON), so that
     spark_docker_runtime reads the file itself.
 
-    The same judgement as spark_docker_runtime's (module_utils/_docker_daemon.registration_gaps): an empty list
+    The same judgement as spark_docker_runtime's (module_utils/host/_docker_daemon.registration_gaps): an empty list
     is a registered runtime, and the module call is not needed.
     """
     if not isinstance(daemon_json, dict) or daemon_json.get("path") != path \
@@ -27,7 +30,7 @@ def spark_docker_registration_gaps(daemon_json: dict | None, path: str, set_as_d
 
 def spark_debian_architecture(arch: str | None) -> str | None:
     """Debian's name for a machine's architecture (uname -m): the toolkit repository's directory; None for one
-    sparkfleet does not know (module_utils/_oci.py holds the one architecture map)."""
+    sparkfleet does not know (module_utils/images/_oci.py holds the one architecture map)."""
     return debian_architecture(arch)
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _verification as verification
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _verification as verification
 
 BUILT = ("build", "reuse")  # spark_venv actions after which a venv waits for its verification
 
 
 def spark_venv_verdict(build: dict, gpu: dict | None, abi: dict | None, simulated: bool = False) -> dict:
-    """Whether the venv spark_venv built (or found built) passed (module_utils/_verification.py's venv_verdict)."""
+    """Whether the venv spark_venv built (or found built) passed (module_utils/verification/_verification.py's
+    venv_verdict)."""
     return verification.venv_verdict(build, gpu, abi, simulated)
 
 

@@ -1,7 +1,8 @@
 # Copyright: sparkfleet contributors
 # Apache License 2.0
-"""Filters that turn spark_verify's registered results into the state and the judgement (module_utils/_verification.py
-judges; these are its edge), and the fleet table and the state file's history.
+"""Filters that turn spark_verify's registered results into the state and the judgement
+(module_utils/verification/_verification.py judges; these are its edge), and the fleet table and the state file's
+history.
 (ansible-doc reads each filter's documentation from plugins/filter/<filter>.yml.)
 """
 
@@ -10,13 +11,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _fleet_table as table
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _state as state_file
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _verification as verification
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _state as state_file
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _fleet_table as table
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _verification as verification
 
 
 def spark_verification(data: dict) -> dict:
-    """The verification's judgement (module_utils/_verification.py's judge): state, failures and lines."""
+    """The verification's judgement (module_utils/verification/_verification.py's judge): state, failures and lines."""
     return verification.judge(data)
 
 
@@ -28,7 +29,7 @@ def spark_verification_refreshed(check: dict, state_text: str | None, launchers:
 
 
 def spark_fleet_table(hosts: list, hostvars: Any, active: list | None = None) -> list[str]:
-    """The fleet table (module_utils/_fleet_table, the sparkfleet CLI's table too) as lines, from hostvars.
+    """The fleet table (module_utils/verification/_fleet_table, the sparkfleet CLI's table too) as lines, from hostvars.
 
     hosts: the play's hosts (ansible_play_hosts_all); active: those still running it (ansible_play_hosts) - any
     other stopped earlier (failed or unreachable). Ansible's PLAY RECAP gives the task counts, so they are left out.
@@ -46,7 +47,7 @@ def spark_fleet_table(hosts: list, hostvars: Any, active: list | None = None) ->
 
 
 def spark_verification_limits(platform: dict, can_run_containers: bool) -> dict:
-    """Why a check cannot run on this host (module_utils/_verification.py's limits)."""
+    """Why a check cannot run on this host (module_utils/verification/_verification.py's limits)."""
     return verification.limits(platform, can_run_containers)
 
 
@@ -66,7 +67,7 @@ def spark_state_unchanged(text: str | None, content: dict, path: str) -> dict | 
     """spark_state's result for a state file whose text (read by the preflight facts, or a lookup on the
     controller) already holds `content`: nothing to write, so no module call; None when it would change.
 
-    The same judgement as spark_state's (module_utils/_state.py: merge, then render), on the content as the
+    The same judgement as spark_state's (module_utils/host/_state.py: merge, then render), on the content as the
     module would receive it (through JSON).
     """
     previous = state_file.parse(text)

@@ -1,6 +1,6 @@
 # Copyright: sparkfleet contributors
 # Apache License 2.0
-"""The image lock as every reader has it (a refresh, cluster verify): module_utils/_image_lock.py's load()."""
+"""The image lock as every reader has it (a refresh, cluster verify): module_utils/images/_lock.py's load()."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ _raw:
 
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
-from ansible_collections.sparkfleet.spark.plugins.module_utils._image_lock import LockRefused, load
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._lock import LockRefused, load
 
 
 class LookupModule(LookupBase):

@@ -231,9 +231,9 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _cuda_abi, _elf, _program_abi_image
-from ansible_collections.sparkfleet.spark.plugins.module_utils._cuda_abi import scan, system_cuda
-from ansible_collections.sparkfleet.spark.plugins.module_utils._shared_options import DOCKER
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _cuda_abi, _elf, _program_abi_image
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._cuda_abi import scan, system_cuda
 
 
 def _unique(paths: list[str]) -> list[str]:

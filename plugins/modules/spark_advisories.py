@@ -117,15 +117,15 @@ import datetime
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils._advisories import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._advisories import (
     AdvisoryError,
     affected,
     age,
     check,
     github_issues,
 )
-from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import MatrixError
-from ansible_collections.sparkfleet.spark.plugins.module_utils._yaml import require_yaml, yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml import require_yaml, yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import MatrixError
 
 
 def main() -> None:

@@ -119,8 +119,11 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import fetch_url
-from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
-from ansible_collections.sparkfleet.spark.plugins.module_utils._gpg import normalize_fingerprint, primary_fingerprints
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._gpg import (
+    normalize_fingerprint,
+    primary_fingerprints,
+)
 
 _ARMOR = b"-----BEGIN PGP PUBLIC KEY BLOCK-----"
 

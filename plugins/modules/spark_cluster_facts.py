@@ -89,9 +89,10 @@ import subprocess
 import tarfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _user_files as user_files
-from ansible_collections.sparkfleet.spark.plugins.module_utils._shared_options import DOCKER
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _model as cluster_model
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _tools as cluster_tools
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _user_files as user_files
 
 SYS_NET = "/sys/class/net"
 SYS_IB = "/sys/class/infiniband"
@@ -160,7 +161,7 @@ class Facts:
         if tool:
             rc, out, _err = self.run([tool])
             if rc == 0:
-                devices = cluster.parse_ibdev2netdev(out)
+                devices = cluster_tools.parse_ibdev2netdev(out)
                 return devices, "ibdev2netdev" if devices else None
         devices = []
         for hca in sorted(os.listdir(SYS_IB)) if os.path.isdir(SYS_IB) else []:
@@ -199,7 +200,7 @@ class Facts:
         with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as archive:
             member = archive.extractfile(archive.getmembers()[0])
             text = member.read().decode(errors="replace") if member else ""
-        return cluster.parse_nccl_conf(text), None
+        return cluster_tools.parse_nccl_conf(text), None
 
     def nccl_conf(self, user: dict | None, image: str | None) -> dict:
         files, read_paths = {}, []
@@ -215,7 +216,7 @@ class Facts:
                     continue
             if text is not None:
                 read_paths.append(path)
-                settings = cluster.parse_nccl_conf(text)
+                settings = cluster_tools.parse_nccl_conf(text)
                 if settings:
                     files[path] = settings
         image_error = None
@@ -239,7 +240,7 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    bad = [n for n in module.params["interfaces"] if not cluster.INTERFACE.fullmatch(n)]
+    bad = [n for n in module.params["interfaces"] if not cluster_model.INTERFACE.fullmatch(n)]
     if bad:
         module.fail_json(msg=f"interfaces {bad!r:.100}: expected interface names of 15 characters at most")
     facts = Facts(module)
@@ -251,7 +252,7 @@ def main() -> None:
         except KeyError:
             user = {"name": module.params["user"], "exists": False, "home": None}
     devices, source = facts.rdma()
-    meminfo = cluster.parse_meminfo(read("/proc/meminfo") or "")
+    meminfo = cluster_tools.parse_meminfo(read("/proc/meminfo") or "")
     result = {"changed": False, "interfaces": facts.interfaces(module.params["interfaces"]), "rdma": devices,
               "rdma_source": source, "meminfo": meminfo, "gpu": facts.gpu(),
               "nccl_conf": facts.nccl_conf(user, module.params["image"])}

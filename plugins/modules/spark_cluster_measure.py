@@ -132,9 +132,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
-from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
-from ansible_collections.sparkfleet.spark.plugins.module_utils._validate import host_name
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _model as cluster_model
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _tools as cluster_tools
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._validate import host_name
 
 RDMA_PORT_OFFSET = 64
 # A client's tries to reach a server the peer started in the same moment (a second apart).
@@ -156,7 +157,7 @@ def own(rail: dict) -> str | None:
 
 def ports(base: int, client: int, rail: int) -> tuple[int, int]:
     """The TCP ports of one client's tests on one rail of a server: iperf3's, ib_write_bw's."""
-    tcp = base + client * cluster.MAX_RAILS + rail
+    tcp = base + client * cluster_model.MAX_RAILS + rail
     return tcp, tcp + RDMA_PORT_OFFSET
 
 
@@ -346,7 +347,7 @@ class Measure:
         entry = {"peer": peer["name"], "rail": number, "interface": rail["interface"], "address": target}
         ping = self.module.get_bin_path("ping", required=True)
         rc, out, err = self.run([ping, "-6", "-c", "2", "-i", "0.2", "-W", "1", "-I", rail["interface"], "ff02::1"])
-        responders = cluster.parse_ping6_responders(out)
+        responders = cluster_tools.parse_ping6_responders(out)
         if responders or rc in (0, 1):
             entry["neighbors"] = responders
         else:
@@ -358,11 +359,11 @@ class Measure:
             return entry
         family = "-6" if ":" in target else "-4"
         _rc, out, err = self.run([ping, family, "-c", "3", "-i", "0.2", "-W", "1", "-I", rail["interface"], target])
-        entry["reach"] = cluster.parse_ping(out + err)
+        entry["reach"] = cluster_tools.parse_ping(out + err)
         payload = self.params["mtu"] - (48 if family == "-6" else 28)  # the IPv6 or IPv4 header, and ICMP's
         _rc, out, err = self.run([ping, family, "-c", "3", "-i", "0.2", "-W", "1", "-M", "do", "-s", str(payload),
                                   "-I", rail["interface"], target])
-        entry["jumbo"] = {**cluster.parse_ping(out + err), "payload": payload}
+        entry["jumbo"] = {**cluster_tools.parse_ping(out + err), "payload": payload}
         tcp_port, rdma_port = ports(self.params["port"], self.params["index"], number)
         if not entry["reach"]["received"]:  # no bandwidth to measure towards a peer that does not answer here
             entry["tcp"], entry["rdma"] = None, None
@@ -383,7 +384,7 @@ class Measure:
         for _attempt in range(CONNECT_ATTEMPTS):  # the peer's server, started at the same time, may not listen yet
             _rc, out, err = self.run([iperf3, "-c", address, "-p", str(port), "-B", local, "-t", str(seconds), "-J",
                                       "--connect-timeout", "3000"], seconds + 20)
-            result = cluster.parse_iperf3(out or err)
+            result = cluster_tools.parse_iperf3(out or err)
             if "Connection refused" not in str(result.get("error")):
                 break
             time.sleep(1)
@@ -401,7 +402,7 @@ class Measure:
         for _attempt in range(CONNECT_ATTEMPTS):
             rc, out, err = self.run([perftest, "-d", rail["hca"], "-p", str(port), "-D", str(seconds),
                                      "--report_gbits", "-F", address], seconds + 20)
-            parsed = cluster.parse_ib_write_bw(out)
+            parsed = cluster_tools.parse_ib_write_bw(out)
             if parsed is not None or "Couldn't connect" not in out + err:
                 break
             time.sleep(1)
@@ -435,8 +436,8 @@ class Measure:
 def check(module: AnsibleModule) -> None:
     """The rails and peers reach command lines: names and addresses are checked where they enter."""
     for rail in module.params["rails"]:
-        if not cluster.INTERFACE.fullmatch(str(rail.get("interface"))) or (
-                rail.get("hca") is not None and not cluster.HCA.fullmatch(str(rail["hca"]))):
+        if not cluster_model.INTERFACE.fullmatch(str(rail.get("interface"))) or (
+                rail.get("hca") is not None and not cluster_model.HCA.fullmatch(str(rail["hca"]))):
             module.fail_json(msg=f"rail {rail!r:.120}: expected an interface name and an RDMA device name")
     addresses = [rail.get("address") for rail in module.params["rails"]]
     addresses += [a for peer in module.params["peers"] for a in peer.get("addresses") or []]
@@ -456,7 +457,7 @@ def check(module: AnsibleModule) -> None:
             except ValueError:
                 module.fail_json(msg=f"address {address!r:.60}: expected an IPv6 link-local address (fe80::/10) "
                                      "without a scope")
-    if module.params["user"] and not cluster.USER.fullmatch(module.params["user"]):
+    if module.params["user"] and not cluster_model.USER.fullmatch(module.params["user"]):
         module.fail_json(msg=f"user {module.params['user']!r:.40}: expected a login name")
     for peer in module.params["peers"]:
         if host_name(peer.get("name")):

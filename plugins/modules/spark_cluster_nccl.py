@@ -103,9 +103,10 @@ import os
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
-from ansible_collections.sparkfleet.spark.plugins.module_utils._shared_options import DOCKER
-from ansible_collections.sparkfleet.spark.plugins.module_utils._validate import env_name, env_value
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _nccl as cluster_nccl
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _tools as cluster_tools
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._validate import env_name, env_value
 
 DOCKER_COULD_NOT_START = 125  # docker run's own exit status when the container did not start
 
@@ -153,12 +154,12 @@ def main() -> None:
              str(p["bytes"]), str(p["iters"]), str(p["warmup"]), str(p["timeout"])]
     # pylint: disable=ansible-bad-function  # a timeout for the whole run: a rank that never arrives must not hang
     try:
-        proc = subprocess.run(argv, input=cluster.NCCL_PROBE, capture_output=True, text=True, timeout=p["timeout"] + 30,
-                              check=False)
+        proc = subprocess.run(argv, input=cluster_nccl.NCCL_PROBE, capture_output=True, text=True,
+                              timeout=p["timeout"] + 30, check=False)
     except subprocess.TimeoutExpired:
         module.exit_json(changed=False, ran=False, why=f"the NCCL run did not end in {p['timeout'] + 30} s (a rank "
-                         "that never joined, or a hung transfer)", output="", parsed=cluster.parse_nccl_tests(""))
-    parsed = cluster.parse_nccl_tests(proc.stdout)
+                         "that never joined, or a hung transfer)", output="", parsed=cluster_tools.parse_nccl_tests(""))
+    parsed = cluster_tools.parse_nccl_tests(proc.stdout)
     said = (proc.stderr or proc.stdout).strip()
     if proc.returncode == DOCKER_COULD_NOT_START:
         why = f"Docker could not start the locked image on this node: {said[-400:]}"

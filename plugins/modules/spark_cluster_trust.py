@@ -116,9 +116,9 @@ import pwd
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster_trust as trust
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _user_files as files
-from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _trust as trust
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _user_files as files
 
 
 class Trust:

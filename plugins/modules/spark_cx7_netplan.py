@@ -132,8 +132,9 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
-from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _model as cluster_model
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _netplan as cluster_netplan
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
 
 UNIT = "sparkfleet-cx7-rollback"
 STATE_DIR = "/var/lib/sparkfleet"
@@ -330,9 +331,9 @@ def leave(module: AnsibleModule, netplan: Netplan) -> None:
         module.exit_json(changed=False, path=netplan.path, applied=False, rollback_unit=None, drift=[], left=None)
     result = {"changed": False, "path": netplan.path, "applied": False, "rollback_unit": None, "drift": [],
               "left": None}
-    if not before.startswith(cluster.NETPLAN_MARK):
+    if not before.startswith(cluster_netplan.NETPLAN_MARK):
         result["left"] = (f"{netplan.path} was not written by sparkfleet (its first line is not "
-                          f"'{cluster.NETPLAN_MARK}...'): left as it is")
+                          f"'{cluster_netplan.NETPLAN_MARK}...'): left as it is")
         module.exit_json(**result)
     result.update(changed=True, diff={"before": before, "after": "", "before_header": netplan.path,
                                       "after_header": f"{netplan.path} (removed: this node is in no cluster)"})
@@ -347,7 +348,7 @@ def main() -> None:
         argument_spec={
             "plan": {"type": "dict"},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-            "path": {"type": "path", "default": cluster.NETPLAN_FILE},
+            "path": {"type": "path", "default": cluster_netplan.NETPLAN_FILE},
             "rollback_seconds": {"type": "int", "default": 120},
             "wait_seconds": {"type": "int", "default": 30},
             "confirm": {"type": "bool", "default": False},
@@ -368,11 +369,11 @@ def main() -> None:
     if plan is None:
         module.fail_json(msg="spark_cx7_netplan: plan is required with state=present (the node's plan from "
                              "spark_cluster_node_plan); nothing was written.")
-    problem = cluster.check_plan(plan)
+    problem = cluster_model.check_plan(plan)
     if problem:
         module.fail_json(msg=f"spark_cx7_netplan: {problem}")
     interface, addresses, held = netplan.management()
-    clash = cluster.management_clash(plan, interface, addresses, held)
+    clash = cluster_netplan.management_clash(plan, interface, addresses, held)
     if clash:
         module.fail_json(msg=f"refused, nothing written: {clash}.")
     absent = [rail["interface"] for rail in plan["rails"] if rail["interface"] not in held]
@@ -380,7 +381,7 @@ def main() -> None:
         module.fail_json(msg=f"refused, nothing written: {', '.join(absent)} {'is' if len(absent) == 1 else 'are'} "
                              f"not on this node (it has {', '.join(sorted(n for n in held if n != 'lo'))}); name the "
                              "CX-7 interfaces ibdev2netdev shows, or cable the port.")
-    text = cluster.render_netplan(plan)
+    text = cluster_netplan.render_netplan(plan)
     try:
         with open(netplan.path, encoding="utf-8") as handle:
             before = handle.read()
@@ -395,7 +396,8 @@ def main() -> None:
         result["diff"] = {"before": before or "", "after": text, "before_header": netplan.path,
                           "after_header": netplan.path}
         if drift:  # the file is as planned: the diff is the rails as they are now against it
-            result["diff"].update(before=cluster.render_netplan(cluster.as_they_are(plan, netplan.links())),
+            now = cluster_netplan.as_they_are(plan, netplan.links())
+            result["diff"].update(before=cluster_netplan.render_netplan(now),
                                   before_header=f"the rails now ({'; '.join(drift)})")
         netplan.validate(text)
         if not module.check_mode:

@@ -105,7 +105,7 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils._docker_daemon import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_daemon import (
     DAEMON_JSON,
     RUNTIME_NAME,
     RUNTIME_PATH,

@@ -111,13 +111,18 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _docker_api as docker_api
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _dpkg as dpkg
-from ansible_collections.sparkfleet.spark.plugins.module_utils._docker_daemon import DAEMON_JSON
-from ansible_collections.sparkfleet.spark.plugins.module_utils._doctor import diagnose, markdown, memory_signs, redact
-from ansible_collections.sparkfleet.spark.plugins.module_utils._shared_options import DOCKER
-from ansible_collections.sparkfleet.spark.plugins.module_utils._state import STATE_FILE
-from ansible_collections.sparkfleet.spark.plugins.module_utils._verification import recorded_lines
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _docker_api as docker_api
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _dpkg as dpkg
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_daemon import DAEMON_JSON
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._doctor import (
+    diagnose,
+    markdown,
+    memory_signs,
+    redact,
+)
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._state import STATE_FILE
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._verification import recorded_lines
 
 
 class Doctor:

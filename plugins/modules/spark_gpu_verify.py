@@ -209,13 +209,13 @@ import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
-from ansible_collections.sparkfleet.spark.plugins.module_utils._gpu_probe import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import (
     PROBE,
     diagnose,
     killed_by,
     parse_probe_output,
 )
-from ansible_collections.sparkfleet.spark.plugins.module_utils._shared_options import DOCKER
 
 _DOCKER_LAUNCH_FAILED = 125  # docker run's own exit status when the container could not start
 

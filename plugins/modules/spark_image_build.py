@@ -131,7 +131,7 @@ dockerfile:
   type: str
 pinned:
   description:
-    - What the host runs for this image (module_utils/_pinned.py's record). Its C(ref) is the image ID, which
+    - What the host runs for this image (module_utils/images/_pinned.py's record). Its C(ref) is the image ID, which
       its launcher runs. The role keeps it in C(spark_images_pinned).
   returned: success
   type: dict
@@ -141,17 +141,17 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _docker_api as docker_api
-from ansible_collections.sparkfleet.spark.plugins.module_utils._derived import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _docker_api as docker_api
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._derived import (
     INSTALLED_PROBE,
     recipe_hash,
     refusals,
     render,
     tag_for,
 )
-from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
-from ansible_collections.sparkfleet.spark.plugins.module_utils._pinned import derived as derived_record
-from ansible_collections.sparkfleet.spark.plugins.module_utils._shared_options import DOCKER
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._pinned import derived as derived_record
 
 
 def inspect(module: AnsibleModule, docker: str, ref: str) -> dict | None:

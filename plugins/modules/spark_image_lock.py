@@ -85,8 +85,8 @@ lock:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils._image_lock import LockRefused, write
-from ansible_collections.sparkfleet.spark.plugins.module_utils._yaml import require_yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml import require_yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._lock import LockRefused, write
 
 
 def main() -> None:

@@ -77,8 +77,8 @@ unlocked:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils._image_lock import PLAN_OPTIONS, LockRefused, load, plan
-from ansible_collections.sparkfleet.spark.plugins.module_utils._yaml import require_yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml import require_yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._lock import PLAN_OPTIONS, LockRefused, load, plan
 
 
 def main() -> None:

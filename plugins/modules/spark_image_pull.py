@@ -117,7 +117,7 @@ images:
   elements: dict
 pinned:
   description:
-    - With O(images), what the host runs (module_utils/_pinned.py's record), one per image pulled or present, in
+    - With O(images), what the host runs (module_utils/images/_pinned.py's record), one per image pulled or present, in
       order; an image that failed has none. The role keeps it in C(spark_images_pinned).
   returned: with O(images)
   type: list
@@ -145,11 +145,11 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _docker_api as docker_api
-from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
-from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import is_digest
-from ansible_collections.sparkfleet.spark.plugins.module_utils._pinned import pinned
-from ansible_collections.sparkfleet.spark.plugins.module_utils._shared_options import DOCKER
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _docker_api as docker_api
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._oci import is_digest
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._pinned import pinned
 
 
 def short_name(repository: str) -> str:

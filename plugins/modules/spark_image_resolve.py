@@ -135,8 +135,12 @@ requests:
 import datetime
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import BadReference, parse_reference
-from ansible_collections.sparkfleet.spark.plugins.module_utils._registry import Registry, RegistryError, resolve_tag
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._oci import BadReference, parse_reference
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._registry import (
+    Registry,
+    RegistryError,
+    resolve_tag,
+)
 
 
 def main() -> None:

@@ -98,8 +98,8 @@ launchers:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
-from ansible_collections.sparkfleet.spark.plugins.module_utils._launchers import UNBUILT, problems, script
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._launchers import UNBUILT, problems, script
 
 
 def _read(module: AnsibleModule, path: str) -> str | None:

@@ -139,8 +139,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils._pip_dry_run import dry_run, failure, locked_entries
-from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_dry_run import dry_run, failure, locked_entries
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
     MatrixError,
     check,
     matrix_secrets,

@@ -103,7 +103,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
-from ansible_collections.sparkfleet.spark.plugins.module_utils._matrix_proposal import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_proposal import (
     blame,
     candidate,
     changes,
@@ -112,8 +112,8 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._matrix_proposal 
     public,
     step_specs,
 )
-from ansible_collections.sparkfleet.spark.plugins.module_utils._pip_dry_run import dry_run, failure
-from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_dry_run import dry_run, failure
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
     MatrixError,
     check,
     matrix_secrets,

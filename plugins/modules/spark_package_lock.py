@@ -55,7 +55,7 @@ holders:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils._dpkg import LOCKS, lock_holder
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._dpkg import LOCKS, lock_holder
 
 
 def describe(held: list[dict]) -> str:

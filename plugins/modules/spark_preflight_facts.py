@@ -198,16 +198,16 @@ import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _docker_api as docker_api
-from ansible_collections.sparkfleet.spark.plugins.module_utils._cluster import NETPLAN_FILE, NETPLAN_MARK
-from ansible_collections.sparkfleet.spark.plugins.module_utils._docker_daemon import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster._netplan import NETPLAN_FILE, NETPLAN_MARK
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _docker_api as docker_api
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_daemon import (
     DAEMON_JSON,
     REGISTRATION_KEYS,
     DaemonJsonError,
     parse_daemon_json,
 )
-from ansible_collections.sparkfleet.spark.plugins.module_utils._dpkg import PACKAGES, lock_holders, read_status
-from ansible_collections.sparkfleet.spark.plugins.module_utils._spark_platform import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._dpkg import PACKAGES, lock_holders, read_status
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._spark_platform import (
     QUERY_ARGS,
     classify,
     parse_cuda_banner,
@@ -216,7 +216,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._spark_platform i
     parse_meminfo,
     parse_os_release,
 )
-from ansible_collections.sparkfleet.spark.plugins.module_utils._state import STATE_FILE
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._state import STATE_FILE
 
 _C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 

@@ -10,9 +10,9 @@ DOCUMENTATION = r"""
 module: spark_smoke_train
 short_description: Run a tiny training step in an image or a venv and require that it learns
 description:
-  - Runs the smoke step (C(module_utils/_program_smoke.py)) under a Python interpreter on the host (O(python), a
-    venv's) or in a fresh container started by an image's launcher (O(launcher)), as spark_gpu_verify runs its
-    probe.
+  - Runs the smoke step (C(module_utils/verification/_program_smoke.py)) under a Python interpreter on the
+    host (O(python), a venv's) or in a fresh container started by an image's launcher (O(launcher)), as
+    spark_gpu_verify runs its probe.
   - The step builds a tiny Llama from a config in code (random weights, a fixed seed, nothing downloaded),
     attaches LoRA with peft, quantizes the base to 4 bits through bitsandbytes where it is installed and a GPU is
     there, compiles one Triton kernel where Triton and a GPU are, and trains O(steps) steps on a fixed batch.
@@ -149,8 +149,8 @@ import subprocess
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils._shared_options import DOCKER
-from ansible_collections.sparkfleet.spark.plugins.module_utils._smoke import SMOKE, judge
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._smoke import SMOKE, judge
 
 
 def main() -> None:

@@ -209,10 +209,10 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _program_imports
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _venv as venv_files
-from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
-from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _program_imports
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _venv as venv_files
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
     MatrixError,
     check,
     display,
@@ -231,7 +231,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix imp
     uv_env,
     validate_lock,
 )
-from ansible_collections.sparkfleet.spark.plugins.module_utils._venv import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._venv import (
     CONSTRAINTS,
     FINISHED,
     MARKER,

@@ -31,7 +31,8 @@ PROJECT_DIR, COLLECTIONS_DIR, ANSIBLE_CFG = _where()
 
 
 def collection_module(name: str):
-    """A pure-Python module_utils of the collection sparkfleet.spark that runs (PROJECT_DIR), imported by name."""
+    """A pure-Python module_utils of the collection sparkfleet.spark that runs (PROJECT_DIR), imported by its name
+    under module_utils (its concept folder and module: "images._lock")."""
     if str(COLLECTIONS_DIR) not in sys.path:
         sys.path.append(str(COLLECTIONS_DIR))
     return importlib.import_module(f"ansible_collections.sparkfleet.spark.plugins.module_utils.{name}")

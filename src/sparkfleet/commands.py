@@ -152,7 +152,7 @@ def run_command(record: Command, args: argparse.Namespace, console: Console) -> 
         paths.update(record.files(fleet, directory, console))
     for line in record.lines(fleet, data):
         console.print(line, highlight=False, markup=False)
-    for line in collection_module("_cluster").verdict_lines(data.get("clusters") or []):
+    for line in collection_module("cluster._verdict").verdict_lines(data.get("clusters") or []):
         console.print(line, highlight=False, markup=False, style="red" if line.startswith("  FAILED") else None)
     print_summary(data, paths, console, diffs=options.diff)
     return outcome.exit_code()

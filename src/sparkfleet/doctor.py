@@ -29,8 +29,8 @@ def doctor_args(args: argparse.Namespace) -> argparse.Namespace:
 def redacted(data: dict, fleet: Fleet) -> dict:
     """The doctor's report.json as its doctor.md has it: each host's name replaced by its label (host-1, ...),
     a host that failed or was unreachable (no doctor's report of its own) by the next free label; and, whatever
-    the hosts' outcome, addresses and users' homes in paths left out (module_utils/_doctor.py's scrub)."""
-    doctor = collection_module("_doctor")
+    the hosts' outcome, addresses and users' homes in paths left out (module_utils/host/_doctor.py's scrub)."""
+    doctor = collection_module("host._doctor")
     labels = {name: (host.facts.get("spark_doctor") or {}).get("host") for name, host in fleet.hosts.items()
               if name != "localhost" and host is not fleet.controller}
     taken = {int(label.rpartition("-")[2]) for label in labels.values()

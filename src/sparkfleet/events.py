@@ -22,7 +22,7 @@ from sparkfleet.collection_home import collection_module
 FLEET_FACTS = ("spark_images_refresh", "spark_cluster_verdicts", "spark_matrix_proposal")
 # What the events are read for: the facts each host's summary is built from (the fleet table's, its one home),
 # the fleet's, and the doctor's report.
-WATCHED_FACTS = (*collection_module("_fleet_table").FACTS, *FLEET_FACTS, "spark_doctor")
+WATCHED_FACTS = (*collection_module("verification._fleet_table").FACTS, *FLEET_FACTS, "spark_doctor")
 
 
 @dataclass

@@ -17,7 +17,7 @@ from sparkfleet.collection_home import collection_module
 from sparkfleet.events import Fleet, Host
 from sparkfleet.runner import private_files
 
-table = collection_module("_fleet_table")
+table = collection_module("verification._fleet_table")
 
 SCHEMA = "sparkfleet-report/1"
 SCHEMA_FILE = Path(__file__).with_name("report-schema.json")

@@ -222,8 +222,8 @@ class InventoryBusy(Exception):
 def inventory_lock(inventory: str, command: str):
     """Hold <inventory>/.sparkfleet/run.lock for the run, so two runs never write the image lock or the hosts'
     records at once; a second run is refused at once, naming the one that holds it. The directory is the one the
-    roles keep the lock and the records in (module_utils/_inventory.py); a host list (a,b,) has none to lock."""
-    inventories = collection_module("_inventory")
+    roles keep the lock and the records in (module_utils/common/_inventory.py); a host list (a,b,) has none to lock."""
+    inventories = collection_module("common._inventory")
     try:
         directory = Path(inventories.directory([inventory])) / ".sparkfleet"
     except inventories.NoInventoryDirectory as exc:

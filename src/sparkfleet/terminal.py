@@ -168,8 +168,8 @@ def proposal_lines(fleet, data: dict) -> list[str]:
     written = data.get("proposal")
     if written:
         smoke = written.get("smoke") or {}
-        proof, _sep, how = collection_module("_stack_matrix").proof({"evidence": written.get("evidence")}).rpartition(
-            " (")
+        matrix = collection_module("venv._stack_matrix")
+        proof, _sep, how = matrix.proof({"evidence": written.get("evidence")}).rpartition(" (")
         peak = smoke.get("peak_gpu_memory_mb")
         lines += [f"written: {written['file']}", f"  {proof}", f"  ({how}" if how else "",
                   f"  smoke step on the {smoke.get('device')}: loss {smoke.get('first_loss')} -> "

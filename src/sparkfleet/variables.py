@@ -128,11 +128,11 @@ def files_setting(inventory: str, names: set[str]) -> dict[str, list[str]]:
 
 def lock_problems(values_by_source: dict[str, dict], inventory: str) -> list[str]:
     """What is wrong with the image lock the inventory gives its hosts, as every run would find it later, host by
-    host (module_utils/_image_lock.py): the variable spark_images_lock, and the file spark_images_lock_file names
+    host (module_utils/images/_lock.py): the variable spark_images_lock, and the file spark_images_lock_file names
     where the inventory sets it to a path of its own."""
     from sparkfleet.collection_home import collection_module
 
-    image_lock = collection_module("_image_lock")
+    image_lock = collection_module("images._lock")
     where = files_setting(inventory, {image_lock.VARIABLE}).get(image_lock.VARIABLE) or ["the inventory"]
     problems: list[str] = []
     for values in values_by_source.values():

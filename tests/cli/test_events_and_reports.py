@@ -17,7 +17,7 @@ import jsonschema
 import pytest
 import yaml
 from ansible_collections.sparkfleet.spark.plugins.filter import sparkfleet_verify as verify
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _fleet_table as table
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _fleet_table as table
 
 from conftest import REPO
 from sparkfleet import report
@@ -386,7 +386,7 @@ def table_lines(data: dict) -> list[str]:
     """What the CLI prints after a cluster verify: the collection's own lines of the report's verdicts."""
     from sparkfleet.collection_home import collection_module
 
-    return collection_module("_cluster").verdict_lines(data["clusters"])
+    return collection_module("cluster._verdict").verdict_lines(data["clusters"])
 
 
 @pytest.mark.parametrize(("history", "changed", "check", "shown"), [
@@ -476,7 +476,7 @@ def test_each_image_and_venv_is_a_row_of_its_own_naming_what_each_check_found_fo
     """Issue 36: results were keyed by launcher path or reference and the summary joined the lines ("True 13.0;
     True 13.0"), which nobody could map back to an image. Each image and venv is a row of its own now - on the
     screen, in report.md and report.json - with its GPU line, frameworks, ABI and smoke step."""
-    from ansible_collections.sparkfleet.spark.plugins.module_utils._verification import judge
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._verification import judge
 
     ngc, venv_python = "nvcr.io/nvidia/pytorch@sha256:" + "0123456789ab" + "c" * 52, "/opt/sparkfleet/venv/bin/python"
     pinned = [{"name": "ngc", "ref": ngc, "tag": "25.11-py3", "launcher_path": "/usr/local/bin/spark-ngc"}]

@@ -34,7 +34,8 @@ VERSION = GALAXY["version"]
 # (A built collection carries MANIFEST.json in place of galaxy.yml; the wheel's copy keeps galaxy.yml.)
 SHIPPED = ["meta/runtime.yml", "playbooks/site.yml", "playbooks/pin.yml", "playbooks/refresh.yml",
            "roles/spark_images/tasks/main.yml", "roles/spark_preflight/meta/argument_specs.yml",
-           "plugins/modules/spark_image_pull.py", "plugins/module_utils/_oci.py", "plugins/filter/sparkfleet_images.py",
+           "plugins/modules/spark_image_pull.py", "plugins/module_utils/images/_oci.py",
+           "plugins/filter/sparkfleet_images.py",
            "plugins/doc_fragments/sparkfleet_docker.py", "matrix/spark-stack.yml", "matrix/advisories.yml",
            "CHANGELOG.md", "README.md"]
 NOT_SHIPPED = ("tests/", "testbed/", "inventory/", "molecule/", "src/", "bench/", "collections/", ".venv/", ".cache/",

@@ -14,7 +14,7 @@ import time
 import urllib.parse
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils._advisories import AdvisoryError, github_issues
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._advisories import AdvisoryError, github_issues
 from pty_screen import Screen
 
 from conftest import BIN, REPO, SHOW_INVOCATION, run_module

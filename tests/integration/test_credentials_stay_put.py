@@ -10,7 +10,7 @@ import json
 import threading
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils._advisories import AdvisoryError, github_issues
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._advisories import AdvisoryError, github_issues
 
 from conftest import run_module
 

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 import yaml
-from ansible_collections.sparkfleet.spark.plugins.module_utils._pinned import pull_requests
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._pinned import pull_requests
 from oci_push import push
 
 from conftest import run_module
@@ -112,7 +112,7 @@ def test_all_of_a_hosts_images_in_one_call_each_reported_and_a_failure_named(ano
     two = push(anon.url, "pulltest/two:v1", ["amd64", "arm64"], seed="one-call-b")
     refs = [f"{anon.host}/pulltest/one@{one['digest']}", f"{anon.host}/pulltest/two@{two['digest']}"]
     record = tmp_path / "pulled.json"
-    # A complete request, as the role hands it (module_utils/_pinned.py), and a bare one.
+    # A complete request, as the role hands it (module_utils/images/_pinned.py), and a bare one.
     lock_one = {"name": "one", "registry": anon.host, "repository": "pulltest/one", "tag": "v1",
                 "index_digest": one["digest"], "platforms": ["linux/amd64", "linux/arm64"]}
     (complete,) = pull_requests([lock_one], [{"name": "one", "launcher": "spark-one", "tags": ["v1"]}], mirrors={},

@@ -242,7 +242,7 @@ def test_check_mode_works_out_the_candidate_and_builds_and_writes_nothing(canary
 
 
 def test_the_proof_is_judged_stage_by_stage_and_blames_what_the_failure_names():
-    from ansible_collections.sparkfleet.spark.plugins.module_utils._matrix_proposal import judge
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_proposal import judge
 
     rows = [{"step": "stack", "package": "trl", "old": "1.8.0", "new": "1.10.0", "moved": True},
             {"step": "stack", "package": "datasets", "old": "4.3.0", "new": "4.7.0", "moved": True},

@@ -1,6 +1,6 @@
 """sparkfleet's NCCL probe, run for real across two ranks by a real torch: the CPU build this machine's wheel
 store has (torch 2.13.0+cpu, Python 3.11), so the ranks gather through gloo, as the probe does in a container that
-sees no GPU. What runs is what spark_cluster_nccl sends into the locked image (module_utils/_cluster.NCCL_PROBE);
+sees no GPU. What runs is what spark_cluster_nccl sends into the locked image (module_utils/cluster.NCCL_PROBE);
 rank 0's table is read back by the parser that reads nccl-tests' logs. NCCL itself needs the GPU: the device
 check runs it there."""
 
@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _nccl as cluster_nccl
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _tools as cluster_tools
 
 from conftest import REPO, python_of
 
@@ -52,7 +53,7 @@ def test_two_ranks_gather_every_value_and_rank_0_prints_nccl_tests_table(torch_p
                                "120"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for rank in (0, 1)]
     for rank in ranks:  # both get the program before either is waited for: rank 0 waits for rank 1 to join
-        rank.stdin.write(cluster.NCCL_PROBE)
+        rank.stdin.write(cluster_nccl.NCCL_PROBE)
         rank.stdin.close()
     outputs = [(rank.stdout.read(), rank.stderr.read()) for rank in ranks]
     for rank in ranks:
@@ -61,7 +62,7 @@ def test_two_ranks_gather_every_value_and_rank_0_prints_nccl_tests_table(torch_p
     table, quiet = outputs[0][0], outputs[1][0]
     assert quiet == "", "only rank 0 prints"
     assert "backend gloo (no GPU in the container: not NCCL)" in table, "it says it was not NCCL"
-    parsed = cluster.parse_nccl_tests(table)
+    parsed = cluster_tools.parse_nccl_tests(table)
     (row,) = parsed["rows"]
     assert (row["size"], row["count"], row["type"]) == (nbytes, nbytes // 4, "float")
     assert (row["wrong"], row["in_place_wrong"], parsed["out_of_bounds"]) == (0, 0, 0), "every value arrived"
@@ -78,7 +79,7 @@ def test_rank_0s_store_listens_on_the_masters_address_alone(torch_python):
     port = free_port()
     rank0 = subprocess.Popen([torch_python, "-", "0", "2", "127.0.0.1", str(port), "1048576", "1", "0", "60"],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    rank0.stdin.write(cluster.NCCL_PROBE)
+    rank0.stdin.write(cluster_nccl.NCCL_PROBE)
     rank0.stdin.close()
     try:
         listening = []
@@ -90,7 +91,7 @@ def test_rank_0s_store_listens_on_the_masters_address_alone(torch_python):
             time.sleep(0.1)
         assert listening == [f"127.0.0.1:{port}"], (listening, rank0.poll() and rank0.stderr.read()[-2000:])
         rank1 = subprocess.run([torch_python, "-", "1", "2", "127.0.0.1", str(port), "1048576", "1", "0", "60"],
-                               input=cluster.NCCL_PROBE, capture_output=True, text=True, timeout=300, check=False)
+                               input=cluster_nccl.NCCL_PROBE, capture_output=True, text=True, timeout=300, check=False)
         assert rank1.returncode == 0, rank1.stderr[-2000:]
         assert rank0.wait(timeout=120) == 0 and "Avg bus bandwidth" in rank0.stdout.read()
     finally:

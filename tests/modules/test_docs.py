@@ -42,7 +42,7 @@ def _argument_spec_keys(module: str) -> set[str]:
                 spec = importlib.import_module(f"ansible_collections.sparkfleet.spark.plugins.modules.{module}")
                 return set(getattr(spec, node.value.id))
             keys = {k.value for k in node.value.keys if k is not None}
-            # a spec shared by several modules (module_utils/_shared_options.py), unpacked: `**DOCKER`
+            # a spec shared by several modules (module_utils/common/_shared_options.py), unpacked: `**DOCKER`
             shared = [v.id for k, v in zip(node.value.keys, node.value.values, strict=True) if k is None]
             if shared:
                 import importlib
@@ -153,7 +153,7 @@ def test_no_module_returns_its_own_data_under_a_key_ansible_reserves(module):
 
 def test_a_shared_option_is_declared_once_and_documented_by_its_fragment():
     """Issue 39: the Docker CLI option was written out in eight modules, one typing it str where the rest said
-    path. Its argument spec lives in module_utils/_shared_options.py and its documentation in the fragment."""
+    path. Its argument spec lives in module_utils/common/_shared_options.py and its documentation in the fragment."""
     declared = [m for m in MODULES if '"docker": {' in (REPO / "plugins" / "modules" / f"{m}.py").read_text()]
     assert declared == [], "declare it as **DOCKER"
     users = [m for m in MODULES if "docker" in _argument_spec_keys(m)]

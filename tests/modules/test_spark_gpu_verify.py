@@ -296,8 +296,8 @@ def test_a_container_killed_by_a_signal_is_the_abi(tmp_path):
 
 def test_a_launcher_that_is_gone_is_judged_recorded_and_fails_the_host_saying_why(tmp_path):
     """spark_verify on this machine with a launcher that is not there: the probe cannot run, and the judge says so
-    (module_utils/_verification.py) - the host's state records the failure and the host fails with why and what to
-    do, where the probe's task used to fail alone and leave no state behind."""
+    (module_utils/verification/_verification.py) - the host's state records the failure and the host fails with
+    why and what to do, where the probe's task used to fail alone and leave no state behind."""
     launcher = tmp_path / "spark-gone"
     state = tmp_path / "state.json"
     playbook = tmp_path / "verify.yml"

@@ -33,8 +33,8 @@ def test_every_public_variable_is_documented_in_the_role_readme(role):
 
 def test_the_toolkit_packages_are_the_ones_the_facts_and_the_doctor_report():
     """The role installs and holds the packages its vars name; the preflight facts and the doctor report the ones
-    module_utils/_dpkg.py names. One list each side, held equal here."""
-    from ansible_collections.sparkfleet.spark.plugins.module_utils import _dpkg
+    module_utils/host/_dpkg.py names. One list each side, held equal here."""
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _dpkg
 
     role = yaml.safe_load((REPO / "roles" / "spark_container_runtime" / "vars" / "main.yml").read_text())
     assert tuple(role["__spark_container_runtime_packages"]) == _dpkg.TOOLKIT_PACKAGES

@@ -9,7 +9,12 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkfleet.spark.plugins.filter import sparkfleet_images as images
-from ansible_collections.sparkfleet.spark.plugins.module_utils._derived import recipe_hash, refusals, render, tag_for
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._derived import (
+    recipe_hash,
+    refusals,
+    render,
+    tag_for,
+)
 
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 CATALOG = [{"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch", "tags": ["25.11-py3"],

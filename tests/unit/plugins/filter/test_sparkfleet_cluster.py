@@ -7,7 +7,11 @@ import copy
 
 import pytest
 from ansible_collections.sparkfleet.spark.plugins.filter.sparkfleet_cluster import spark_cluster_measure_args
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _cluster as cluster
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _model as cluster_model
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _nccl as cluster_nccl
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _netplan as cluster_netplan
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _tools as cluster_tools
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _verdict as cluster_verdict
 
 from conftest import REPO
 
@@ -25,7 +29,7 @@ def recording(name: str) -> str:
 
 
 def model(**changes) -> dict:
-    return cluster.validate([{**copy.deepcopy(PAIR), **changes}], HOSTS)[0]
+    return cluster_model.validate([{**copy.deepcopy(PAIR), **changes}], HOSTS)[0]
 
 
 def test_a_pair_gets_an_address_on_each_rail_from_its_host_number():
@@ -60,7 +64,7 @@ def test_a_pair_gets_an_address_on_each_rail_from_its_host_number():
     ({"bandwidth": 1}, "pair is ['bandwidth']; expected only name, nodes, user"),
 ])
 def test_a_wrong_cluster_is_refused_naming_the_field_what_was_found_and_what_is_expected(change, said):
-    with pytest.raises(cluster.ClusterError) as raised:
+    with pytest.raises(cluster_model.ClusterError) as raised:
         model(**change)
     assert said in str(raised.value)
     assert str(raised.value).endswith("Fix spark_clusters in your inventory's group_vars.")
@@ -68,17 +72,17 @@ def test_a_wrong_cluster_is_refused_naming_the_field_what_was_found_and_what_is_
 
 def test_a_node_in_two_clusters_and_a_name_used_twice_are_refused():
     other = {**PAIR, "name": "trio", "nodes": ["spark-02", "spark-03"]}
-    with pytest.raises(cluster.ClusterError, match=r"a node in one cluster only \(it is in pair too\)"):
-        cluster.validate([PAIR, other], HOSTS)
-    with pytest.raises(cluster.ClusterError, match="expected a name used once"):
-        cluster.validate([PAIR, {**PAIR, "nodes": ["spark-03", "spark-01"]}], HOSTS)
-    assert cluster.validate(None, HOSTS) == [] == cluster.validate([], HOSTS)
+    with pytest.raises(cluster_model.ClusterError, match=r"a node in one cluster only \(it is in pair too\)"):
+        cluster_model.validate([PAIR, other], HOSTS)
+    with pytest.raises(cluster_model.ClusterError, match="expected a name used once"):
+        cluster_model.validate([PAIR, {**PAIR, "nodes": ["spark-03", "spark-01"]}], HOSTS)
+    assert cluster_model.validate(None, HOSTS) == [] == cluster_model.validate([], HOSTS)
 
 
 def test_the_netplan_is_nvidias_file_for_the_rails_alone():
-    plan = cluster.node_plan(model(), "spark-02")
+    plan = cluster_model.node_plan(model(), "spark-02")
     assert plan["peers"] == [{"name": "spark-01", "addresses": ["192.168.100.10", "192.168.101.10"]}]
-    assert cluster.render_netplan(plan) == (
+    assert cluster_netplan.render_netplan(plan) == (
         "# Written by sparkfleet (role spark_cluster) for cluster pair: the CX-7 rails only.\n"
         "# Edit spark_clusters in the inventory instead; the next run rewrites this file.\n"
         "network:\n  version: 2\n  ethernets:\n"
@@ -86,34 +90,36 @@ def test_the_netplan_is_nvidias_file_for_the_rails_alone():
         "      addresses: [192.168.100.11/24]\n      mtu: 9000\n"
         "    enP2p1s0f1np1:\n      dhcp4: false\n      dhcp6: false\n      link-local: [ipv6]\n"
         "      addresses: [192.168.101.11/24]\n      mtu: 9000\n")
-    linked = cluster.node_plan(model(addressing="link-local", rails=[{"interface": "enp1s0f1np1"}]), "spark-01")
-    assert "      link-local: [ipv4, ipv6]\n      mtu: 9000\n" in cluster.render_netplan(linked)
-    assert "addresses" not in cluster.render_netplan(linked)
+    linked = cluster_model.node_plan(model(addressing="link-local", rails=[{"interface": "enp1s0f1np1"}]), "spark-01")
+    assert "      link-local: [ipv4, ipv6]\n      mtu: 9000\n" in cluster_netplan.render_netplan(linked)
+    assert "addresses" not in cluster_netplan.render_netplan(linked)
 
 
 def test_rails_that_drifted_from_the_file_show_as_they_are_now_against_it():
     import difflib
 
-    plan = cluster.node_plan(model(), "spark-02")
+    plan = cluster_model.node_plan(model(), "spark-02")
     links = {"enp1s0f1np1": {"mtu": 9000, "addr_info": [{"family": "inet", "local": "192.168.100.11", "prefixlen": 24},
                                                         {"family": "inet6", "local": "fe80::1", "prefixlen": 64}]},
              "enP2p1s0f1np1": {"mtu": 1500, "addr_info": []}}
-    diff = [line for line in difflib.unified_diff(cluster.render_netplan(cluster.as_they_are(plan, links)).splitlines(),
-                                                  cluster.render_netplan(plan).splitlines(), lineterm="")
+    now = cluster_netplan.render_netplan(cluster_netplan.as_they_are(plan, links))
+    diff = [line for line in difflib.unified_diff(now.splitlines(),
+                                                  cluster_netplan.render_netplan(plan).splitlines(), lineterm="")
             if line[:1] in "+-" and line[:3] not in ("---", "+++")]
     assert diff == ["-      addresses: []", "-      mtu: 1500", "+      addresses: [192.168.101.11/24]",
                     "+      mtu: 9000"]
 
 
 def test_a_plan_that_would_touch_the_management_link_is_refused():
-    plan = cluster.node_plan(model(), "spark-01")
-    assert cluster.management_clash(plan, "enP7s7", ["10.0.0.5"]) is None
-    assert "carries this node's default route" in cluster.management_clash(plan, "enp1s0f1np1", [])
-    assert "is the address Ansible reaches this node at" in cluster.management_clash(plan, None, ["192.168.100.10"])
+    plan = cluster_model.node_plan(model(), "spark-01")
+    assert cluster_netplan.management_clash(plan, "enP7s7", ["10.0.0.5"]) is None
+    assert "carries this node's default route" in cluster_netplan.management_clash(plan, "enp1s0f1np1", [])
+    assert "is the address Ansible reaches this node at" in cluster_netplan.management_clash(plan, None,
+                                                                                             ["192.168.100.10"])
     held = {"enp1s0f1np1": ["10.0.0.5/24"], "enP2p1s0f1np1": []}
-    assert cluster.management_clash(plan, "enP7s7", ["10.0.0.5"], held).startswith(
+    assert cluster_netplan.management_clash(plan, "enP7s7", ["10.0.0.5"], held).startswith(
         "rail interface enp1s0f1np1 holds 10.0.0.5/24, the address Ansible reaches this node at")
-    assert cluster.management_clash(plan, "enP7s7", ["spark-01.lab"], held) is None
+    assert cluster_netplan.management_clash(plan, "enP7s7", ["spark-01.lab"], held) is None
 
 
 @pytest.mark.parametrize("bad", [
@@ -125,8 +131,8 @@ def test_a_plan_that_would_touch_the_management_link_is_refused():
     {"cluster": "pair", "mtu": 9000, "rails": []},
 ])
 def test_a_plan_a_module_is_handed_is_checked_again_before_it_reaches_a_file(bad):
-    assert cluster.check_plan(bad)
-    assert cluster.check_plan(cluster.node_plan(model(), "spark-01")) is None
+    assert cluster_model.check_plan(bad)
+    assert cluster_model.check_plan(cluster_model.node_plan(model(), "spark-01")) is None
 
 
 INJECTED = "9000\n    eth9:\n      addresses: [203.0.113.9/24]\n      routes: [{to: default, via: 203.0.113.1}]"
@@ -143,92 +149,92 @@ def test_a_rails_own_mtu_and_addresses_are_checked_as_render_writes_them(rail, s
     """Issue 34, finding 8: a plan built by hand with a newline in a rail's mtu rendered another interface's
     stanza and a default route; check_plan had skipped the per-rail values render_netplan writes."""
     plan = {"cluster": "pair", "mtu": 9000, "rails": [rail]}
-    assert said in (cluster.check_plan(plan) or "")
+    assert said in (cluster_model.check_plan(plan) or "")
     good = {**rail, "mtu": 9000, "addresses": ["10.0.0.1/24"]}
-    assert cluster.check_plan({**plan, "rails": [good]}) is None
-    assert "eth9" not in cluster.render_netplan({**plan, "rails": [good]})
+    assert cluster_model.check_plan({**plan, "rails": [good]}) is None
+    assert "eth9" not in cluster_netplan.render_netplan({**plan, "rails": [good]})
 
 
 def test_ibdev2netdev_maps_each_rdma_device_to_its_interface():
-    devices = cluster.parse_ibdev2netdev(recording("ibdev2netdev.txt"))
+    devices = cluster_tools.parse_ibdev2netdev(recording("ibdev2netdev.txt"))
     assert {(d["hca"], d["netdev"], d["state"]) for d in devices} >= {
         ("rocep1s0f1", "enp1s0f1np1", "Up"), ("roceP2p1s0f1", "enP2p1s0f1np1", "Up"),
         ("rocep1s0f0", "enp1s0f0np0", "Down")}
-    assert cluster.parse_ibdev2netdev("ibdev2netdev: command not found\n") == []
+    assert cluster_tools.parse_ibdev2netdev("ibdev2netdev: command not found\n") == []
 
 
 def test_ethtool_says_the_negotiated_speed_or_none():
-    assert cluster.parse_ethtool(recording("ethtool-cx7-200g.txt")) == {
+    assert cluster_tools.parse_ethtool(recording("ethtool-cx7-200g.txt")) == {
         "speed_mbps": 200000, "duplex": "Full", "link_detected": True}
-    assert cluster.parse_ethtool(recording("ethtool-cx7-no-cable.txt")) == {
+    assert cluster_tools.parse_ethtool(recording("ethtool-cx7-no-cable.txt")) == {
         "speed_mbps": None, "duplex": "Unknown", "link_detected": False}
-    assert cluster.parse_ethtool(recording("ethtool-veth.txt"))["speed_mbps"] == 10000
+    assert cluster_tools.parse_ethtool(recording("ethtool-veth.txt"))["speed_mbps"] == 10000
 
 
 def test_ib_write_bw_in_gbits_and_in_perftests_mb():
-    rail = cluster.parse_ib_write_bw(recording("ib_write_bw-rail.txt"))
+    rail = cluster_tools.parse_ib_write_bw(recording("ib_write_bw-rail.txt"))
     assert (rail["device"], rail["link_type"], rail["mtu"], rail["bw_avg_gbps"]) == (
         "rocep1s0f1", "Ethernet", 4096, 92.58)
-    slow = cluster.parse_ib_write_bw(recording("ib_write_bw-mbytes.txt"))
+    slow = cluster_tools.parse_ib_write_bw(recording("ib_write_bw-mbytes.txt"))
     assert slow["bw_avg_gbps"] == round(4096.12 * 1048576 * 8 / 1e9, 2) == 34.36
-    assert cluster.parse_ib_write_bw("Couldn't connect to 192.168.100.11:18515\n") is None
+    assert cluster_tools.parse_ib_write_bw("Couldn't connect to 192.168.100.11:18515\n") is None
 
 
 def test_nccl_tests_tables_plain_and_under_mpirun():
-    good = cluster.parse_nccl_tests(recording("nccl-all_gather-23.6.txt"))
+    good = cluster_tools.parse_nccl_tests(recording("nccl-all_gather-23.6.txt"))
     assert [(r["size"], r["busbw"], r["in_place_busbw"]) for r in good["rows"]] == [
         (1073741824, 23.58, 23.65), (2147483648, 23.64, 23.67)]
     assert (good["avg_busbw"], good["out_of_bounds"]) == (23.6354, 0)
     assert [(r["rank"], r["host"], r["device"]) for r in good["ranks"]] == [
         (0, "spark-01", "NVIDIA GB10"), (1, "spark-02", "NVIDIA GB10")]
-    slow = cluster.parse_nccl_tests(recording("nccl-all_gather-3gbps.txt"))
+    slow = cluster_tools.parse_nccl_tests(recording("nccl-all_gather-3gbps.txt"))
     assert [r["busbw"] for r in slow["rows"]] == [2.99, 3.0] and slow["avg_busbw"] == 2.99711
-    assert cluster.parse_nccl_tests("NCCL WARN NET/IB : No device found.\n")["rows"] == []
+    assert cluster_tools.parse_nccl_tests("NCCL WARN NET/IB : No device found.\n")["rows"] == []
 
 
 def test_iperf3_json_and_its_errors():
-    assert cluster.parse_iperf3(recording("iperf3-client.json"))["received_gbps"] > 0
-    assert cluster.parse_iperf3(recording("iperf3-refused.json")) == {
+    assert cluster_tools.parse_iperf3(recording("iperf3-client.json"))["received_gbps"] > 0
+    assert cluster_tools.parse_iperf3(recording("iperf3-refused.json")) == {
         "error": "unable to connect to server: Connection refused"}
-    assert cluster.parse_iperf3("iperf3: error - unable to connect")["error"].startswith("iperf3 printed no JSON")
+    assert cluster_tools.parse_iperf3("iperf3: error - unable to connect")["error"].startswith("iperf3 printed no JSON")
 
 
 def test_ping_reach_jumbo_frames_and_the_ports_that_answer_on_a_cable():
-    assert cluster.parse_ping(recording("ping-reach.txt")) == {"sent": 3, "received": 3, "too_big": False}
-    assert cluster.parse_ping(recording("ping-unreachable.txt"))["received"] == 0
-    assert cluster.parse_ping(recording("ping-jumbo-ok.txt"))["received"] == 3
-    assert cluster.parse_ping(recording("ping-jumbo-local-mtu-1500.txt")) == {
+    assert cluster_tools.parse_ping(recording("ping-reach.txt")) == {"sent": 3, "received": 3, "too_big": False}
+    assert cluster_tools.parse_ping(recording("ping-unreachable.txt"))["received"] == 0
+    assert cluster_tools.parse_ping(recording("ping-jumbo-ok.txt"))["received"] == 3
+    assert cluster_tools.parse_ping(recording("ping-jumbo-local-mtu-1500.txt")) == {
         "sent": 3, "received": 0, "too_big": True}
-    assert cluster.parse_ping(recording("ping-jumbo-peer-mtu-1500.txt"))["received"] == 0
-    assert cluster.parse_ping6_responders(recording("ping6-all-nodes.txt")) == [
+    assert cluster_tools.parse_ping(recording("ping-jumbo-peer-mtu-1500.txt"))["received"] == 0
+    assert cluster_tools.parse_ping6_responders(recording("ping6-all-nodes.txt")) == [
         "fe80::b4d0:56ff:fe69:85d2", "fe80::5846:73ff:fe93:8b0a"]
 
 
 def test_meminfo_and_a_stale_nccl_conf():
-    assert cluster.parse_meminfo(recording("meminfo-cma0.txt")) == {
+    assert cluster_tools.parse_meminfo(recording("meminfo-cma0.txt")) == {
         "MemTotal": 127540736, "MemAvailable": 121387792, "CmaTotal": 0, "CmaFree": 0}
-    assert cluster.parse_nccl_conf(recording("nccl.conf-stale")) == {
+    assert cluster_tools.parse_nccl_conf(recording("nccl.conf-stale")) == {
         "NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"}
 
 
 def test_nccls_environment_names_both_halves_and_the_size_fits_the_memory_available():
-    devices = cluster.parse_ibdev2netdev(recording("ibdev2netdev.txt"))
-    plan = cluster.node_plan(model(rails=[{**r, "hca": None} for r in RAILS]), "spark-01")
-    assert cluster.nccl_environment(plan, devices) == {
+    devices = cluster_tools.parse_ibdev2netdev(recording("ibdev2netdev.txt"))
+    plan = cluster_model.node_plan(model(rails=[{**r, "hca": None} for r in RAILS]), "spark-01")
+    assert cluster_nccl.nccl_environment(plan, devices) == {
         "NCCL_SOCKET_IFNAME": "enp1s0f1np1", "NCCL_IB_SUBNET_AWARE_ROUTING": "1",
         "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1"}
     gib = 1024 ** 3
-    assert cluster.nccl_bytes(121387792, 2, 2 * gib, 0.25) == 2 * gib, "plenty available: the cap"
-    assert cluster.nccl_bytes(1024 * 1024, 2, 2 * gib, 0.25) == 128 * 1024 ** 2, "1 GiB available: 1/4, 2/3 of it"
-    assert cluster.nccl_bytes(100 * 1024, 2, 2 * gib, 0.25) == 0, "not even 64 MiB"
-    assert cluster.nccl_bytes(None, 2, 2 * gib, 0.25) == 0
-    assert cluster.nccl_bytes(121387792, 2, 16 * gib, 0.9) == 4 * gib, "never the 16 GB that froze a node"
+    assert cluster_nccl.nccl_bytes(121387792, 2, 2 * gib, 0.25) == 2 * gib, "plenty available: the cap"
+    assert cluster_nccl.nccl_bytes(1024 * 1024, 2, 2 * gib, 0.25) == 128 * 1024 ** 2, "1 GiB available: 1/4, 2/3 of it"
+    assert cluster_nccl.nccl_bytes(100 * 1024, 2, 2 * gib, 0.25) == 0, "not even 64 MiB"
+    assert cluster_nccl.nccl_bytes(None, 2, 2 * gib, 0.25) == 0
+    assert cluster_nccl.nccl_bytes(121387792, 2, 16 * gib, 0.9) == 4 * gib, "never the 16 GB that froze a node"
 
 
 # The verdict. Facts as spark_cluster_facts returns them on a Spark, from the recordings.
 
 def spark_facts(node: str, pair: dict, **overrides) -> dict:
-    devices = cluster.parse_ibdev2netdev(recording("ibdev2netdev.txt"))
+    devices = cluster_tools.parse_ibdev2netdev(recording("ibdev2netdev.txt"))
     interfaces = {}
     for index, rail in enumerate(pair["rails"]):
         number = 1 if node == "spark-01" else 2
@@ -236,7 +242,7 @@ def spark_facts(node: str, pair: dict, **overrides) -> dict:
             "exists": True, "operstate": "up", "mtu": 9000, "addresses": [pair["addresses"][node][index]],
             "link_local6": [f"fe80::{number}:{index}"], "speed_mbps": 200000,
             "pcie": {"vendor": "0x15b3", "width": 4, "speed": "16.0 GT/s PCIe"}, "kind": None}
-    meminfo = cluster.parse_meminfo(recording("meminfo-cma0.txt"))
+    meminfo = cluster_tools.parse_meminfo(recording("meminfo-cma0.txt"))
     facts = {"interfaces": interfaces, "rdma": devices, "meminfo": {**meminfo, "CmaTotal": 524288}, "gpu": True,
              "nccl_conf": {"files": {}, "read": ["/etc/nccl.conf"], "image_error": None}}
     facts.update(overrides)
@@ -244,26 +250,26 @@ def spark_facts(node: str, pair: dict, **overrides) -> dict:
 
 
 def spark_measures(pair: dict, **overrides) -> list[dict]:
-    ok = cluster.parse_ping(recording("ping-reach.txt"))
+    ok = cluster_tools.parse_ping(recording("ping-reach.txt"))
     return [{"peer": "spark-02", "rail": index, "interface": rail["interface"],
              "address": pair["addresses"]["spark-02"][index].split("/")[0],
              "neighbors": [f"fe80::1:{index}", f"fe80::2:{index}"], "reach": ok, "jumbo": ok,
-             "tcp": {"received_gbps": 41.3}, "rdma": cluster.parse_ib_write_bw(recording("ib_write_bw-rail.txt")),
+             "tcp": {"received_gbps": 41.3}, "rdma": cluster_tools.parse_ib_write_bw(recording("ib_write_bw-rail.txt")),
              **({"ssh": {"ok": True, "detail": "nvidia@192.168.100.11: logged in, host key pinned"}}
                 if index == 0 else {}), **overrides}
             for index, rail in enumerate(pair["rails"])]
 
 
 def nccl(name: str) -> dict:
-    return {"ran": True, "parsed": cluster.parse_nccl_tests(recording(name))}
+    return {"ran": True, "parsed": cluster_tools.parse_nccl_tests(recording(name))}
 
 
 def verdict(pair=None, facts=None, measures=None, run=None):
     pair = pair or model()
     facts = facts or {n: spark_facts(n, pair) for n in pair["nodes"]}
     measures = measures if measures is not None else {"spark-01": spark_measures(pair), "spark-02": []}
-    return cluster.judge(pair, facts, measures, run if run is not None else nccl("nccl-all_gather-23.6.txt"),
-                         THRESHOLDS)
+    return cluster_verdict.judge(pair, facts, measures,
+                                 run if run is not None else nccl("nccl-all_gather-23.6.txt"), THRESHOLDS)
 
 
 def failed(result: dict) -> list[tuple[str, str]]:
@@ -276,7 +282,7 @@ def test_a_healthy_pair_is_ok_with_its_bandwidths():
     assert result["counts"] == {"ok": len(result["checks"]), "failed": 0, "not run": 0, "not judged": 0}
     assert result["bandwidth"]["nccl"] == [{"where": "pair", "value": 23.67}]
     assert [b["value"] for b in result["bandwidth"]["rdma_bw"]] == [92.58, 92.58]
-    lines = cluster.verdict_lines([result])
+    lines = cluster_verdict.verdict_lines([result])
     assert lines[0] == f"cluster pair (spark-01, spark-02): OK - {len(result['checks'])} ok, 0 failed, 0 not run or " \
                        "not judged"
 
@@ -293,7 +299,7 @@ def test_mtu_1500_on_one_node_fails_the_mtu_and_the_jumbo_frames():
     pair = model()
     facts = {n: spark_facts(n, pair) for n in pair["nodes"]}
     facts["spark-02"]["interfaces"]["enP2p1s0f1np1"]["mtu"] = 1500
-    dropped = cluster.parse_ping(recording("ping-jumbo-peer-mtu-1500.txt"))
+    dropped = cluster_tools.parse_ping(recording("ping-jumbo-peer-mtu-1500.txt"))
     measures = spark_measures(pair)
     measures[1]["jumbo"] = dropped
     result = verdict(pair, facts, {"spark-01": measures})
@@ -325,7 +331,7 @@ def test_a_stale_nccl_conf_in_the_image_fails_naming_each_setting_it_overrides()
     pair = model()
     facts = {n: spark_facts(n, pair) for n in pair["nodes"]}
     image = "nvcr.io/nvidia/pytorch@sha256:" + "1" * 64
-    facts["spark-02"]["nccl_conf"] = {"files": {f"{image}:/etc/nccl.conf": cluster.parse_nccl_conf(
+    facts["spark-02"]["nccl_conf"] = {"files": {f"{image}:/etc/nccl.conf": cluster_tools.parse_nccl_conf(
         recording("nccl.conf-stale"))}, "read": [f"{image}:/etc/nccl.conf"], "image_error": None}
     result = verdict(pair, facts)
     (check,) = [c for c in result["checks"] if c["status"] == "failed"]
@@ -362,7 +368,7 @@ def test_a_lab_of_virtual_links_is_not_verified_with_what_ran_passing():
             ("mtu", "ok"), ("jumbo", "ok"), ("cable", "ok"), ("ssh", "ok")} <= statuses
     tcp = next(c for c in result["checks"] if c["check"] == "tcp")
     assert tcp["found"] == "41.3 Gb/s" and "unconfirmed" in tcp["expected"]
-    lines = cluster.verdict_lines([result])
+    lines = cluster_verdict.verdict_lines([result])
     assert lines[1:] == [
         "  not run: speed, pcie_width, rdma (spark-01 enp1s0f1np1; spark-01 enP2p1s0f1np1; spark-02 enp1s0f1np1; "
         "spark-02 enP2p1s0f1np1): a virtual link (veth), not a CX-7 port",
@@ -378,7 +384,7 @@ def test_a_lab_of_virtual_links_is_not_verified_with_what_ran_passing():
 def test_no_bandwidth_is_judged_towards_a_peer_that_does_not_answer_on_the_rail():
     pair = model()
     measures = spark_measures(pair)
-    silent = cluster.parse_ping(recording("ping-unreachable.txt"))
+    silent = cluster_tools.parse_ping(recording("ping-unreachable.txt"))
     measures[1].update(reach=silent, tcp=None, rdma=None, tcp_why="spark-02 does not answer on enP2p1s0f1np1",
                        rdma_why="spark-02 does not answer on enP2p1s0f1np1")
     result = verdict(pair, measures={"spark-01": measures})
@@ -403,8 +409,9 @@ def test_ssh_refused_and_an_unreachable_peer_fail_with_what_was_said():
 def test_a_link_local_rail_is_measured_over_ipv6_link_local_a_static_one_at_its_address():
     """IPv4 link-local rails all hold 169.254.0.0/16, so a packet to a peer's 169.254 address may leave, or its
     answer return, by the other cable: such a rail is measured at the peer's fe80:: address scoped to it."""
-    linked = cluster.validate([{**copy.deepcopy(PAIR), "addressing": "link-local",
-                                "rails": [{"interface": r["interface"], "hca": r["hca"]} for r in RAILS]}], HOSTS)
+    linked = cluster_model.validate([{**copy.deepcopy(PAIR), "addressing": "link-local",
+                                      "rails": [{"interface": r["interface"], "hca": r["hca"]} for r in RAILS]}],
+                                    HOSTS)
     hostvars = {node: {"spark_cluster_facts": {"interfaces": {rail["interface"]: {
         "addresses": [f"169.254.{number}.{index + 1}/16"], "link_local6": [f"fe80::{number}:{index}"]}
         for index, rail in enumerate(RAILS)}}} for number, node in ((1, "spark-01"), (2, "spark-02"))}

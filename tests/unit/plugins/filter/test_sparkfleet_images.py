@@ -19,7 +19,8 @@ LOCKED = {"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch", 
 
 
 def test_the_pull_requests_filter_hands_its_positional_options_to_the_model():
-    """The filter is the edge (module_utils/_pinned.py's test holds the model): each option reaches the request."""
+    """The filter is the edge (module_utils/images/_pinned.py's test holds the model): each option reaches the
+    request."""
     (request,) = images.spark_images_pull_requests([LOCKED], {"nvcr.io": "mirror.lan:5000"}, "linux/arm64", CATALOG,
                                                    ["latest"], "/opt/bin")
     assert (request["repository"], request["size"], request["launcher_path"]) == (

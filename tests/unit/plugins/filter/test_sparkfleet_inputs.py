@@ -1,5 +1,5 @@
-"""spark_inventory_dir, the roles' edge to module_utils/_inventory.py: a path in the inventory's directory, a host
-list's stand-in where a role has one (the hosts' records), and Ansible's error otherwise."""
+"""spark_inventory_dir, the roles' edge to module_utils/common/_inventory.py: a path in the inventory's directory, a
+host list's stand-in where a role has one (the hosts' records), and Ansible's error otherwise."""
 
 from __future__ import annotations
 

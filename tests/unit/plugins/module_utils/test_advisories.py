@@ -7,7 +7,7 @@ import datetime
 
 import pytest
 import yaml
-from ansible_collections.sparkfleet.spark.plugins.module_utils._advisories import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._advisories import (
     AdvisoryError,
     affected,
     age,

@@ -8,8 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _cuda_abi as abi
-from ansible_collections.sparkfleet.spark.plugins.module_utils._elf import ElfSkip, read_rodata_matches_path
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _cuda_abi as abi
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._elf import (
+    ElfSkip,
+    read_rodata_matches_path,
+)
 
 # Each row of SONAME_TABLE, and what it must say: written from NVIDIA's wheels (which soname each cuda-toolkit
 # release's wheel ships), independently of the table.

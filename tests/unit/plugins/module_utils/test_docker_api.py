@@ -1,4 +1,4 @@
-"""The Docker helper every module asks (module_utils/_docker_api.py): the engine's API on a real unix socket
+"""The Docker helper every module asks (module_utils/host/_docker_api.py): the engine's API on a real unix socket
 served by the test (the Engine API's shapes: GET /info, GET /images/{ref}/json with 404 for an unknown image),
 and the CLI through the module's runner where the socket cannot be used."""
 
@@ -11,7 +11,7 @@ import threading
 from typing import ClassVar
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _docker_api as docker_api
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _docker_api as docker_api
 
 INFO = {"ServerVersion": "28.5.1", "DockerRootDir": "/var/lib/docker", "Runtimes": {"runc": {}, "nvidia": {}}}
 IMAGE = {"Id": "sha256:" + "a" * 64, "Architecture": "arm64", "RepoDigests": ["r/x@sha256:" + "b" * 64],

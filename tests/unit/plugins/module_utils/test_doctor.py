@@ -1,9 +1,9 @@
-"""The doctor's diagnosis (module_utils/_doctor.py), pure: from recorded texts of the files and commands it
+"""The doctor's diagnosis (module_utils/host/_doctor.py), pure: from recorded texts of the files and commands it
 reads (a kernel log with the driver's NV_ERR_NO_MEMORY, /proc/swaps, /proc/pressure/memory)."""
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils._doctor import GIB, diagnose, memory_signs
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._doctor import GIB, diagnose, memory_signs
 
 KERNEL_LOG = """\
 [  812.112233] NVRM: nvAssertOkFailedNoLog: Assertion failed: Out of memory [NV_ERR_NO_MEMORY] (0x00000051)
@@ -87,7 +87,7 @@ FAULTS = {
 
 
 def test_every_check_of_the_list_speaks_for_its_fault_alone_and_in_the_lists_order():
-    from ansible_collections.sparkfleet.spark.plugins.module_utils._doctor import CHECKS
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.host._doctor import CHECKS
 
     assert [check.__name__ for check in CHECKS] == list(FAULTS), "each check has its fault here, in order"
     for check in CHECKS:

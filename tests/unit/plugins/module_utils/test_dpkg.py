@@ -1,4 +1,4 @@
-"""module_utils/_dpkg.py against this machine's real dpkg: the status lines read from its database are what
+"""module_utils/host/_dpkg.py against this machine's real dpkg: the status lines read from its database are what
 dpkg-query prints for the same packages, and the lock check sees a lock held the way apt holds it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import subprocess
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _dpkg
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _dpkg
 
 FORMAT = "${Package} ${Version} ${db:Status-Abbrev}\n"
 

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils._elf import ElfSkip, read_dynamic_path
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._elf import ElfSkip, read_dynamic_path
 
 
 def readelf(path: str) -> tuple[list[str], str | None]:

@@ -1,4 +1,4 @@
-"""module_utils/_files.py: every writer of the lock, state, daemon.json, launchers and keyrings writes through
+"""module_utils/common/_files.py: every writer of the lock, state, daemon.json, launchers and keyrings writes through
 atomic_write: a temporary file beside the target, fsync, rename, fsync of the directory, the file's mode and owner
 kept. The attacks: a reader (or a power cut) catching a half-written file, a rewrite that makes a 0600 file
 world-readable or hands a user's file to root."""
@@ -9,8 +9,8 @@ import os
 import stat
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _files
-from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _files
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
 
 
 def test_the_file_and_then_its_directory_are_synced_around_the_rename(tmp_path, monkeypatch):

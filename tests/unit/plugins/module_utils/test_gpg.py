@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils._gpg import normalize_fingerprint, primary_fingerprints
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._gpg import (
+    normalize_fingerprint,
+    primary_fingerprints,
+)
 
 LISTING = """\
 pub:-:4096:1:DDCAE044F796ECB0:1595886296:::-:::scESC::::::23::0:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils._gpu_probe import diagnose, killed_by, signal_name
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import (
+    diagnose,
+    killed_by,
+    signal_name,
+)
 
 
 @pytest.mark.parametrize(("rc", "container", "signal"), [

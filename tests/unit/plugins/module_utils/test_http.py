@@ -1,9 +1,9 @@
-"""module_utils/_http.py: where a credential may go."""
+"""module_utils/common/_http.py: where a credential may go."""
 
 from __future__ import annotations
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils._http import UnsafeRedirect, follow, is_loopback
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._http import UnsafeRedirect, follow, is_loopback
 
 
 @pytest.mark.parametrize(("netloc", "loopback"), [

@@ -1,4 +1,4 @@
-"""The image lock's one home (plugins/module_utils/_image_lock.py): its fields and their validation, reading it
+"""The image lock's one home (plugins/module_utils/images/_lock.py): its fields and their validation, reading it
 as every run reads it (the file pin writes, the inventory's variable agreeing), the diff behind pin's changes,
 refresh's diff and the reports' lines, and the file written."""
 
@@ -9,7 +9,7 @@ import re
 
 import pytest
 import yaml
-from ansible_collections.sparkfleet.spark.plugins.module_utils._image_lock import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._lock import (
     FIELDS,
     LockRefused,
     dated,
@@ -109,10 +109,8 @@ def test_an_entry_name_a_platform_or_a_derived_record_that_would_escape_is_refus
     assert problems({"ngc": {**good, "digests": {value: D}}}, "lock.yml")
     assert problems({"ngc": {**good, "digests": {"linux/arm64": value}}}, "lock.yml")
     assert problems({"ngc": {**good, "derived": {value: {"recipe": D, "tag": "sparkfleet/x:0123456789ab"}}}},
-                         "lock.yml")
+                    "lock.yml")
     assert problems({"ngc": {**good, "derived": {"audio": {"recipe": D, "tag": value}}}}, "lock.yml")
-
-
 
 
 LOCKED = {"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch", "tag": "25.11-py3",

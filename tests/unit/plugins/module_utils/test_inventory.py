@@ -1,10 +1,10 @@
-"""The inventory's one directory (module_utils/_inventory.py): where the image lock, the hosts' records and the
+"""The inventory's one directory (module_utils/common/_inventory.py): where the image lock, the hosts' records and the
 CLI's run lock are kept, refused when it is not one."""
 
 from __future__ import annotations
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils._inventory import NoInventoryDirectory, directory
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._inventory import NoInventoryDirectory, directory
 
 
 def test_a_directory_is_its_own_and_a_file_is_in_its_directory(tmp_path):

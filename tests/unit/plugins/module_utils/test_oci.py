@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._oci import (
     BadReference,
     parse_challenge,
     parse_reference,
@@ -71,7 +71,7 @@ def test_platform_selection():
 
 
 def test_a_hosts_platform_follows_its_architecture_and_defaults_to_a_sparks():
-    from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import host_platform
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.images._oci import host_platform
 
     assert [host_platform(a) for a in ("aarch64", "arm64", "x86_64", "amd64", None, "")] == [
         "linux/arm64", "linux/arm64", "linux/amd64", "linux/amd64", "linux/arm64", "linux/arm64"]

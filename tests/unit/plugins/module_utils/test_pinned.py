@@ -1,10 +1,10 @@
 """The pinned image's one model: the pull request a host gets from a lock entry, the record of what it runs
-(plugins/module_utils/_pinned.py). The lock entry itself: test_image_lock.py."""
+(plugins/module_utils/images/_pinned.py). The lock entry itself: test_image_lock.py."""
 
 from __future__ import annotations
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils._pinned import derived, pinned, pull_requests
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._pinned import derived, pinned, pull_requests
 
 D = "sha256:" + "ab" * 32
 D2 = "sha256:" + "cd" * 32

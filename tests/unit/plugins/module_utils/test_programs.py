@@ -11,13 +11,13 @@ import json
 import subprocess
 import sys
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images import _derived
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _program_imports
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import (
     _cuda_abi,
-    _derived,
     _elf,
     _gpu_probe,
     _program_abi_image,
-    _program_imports,
     _smoke,
 )
 

@@ -1,4 +1,4 @@
-"""The registry client (module_utils/_registry.py) against a real HTTP server on 127.0.0.1 that answers as the
+"""The registry client (module_utils/images/_registry.py) against a real HTTP server on 127.0.0.1 that answers as the
 distribution API does: 401 challenges (Bearer with realm, service and scope; Basic), a token service, 5xx and 429
 with Retry-After, redirects, and manifests and indexes whose digests are the sha256 of their bytes."""
 
@@ -13,7 +13,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils._registry import Registry, RegistryError, resolve_tag
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._registry import (
+    Registry,
+    RegistryError,
+    resolve_tag,
+)
 
 INDEX = "application/vnd.oci.image.index.v1+json"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"

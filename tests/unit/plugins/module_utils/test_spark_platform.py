@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils._spark_platform import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._spark_platform import (
     PLATFORM_AARCH64_OTHER,
     PLATFORM_NOT_SPARK,
     PLATFORM_SPARK,

@@ -7,7 +7,7 @@ import datetime
 
 import pytest
 import yaml
-from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
     MatrixError,
     check,
     display,

@@ -1,10 +1,10 @@
-"""module_utils/_validate.py: one validator per kind of value that reaches a shell script, a path or a URL,
+"""module_utils/common/_validate.py: one validator per kind of value that reaches a shell script, a path or a URL,
 each fed the injection corpus and the values real users have."""
 
 from __future__ import annotations
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _validate as validate
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _validate as validate
 
 CORPUS = ["a\nb", "a\rb", "a\0b", "$(id)", "`id`", "a'b", 'a"b', "a;b", "../x", "/abs", "a b", "x" * 300, ""]
 GOOD = {

@@ -1,11 +1,11 @@
-"""The venv's files apart from pip: marker, link, activate script and pruning (module_utils/_venv.py)."""
+"""The venv's files apart from pip: marker, link, activate script and pruning (module_utils/venv/_venv.py)."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _venv as venv
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _venv as venv
 
 
 def _venv(root, name: str, **marker) -> str:

@@ -1,10 +1,14 @@
-"""The verification's one judge (module_utils/_verification.py): what every path - provision, refresh, venv and the
-doctor - says of a check, in the same words."""
+"""The verification's one judge (module_utils/verification/_verification.py): what every path - provision, refresh,
+venv and the doctor - says of a check, in the same words."""
 
 from __future__ import annotations
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils._verification import judge, recorded_lines, refreshed
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._verification import (
+    judge,
+    recorded_lines,
+    refreshed,
+)
 
 FAILED_PROBE = {"item": "/usr/local/bin/spark-gone", "failed": False, "changed": False, "rc": 127,
                 "msg": "the probe could not run under /usr/local/bin/spark-gone (rc 127): not found; expected a "

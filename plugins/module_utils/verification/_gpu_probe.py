@@ -17,7 +17,7 @@ import json
 import re
 import signal
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _program_gpu_probe
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
 
 # The program itself is _program_gpu_probe.py; this is its source, as the interpreter under test reads it.
 PROBE = inspect.getsource(_program_gpu_probe)

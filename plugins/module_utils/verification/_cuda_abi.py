@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 
 try:
-    from ansible_collections.sparkfleet.spark.plugins.module_utils._elf import (
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._elf import (
         ElfSkip,
         read_dynamic_path,
         read_rodata_matches_path,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _validate as validate
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _validate as validate
 
 DOCKER_HUB = "docker.io"
 DOCKER_HUB_API = "registry-1.docker.io"

@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
 
 MARKER = "sparkfleet-venv.json"
 CONSTRAINTS = "sparkfleet-constraints.txt"

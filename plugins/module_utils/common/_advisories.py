@@ -17,14 +17,14 @@ import urllib.parse
 import urllib.request
 
 from ansible.module_utils.urls import open_url
-from ansible_collections.sparkfleet.spark.plugins.module_utils._http import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._http import (
     MAX_REDIRECTS,
     REDIRECTS,
     UnsafeRedirect,
     follow,
     is_loopback,
 )
-from ansible_collections.sparkfleet.spark.plugins.module_utils._stack_matrix import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
     MatrixError,
     aged,
     normalize,

@@ -2,7 +2,7 @@
 # Apache License 2.0
 """The pinned image: one model, from the lock to what a host runs. Each of its shapes is made here and nowhere else.
 
-- The lock entry: its fields, validation, plan and writing are the lock's own (module_utils/_image_lock.py).
+- The lock entry: its fields, validation, plan and writing are the lock's own (module_utils/images/_lock.py).
 - The pull request (pull_request): one lock entry made complete for one host - where it pulls from (the registry's
   mirror, when there is one), the digest, the platforms the index has, the size for the host's platform, the
   blessed tags to fall back to, the launcher - and the entry itself. spark_image_pull takes it as it is.
@@ -15,8 +15,8 @@ A record is never rebuilt elsewhere (in Jinja, or by joining a module's input ba
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _image_lock as image_lock
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _validate as validate
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _validate as validate
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images import _lock as image_lock
 
 # What a pull request carries of its lock entry into the record (the lock's, never the host's).
 RECORD_LOCK_FIELDS = image_lock.RECORD_FIELDS

@@ -21,14 +21,14 @@ from urllib.parse import urlencode, urlsplit
 
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.urls import open_url
-from ansible_collections.sparkfleet.spark.plugins.module_utils._http import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._http import (
     MAX_REDIRECTS,
     REDIRECTS,
     UnsafeRedirect,
     follow,
     is_loopback,
 )
-from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._oci import (
     ACCEPT,
     INDEX_TYPES,
     parse_challenge,
@@ -76,7 +76,7 @@ class Registry:
         self.requests = 0
 
     def _once(self, method: str, url: str, headers: dict) -> tuple[int, dict, bytes]:
-        """One request, redirects followed here (module_utils/_http.follow): the Authorization header goes only
+        """One request, redirects followed here (module_utils/common/_http.follow): the Authorization header goes only
         to the scheme, host and port it was given for; https -> http is refused."""
         for _hop in range(MAX_REDIRECTS + 1):
             self.requests += 1

@@ -25,11 +25,11 @@ from __future__ import annotations
 import datetime
 import json
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _validate as validate
-from ansible_collections.sparkfleet.spark.plugins.module_utils._derived import recipe_hash, tag_for
-from ansible_collections.sparkfleet.spark.plugins.module_utils._files import atomic_write
-from ansible_collections.sparkfleet.spark.plugins.module_utils._oci import BadReference, parse_reference
-from ansible_collections.sparkfleet.spark.plugins.module_utils._yaml import yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _validate as validate
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml import yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._derived import recipe_hash, tag_for
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._oci import BadReference, parse_reference
 
 VARIABLE = "spark_images_lock"
 # An entry's fields, in the order the file is written (its diff is the review).

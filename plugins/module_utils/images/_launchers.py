@@ -12,7 +12,7 @@ from __future__ import annotations
 import posixpath
 import shlex
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _validate as validate
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _validate as validate
 
 HEADER = "# Written by sparkfleet (spark_images); a change here is replaced on the next run."
 

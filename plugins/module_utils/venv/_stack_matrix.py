@@ -15,7 +15,7 @@ import json
 import re
 import urllib.parse
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _validate
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _validate
 
 POLICIES = ("matrix", "install", "refuse", "source_build", "index", "warn")
 # pip options a matrix step may carry; anything else is refused so that a

@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 import json
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _program_smoke
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_smoke
 
 SMOKE = inspect.getsource(_program_smoke)
 

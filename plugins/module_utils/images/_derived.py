@@ -17,7 +17,7 @@ import json
 import re
 import shlex
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils import _program_installed
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images import _program_installed
 
 # What an NGC/Unsloth image pins: never re-installed or upgraded by a derived image.
 PROTECTED_PIP = ("torch", "torchvision", "torchaudio", "triton", "pytorch-triton", "transformers", "xformers",
