@@ -19,17 +19,18 @@ def redact(value: Any, names: list[str], label: str) -> Any:
     if not names:
         return value
     pattern = re.compile(r"(?<![\w.-])(" + "|".join(map(re.escape, names)) + r")(?![\w-])")
+    return _each_string(value, lambda item: pattern.sub(label, item))
 
-    def walk(item: Any) -> Any:
-        if isinstance(item, str):
-            return pattern.sub(label, item)
-        if isinstance(item, list):
-            return [walk(i) for i in item]
-        if isinstance(item, dict):
-            return {walk(k) if isinstance(k, str) else k: walk(v) for k, v in item.items()}
-        return item
 
-    return walk(value)
+def _each_string(value: Any, change) -> Any:
+    """`value` with `change` applied to every string in it, the keys of mappings too."""
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, list):
+        return [_each_string(item, change) for item in value]
+    if isinstance(value, dict):
+        return {_each_string(k, change) if isinstance(k, str) else k: _each_string(v, change) for k, v in value.items()}
+    return value
 
 
 # Candidates for an address in free text (an unreachable host's message, a path): each is checked with
@@ -62,16 +63,7 @@ def scrub(value: Any, homes: list[str] | None = None) -> Any:
         item = _HOME.sub(lambda m: f"/{m.group(1)}/<user>", item)
         return _ADDRESS.sub(address, item)
 
-    def walk(item: Any) -> Any:
-        if isinstance(item, str):
-            return text(item)
-        if isinstance(item, list):
-            return [walk(i) for i in item]
-        if isinstance(item, dict):
-            return {walk(k) if isinstance(k, str) else k: walk(v) for k, v in item.items()}
-        return item
-
-    return walk(value)
+    return _each_string(value, text)
 
 
 def _row(label: str, value: Any) -> str:
