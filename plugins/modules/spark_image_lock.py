@@ -82,6 +82,10 @@ lock:
   description: The lock as written (or, in check mode, as it would be).
   returned: success
   type: dict
+path:
+  description: The lock file (O(path)).
+  returned: success
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule

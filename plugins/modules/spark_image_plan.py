@@ -11,8 +11,8 @@ module: spark_image_plan
 short_description: Plan the pulls of a host's images from the image lock
 description:
   - Reads the image lock from O(path), the file C(sparkfleet pin) writes (the module spark_image_lock),
-    validates it as every reader of the lock does, and returns what a host of these O(images) pulls, by
-    digest.
+    validates it as every reader of the lock does, and returns it (RV(lock)) and what a host of these
+    O(images) pulls, by digest.
   - O(inventory_lock) is the variable C(spark_images_lock) as the inventory gives it. Where the lock file
     is in the inventory's C(group_vars/all), Ansible loaded that same file into it; a variable that holds
     another lock (the file was moved, or the variable set elsewhere) is refused naming both, so a run never
@@ -74,6 +74,13 @@ unlocked:
   returned: success
   type: list
   elements: dict
+lock:
+  description:
+    - The lock as every run reads it, validated, each entry in today's fields (its digests keyed by platform);
+      empty where there is no lock yet.
+    - With O(images=[]) this is all the module does (a refresh and C(cluster verify) read the lock so).
+  returned: success
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -94,8 +94,10 @@ def run_command(record: Command, args: argparse.Namespace, console: Console) -> 
                                   if inventoried else None)
     broken_lock = variables.lock_problems(inventoried, inventory) if inventoried else []
     if mistyped or broken_lock:
+        said = [p if "sparkfleet pin" in p else f"{p} (sparkfleet pin -i INVENTORY writes the lock)"
+                for p in broken_lock]
         error("these values cannot be used (nothing was run; fix each, then run again):\n  "
-              + "\n  ".join(mistyped + [f"{p} (sparkfleet pin -i INVENTORY writes the lock)" for p in broken_lock]))
+              + "\n  ".join(mistyped + said))
         return EXIT_BAD_INPUT
     if record.prepare:
         args = record.prepare(args)

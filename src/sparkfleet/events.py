@@ -155,8 +155,11 @@ class Fleet:
             self._check_result(res)
             if isinstance(res, dict) and res.get("changed"):
                 path = res.get("dest") or res.get("path")
+                said = res.get("changes")  # what the task says moved (pin's lock: each image's old -> new digest)
                 host.changes.append({"task": data.get("task"), "diff": render_diff(res),
-                                     "path": path if isinstance(path, str) else None})
+                                     "path": path if isinstance(path, str) else None,
+                                     "lines": [line for line in said if isinstance(line, str)]
+                                     if isinstance(said, list) else []})
             for name in FLEET_FACTS:
                 if name in host.facts and host is not self.controller:
                     # the fleet's (a run_once task's), not this host's own

@@ -111,7 +111,8 @@ def markdown(report: dict) -> str:
             details.append(f"UNREACHABLE: {h['unreachable']}")
         changes = h.get("changes") or []
         details += [f"{'would change' if report.get('check') else 'changed'}: {c['task']}"
-                    + (f" (`{c['path']}`)" if c.get("path") else "") for c in changes]
+                    + (f" (`{c['path']}`)" if c.get("path") else "")
+                    + "".join(f"\n  - {line}" for line in c.get("lines") or []) for c in changes]
         if details:
             out += ["", f"### {name}", ""] + [f"- {d}" for d in details]
         diffs = [c for c in changes if c["diff"]]

@@ -111,6 +111,8 @@ def print_summary(data: dict, paths: dict[str, Path] | None, console: Console, d
             if change.get("path"):
                 console.print(f"{'would write' if data.get('check') else 'wrote'}: {change['path']} "
                               f"({change['task']})", markup=False, soft_wrap=True)
+                for line in change.get("lines") or []:
+                    console.print(f"  {line}", markup=False, soft_wrap=True)
     for warning in data.get("warnings") or []:
         console.print(f"warning: {warning}", style="yellow", markup=False)
     if data.get("refresh"):

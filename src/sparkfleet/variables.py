@@ -128,21 +128,24 @@ def files_setting(inventory: str, names: set[str]) -> dict[str, list[str]]:
 
 def lock_problems(values_by_source: dict[str, dict], inventory: str) -> list[str]:
     """What is wrong with the image lock the inventory gives its hosts, as every run would find it later, host by
-    host (module_utils/images/_lock.py): the variable spark_images_lock, and the file spark_images_lock_file names
-    where the inventory sets it to a path of its own."""
+    host (module_utils/images/_lock.py): the variable spark_images_lock, the lock file (spark_images_lock_file where
+    the inventory sets it to a path of its own, else the inventory's group_vars/all/spark_images_lock.yml), and the
+    two disagreeing."""
     from sparkfleet.collection_home import collection_module
 
     image_lock = collection_module("images._lock")
     where = files_setting(inventory, {image_lock.VARIABLE}).get(image_lock.VARIABLE) or ["the inventory"]
+    default = str(Path(inventory if Path(inventory).is_dir() else Path(inventory).parent) / image_lock.DEFAULT_FILE)
     problems: list[str] = []
     for values in values_by_source.values():
         found = image_lock.problems(values[image_lock.VARIABLE], where[0]) if image_lock.VARIABLE in values else []
         path = values.get("spark_images_lock_file")
-        if isinstance(path, str) and path and "{" not in path:
+        path = path if isinstance(path, str) and path and "{" not in path else default
+        if not found:
             try:
-                found += image_lock.problems(image_lock.read(path)[0], path)
+                image_lock.load(path, values.get(image_lock.VARIABLE))
             except image_lock.LockRefused as exc:
-                found.append(exc.msg)
+                found = exc.problems or [exc.msg]
         problems += [problem for problem in found if problem not in problems]
     return problems
 

@@ -4,6 +4,8 @@ it accepts (and values judged only when rendered) is left alone."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sparkfleet import variables
@@ -49,3 +51,42 @@ def test_a_wrong_value_given_with_dash_e_is_named_as_given_there_not_as_the_inve
                               {"spark_venv_keep": ["inv/group_vars/all/main.yml"]})
     assert said == ["spark_venv_keep in -e (inline) is a string, expected a whole number "
                     "(roles/spark_venv/README.md describes it)"]
+
+
+D = "sha256:" + "ab" * 32
+ENTRY = {"registry": "nvcr.io", "repository": "nvidia/pytorch", "tag": "25.11-py3", "index_digest": D,
+         "digests": {"linux/arm64": D}, "resolved_at": "2026-12-01T04:00:00+00:00"}
+
+
+def _inventory(tmp_path, lock):
+    inv = tmp_path / "inv"
+    (inv / "group_vars" / "all").mkdir(parents=True)
+    (inv / "hosts.yml").write_text("all:\n  hosts:\n    spark-01:\n")
+    if lock is not None:
+        (inv / "group_vars" / "all" / "spark_images_lock.yml").write_text(
+            json.dumps({"spark_images_lock": lock}))
+    return inv
+
+
+def test_the_inventorys_lock_file_and_its_variable_agree(tmp_path):
+    inv = _inventory(tmp_path, {"ngc": ENTRY})
+    assert variables.lock_problems({"host spark-01": {"spark_images_lock": {"ngc": ENTRY}}}, str(inv)) == []
+    assert variables.lock_problems({"host spark-01": {}}, str(inv)) == []
+
+
+def test_two_locks_are_named_before_any_host_is_touched(tmp_path):
+    """Issue 39: a lock file moved out of the inventory (spark_images_lock_file) with the old one left in
+    group_vars/all, or a lock set by hand in host_vars: the driver names both before the playbook (exit 4), as the
+    plan would refuse it later on every host."""
+    inv = _inventory(tmp_path, {"ngc": ENTRY})
+    own = tmp_path / "locks" / "fleet.yml"
+    own.parent.mkdir()
+    own.write_text(json.dumps({"spark_images_lock": {"ngc": {**ENTRY, "index_digest": "sha256:" + "cd" * 32}}}))
+    [said] = variables.lock_problems({"host spark-01": {"spark_images_lock": {"ngc": ENTRY},
+                                                        "spark_images_lock_file": str(own)}}, str(inv))
+    assert said.startswith(f"two image locks: the inventory sets spark_images_lock, and the lock file "
+                           f"spark_images_lock_file is {own}")
+    assert "they differ in ngc" in said
+    bare = _inventory(tmp_path / "bare", None)  # no lock file where the role's default looks
+    [said] = variables.lock_problems({"host spark-01": {"spark_images_lock": {"ngc": ENTRY}}}, str(bare))
+    assert f"{bare}/group_vars/all/spark_images_lock.yml is not there" in said

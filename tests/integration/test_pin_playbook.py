@@ -220,6 +220,19 @@ def test_the_readmes_pin_check_diff_at_a_terminal_shows_the_lock_file_diff_and_w
     data = json.loads((home / "reports" / "latest" / "report.json").read_text())
     assert any(new["digest"] in c["diff"] for c in data["hosts"]["localhost"]["changes"])
 
+    # Then the pin itself, without --diff: the screen says where the lock went and what moved (it said only
+    # `changed 1`; what moved was in the lock file's diff alone).
+    pinned = Screen(argv[1:argv.index("--check")], home, columns=80).wait()
+    assert pinned.rc == 0, pinned.text[-3000:]
+    flat_screen = "".join(pinned.lines())  # rows joined: a digest's line wraps at 80 columns
+    assert f"wrote: {lock_file}" in flat_screen, pinned.text[-3000:]
+    assert f"unsloth {anon.host}/pintest/unsloth:dgxspark-latest: {old['digest']} -> {new['digest']}" in flat_screen
+    data = json.loads((home / "reports" / "latest" / "report.json").read_text())
+    (change,) = data["hosts"]["localhost"]["changes"]
+    assert change["lines"] == [f"unsloth {anon.host}/pintest/unsloth:dgxspark-latest: {old['digest']} -> "
+                               f"{new['digest']}"]
+    assert f"  - {change['lines'][0]}" in (home / "reports" / "latest" / "report.md").read_text()
+
 
 def test_pin_locks_the_images_a_host_has_of_its_own_and_refuses_a_name_defined_twice(anon, tmp_path):
     """Issue 35 (per host): pin resolved the catalog group_vars/all gives; an image a host has of its own

@@ -7,8 +7,8 @@ in the inventory, where Ansible also loads it as the variable spark_images_lock.
 
 - load(): the lock as every reader has it - the file, validated, in today's fields; refused when the inventory's
   variable says another lock (the file was moved, or the variable set elsewhere), naming both. The plan reads it
-  this way (provision, verify), and so do a refresh and cluster verify (the lookup spark_image_lock) and the
-  driver's check before a run.
+  this way (provision, verify), and so do a refresh and cluster verify (the same module with no images to plan, its
+  result's lock) and the driver's check before a run.
 - plan(): which catalog images the lock pins (and what each host pulls), which it does not; refused when a moving
   tag has no entry or an entry pins another repository (the action and module spark_image_plan).
 - write(): the one writer (the module spark_image_lock: pin, and a refresh once its canary passed) - the
@@ -32,6 +32,9 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.images._derived i
 from ansible_collections.sparkfleet.spark.plugins.module_utils.images._oci import BadReference, parse_reference
 
 VARIABLE = "spark_images_lock"
+# Where the lock file is in an inventory unless spark_images_lock_file says otherwise (the role's default names the
+# same path; tests/unit/roles/test_role_contracts.py holds them together).
+DEFAULT_FILE = "group_vars/all/spark_images_lock.yml"
 # An entry's fields, in the order the file is written (its diff is the review).
 FIELDS = ("requested", "registry", "repository", "tag", "index_digest", "digests", "media_type", "platforms",
           "sizes", "fallback", "resolved_at", "derived")
@@ -248,8 +251,8 @@ def _disagree(path: str, lock: object, inventory_lock: object) -> str:
 # --- the plan: plan() ---------------------------------------------------------------------------------------------
 
 def plan(lock: dict, images: list[dict], moving_tags: list[str], path: str) -> dict:
-    """{"plan": [the locked entry of each catalog image the lock pins], "unlocked": [the images it does not]}, from
-    a lock as load() gives it."""
+    """{"plan": [the locked entry of each catalog image the lock pins], "unlocked": [the images it does not], "lock":
+    the lock itself}, from a lock as load() gives it."""
     planned, unlocked = [], []
     for image in images:
         locked = (lock or {}).get(image["name"])
@@ -267,7 +270,7 @@ def plan(lock: dict, images: list[dict], moving_tags: list[str], path: str) -> d
                               f"{locked['repository']} but the image is configured as {image['registry']}/"
                               f"{image['repository']}; run `sparkfleet pin` (playbooks/pin.yml) again.")
         planned.append({"name": image["name"], **{k: locked.get(k) for k in FIELDS if k != "requested"}})
-    return {"changed": False, "plan": planned, "unlocked": unlocked}
+    return {"changed": False, "plan": planned, "unlocked": unlocked, "lock": lock or {}}
 
 
 # --- comparing: diff(), dated(), removed() ------------------------------------------------------------------------
@@ -383,7 +386,7 @@ def write(path: str, resolved: list[dict], derived: list[dict], check_mode: bool
     if rewritten:
         changes.append(f"{', '.join(rewritten)}: arm64_digest rewritten as digests (keyed by platform)")
     after_text = render(new)
-    result = {"changed": after_text != before_text, "changes": changes, "lock": new}
+    result = {"changed": after_text != before_text, "changes": changes, "lock": new, "path": path}
     if result["changed"]:
         result["diff"] = {"before": before_text, "after": after_text, "before_header": path, "after_header": path}
         if not check_mode:

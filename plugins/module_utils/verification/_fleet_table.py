@@ -69,7 +69,7 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
 
     counts (Ansible's per-host task counts) and failures (failed tasks) come from a run's events; the play
     has neither (None: not known), nor changes (the tasks that changed the host, each with its diff under
-    --diff). refresh: refresh_entry(), for a refresh run.
+    --diff and the lines its result says moved). refresh: refresh_entry(), for a refresh run.
     """
     preflight = facts.get("spark_preflight") or {}
     # A refresh judges only the new images (spark_verify's images.yml), with the same judge.
@@ -115,7 +115,8 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
         "refresh": refresh,
         "counts": dict(counts) if counts is not None else None,
         "failures": list(failures) if failures is not None else None,
-        "changes": [{"task": c.get("task"), "diff": c.get("diff") or "", "path": c.get("path")} for c in changes]
+        "changes": [{"task": c.get("task"), "diff": c.get("diff") or "", "path": c.get("path"),
+                     "lines": list(c.get("lines") or [])} for c in changes]
         if changes is not None
         else None,
     }

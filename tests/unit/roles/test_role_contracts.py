@@ -162,8 +162,10 @@ RUN_ONCE_READS = {
         # together (the union of their plans): the registries and their login are the fleet's (group_vars/all)
         "spark_images_registry_credentials", "spark_images_plain_http"},
     ("spark_images", "plan_unlocked.yml", "Say which images are not locked"): set(),
-    ("spark_images", "refresh_resolve.yml", "Keep the refresh's plan for every host (set once, given to each)"): {
-        "spark_images_lock"},  # the inventory's one lock (not a role option: listed for the reader)
+    ("spark_images", "read_lock.yml", "Read the image lock"): {
+        # the inventory's one lock, the file pin writes on the controller (a refresh and cluster verify read it once)
+        "spark_images_lock_file"},
+    ("spark_images", "refresh_resolve.yml", "Keep the refresh's plan for every host (set once, given to each)"): set(),
     ("spark_images", "refresh_resolve.yml", "Show the lock diff (old -> new digest per image)"): set(),
     ("spark_verify", "record.yml", "Show the fleet's verification table"): set(),  # every host's, from hostvars
 }
@@ -186,3 +188,15 @@ def test_a_task_run_once_reads_no_role_variable_that_may_differ_per_host_unless_
     assert set(found) == set(RUN_ONCE_READS), "a run_once task was added or removed: list it with why"
     unlisted = {key: sorted(reads - RUN_ONCE_READS[key]) for key, reads in found.items() if reads - RUN_ONCE_READS[key]}
     assert unlisted == {}, unlisted
+
+
+def test_the_lock_files_default_is_where_the_lock_module_and_the_driver_look():
+    """The role's default names the lock file where module_utils/images/_lock.py's DEFAULT_FILE says (the driver's
+    check before a run reads it there): one path, held together."""
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.images._lock import DEFAULT_FILE
+
+    default = yaml.safe_load((REPO / "roles" / "spark_images" / "defaults" / "main.yml").read_text())
+    spec = yaml.safe_load((REPO / "roles" / "spark_images" / "meta" / "argument_specs.yml").read_text())
+    expected = f"{{{{ ansible_inventory_sources | sparkfleet.spark.spark_inventory_dir('{DEFAULT_FILE}') }}}}"
+    assert default["spark_images_lock_file"] == expected
+    assert spec["argument_specs"]["main"]["options"]["spark_images_lock_file"]["default"] == expected
