@@ -136,17 +136,24 @@ def lock_problems(values_by_source: dict[str, dict], inventory: str) -> list[str
     image_lock = collection_module("images._lock")
     where = files_setting(inventory, {image_lock.VARIABLE}).get(image_lock.VARIABLE) or ["the inventory"]
     default = str(Path(inventory if Path(inventory).is_dir() else Path(inventory).parent) / image_lock.DEFAULT_FILE)
+    # The hosts of an inventory share one lock, as a rule: each different (file, variable) is judged once, so a
+    # fleet of a hundred hosts reads the file once, not a hundred times.
+    judged: dict[tuple[str, str], list[str]] = {}
     problems: list[str] = []
     for values in values_by_source.values():
-        found = image_lock.problems(values[image_lock.VARIABLE], where[0]) if image_lock.VARIABLE in values else []
         path = values.get("spark_images_lock_file")
         path = path if isinstance(path, str) and path and "{" not in path else default
-        if not found:
-            try:
-                image_lock.load(path, values.get(image_lock.VARIABLE))
-            except image_lock.LockRefused as exc:
-                found = exc.problems or [exc.msg]
-        problems += [problem for problem in found if problem not in problems]
+        variable = values.get(image_lock.VARIABLE)
+        key = (path, json.dumps(variable, sort_keys=True, default=str) if image_lock.VARIABLE in values else "")
+        if key not in judged:
+            found = image_lock.problems(variable, where[0]) if image_lock.VARIABLE in values else []
+            if not found:
+                try:
+                    image_lock.load(path, variable)
+                except image_lock.LockRefused as exc:
+                    found = exc.problems or [exc.msg]
+            judged[key] = found
+        problems += [problem for problem in judged[key] if problem not in problems]
     return problems
 
 
