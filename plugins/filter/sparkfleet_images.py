@@ -29,6 +29,12 @@ def spark_images_pull_requests(targets: list[dict], mirrors: dict, platform: str
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def spark_images_as_run(pinned: list[dict], pulled: list[dict] | None, launchers: list[dict] | None) -> list[dict]:
+    """What a host runs, read without changing it (sparkfleet verify): each pinned record with C(ref) what its
+    launcher runs now, C(locked_ref) what the lock pins, and C(drift), how the host differs and what moves it."""
+    return pinned_model.as_run(pinned, pulled, launchers)
+
+
 def spark_images_lock_entries(lock: dict | None, names: list[str]) -> list[dict]:
     """The lock's entries for these image names, each with its name (what a host ran before a refresh)."""
     return image_lock.entries(lock, names)
@@ -209,4 +215,5 @@ class FilterModule:
                 "spark_images_derived_targets": spark_images_derived_targets,
                 "spark_images_derived_files": spark_images_derived_files,
                 "spark_images_lock_entries": spark_images_lock_entries,
+                "spark_images_as_run": spark_images_as_run,
                 "spark_images_host_platform": spark_images_host_platform}

@@ -19,11 +19,22 @@ def spark_venv_verdict(build: dict, gpu: dict | None, abi: dict | None, simulate
     return verification.venv_verdict(build, gpu, abi, simulated)
 
 
-def spark_venv_active(build: dict, switch: dict | None, verdict: dict, matrix_file: str) -> dict:
-    """The venv active on the host after this run, with the matrix file, its staleness and whether a new one failed."""
+def spark_venv_active(build: dict, switch: dict | None, verdict: dict, matrix_file: str, read: bool = False) -> dict:
+    """The venv active on the host after this run, with the matrix file, its staleness and whether a new one failed.
+    `read` (sparkfleet verify: `build` is spark_venv's answer in check mode): with C(drift), how the active venv
+    differs from the matrix, and the command that moves it."""
     active = (switch or {}).get("active") or build.get("active") or {}
-    return {**active, "matrix_file": os.path.basename(matrix_file), "staleness": build.get("staleness"),
-            "new_venv_failed": build.get("action") in BUILT and not verdict.get("passed")}
+    out = {**active, "matrix_file": os.path.basename(matrix_file), "staleness": build.get("staleness"),
+           "new_venv_failed": build.get("action") in BUILT and not verdict.get("passed")}
+    if read:
+        out["new_venv_failed"] = False
+        out["drift"] = [] if build.get("action") not in BUILT else [
+            f"venv: the active venv {active['path']} is not built from {os.path.basename(matrix_file)} (its "
+            f"fingerprint is {str(active.get('fingerprint'))[:12]}, the matrix's {str(build.get('fingerprint'))[:12]})"
+            if active.get("path") else f"venv: no venv built from {os.path.basename(matrix_file)} is active"]
+        if out["drift"]:
+            out["drift"][0] += " - `sparkfleet provision` builds it, verifies it and makes it active"
+    return out
 
 
 class FilterModule:

@@ -55,11 +55,17 @@ def spark_verification_history(state: dict, record: dict | None = None) -> str:
     """fresh (never provisioned), restored (lost its state, known to the controller), converged or updated.
 
     From spark_state's results: the host's own state file and the controller's record of the host. A host whose
-    state file is new but whose record existed before is one that was reinstalled.
+    state file is new but whose record existed before is one that was reinstalled. Read only (sparkfleet verify:
+    status C(differs) or C(absent), nothing written): differs (not what the last provision recorded), not
+    provisioned, or reinstalled (run provision to restore it).
     """
     status = (state or {}).get("status")
     if status == "created":
         return "restored" if (record or {}).get("previous") else "fresh"
+    if status == "absent":
+        return "reinstalled" if (record or {}).get("previous") else "not provisioned"
+    if status == "differs":
+        return "differs"
     return "converged" if status == "unchanged" else "updated"
 
 

@@ -111,6 +111,7 @@ EXAMPLES = r"""
 RETURN = r"""
 images:
   description: With O(images), one entry per image in its order - C(name), C(ref), C(pulled), C(repo_digests),
+    C(present_before) (the host had the locked digest before this call; in check mode, whether it has it now),
     C(local_fallback) when used, and C(failed) and C(msg) for one that failed.
   returned: with O(images)
   type: list
@@ -359,6 +360,8 @@ def main() -> None:
         results.append({"name": image.get("name"), **entry})
     changed = any(entry.get("changed") for entry in results)
     for entry in results:
+        if not entry.get("failed"):  # whether the host had the image before this call (check mode: has it now)
+            entry["present_before"] = not entry.get("changed") or bool(entry.get("local_fallback"))
         entry.pop("changed", None)
     if failed:
         module.fail_json(msg="; ".join(failed), changed=changed, images=results, pinned=records)

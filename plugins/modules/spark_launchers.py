@@ -92,14 +92,29 @@ launchers:
     changed:
       description: Whether its text or attributes were (or, in check mode, would be) changed.
       type: bool
-  sample: [{name: spark-ngc, path: /usr/local/bin/spark-ngc, ref: nvcr.io/nvidia/pytorch@sha256:..., changed: false}]
+    present:
+      description: Whether a launcher was on the host before this call.
+      type: bool
+    running:
+      description:
+        - The reference the launcher on the host ran before this call (its last line), null where there was none
+          or it names no image. In check mode, what the host runs now (C(sparkfleet verify) compares it with
+          the lock).
+      type: str
+  sample: [{name: spark-ngc, path: /usr/local/bin/spark-ngc, ref: nvcr.io/nvidia/pytorch@sha256:..., changed: false,
+            present: true, running: nvcr.io/nvidia/pytorch@sha256:...}]
 """
 
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
-from ansible_collections.sparkfleet.spark.plugins.module_utils.images._launchers import UNBUILT, problems, script
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._launchers import (
+    UNBUILT,
+    problems,
+    running,
+    script,
+)
 
 
 def _read(module: AnsibleModule, path: str) -> str | None:
@@ -154,7 +169,8 @@ def main() -> None:
             pass  # the file is not there to compare: it would be created with these attributes
         else:
             changed = module.set_fs_attributes_if_different(file_args, changed)
-        launchers.append({"name": image["launcher"], "path": path, "ref": image["ref"], "changed": changed})
+        launchers.append({"name": image["launcher"], "path": path, "ref": image["ref"], "changed": changed,
+                          "present": before is not None, "running": running(before)})
     result = {"changed": any(entry["changed"] for entry in launchers), "launchers": launchers}
     if diffs:
         result["diff"] = diffs

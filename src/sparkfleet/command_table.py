@@ -85,12 +85,16 @@ COMMANDS = [
          "spark-01", "sparkfleet provision -i inventory/mylab -u nvidia -b -K --ask-vault-pass"),
         options=(SMOKE,)),
     Command(
-        "verify", ("verify",), "playbooks/site.yml", "re-verify every host",
-        "Re-verify every host: site.yml without the container-runtime role. On a converged host it changes nothing "
-        "(an image the lock pins that went missing is pulled again).",
+        "verify", ("verify",), "playbooks/verify.yml", "prove every host as it is, changing nothing",
+        "Prove every host as it is, changing nothing on any of them (safe from cron): what each runs against the "
+        "lock (an image missing, a launcher missing, edited by hand or running another digest than the lock's), "
+        "the active venv against the matrix, the nvidia runtime registered with Docker, then the GPU, the "
+        "frameworks, the ABI scan and, with --smoke, the smoke step. Each difference fails the host, named with "
+        "the command that moves it: provision, or refresh (canary first) for a lock that moved. Nothing is "
+        "pulled, built, written or recorded.",
         ("sparkfleet verify -i inventory/mylab", "sparkfleet verify -i inventory/mylab --smoke",
          "sparkfleet verify -i inventory/mylab --json | jq .hosts"),
-        tags="spark_preflight,spark_images,spark_venv,spark_verify", options=(SMOKE,)),
+        options=(SMOKE,)),
     Command(
         "pin", ("pin",), "playbooks/pin.yml", "resolve the image tags and write the lock",
         "Resolve the configured image tags once, on the controller, and write the lock into the inventory (review "

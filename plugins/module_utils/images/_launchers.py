@@ -71,3 +71,16 @@ def script(image: dict, workdir: str, environment: dict, run_flags: list) -> str
         f'    {shlex.quote(str(image["ref"]))} "$@"',
     ]
     return "\n".join(lines) + "\n"
+
+
+def running(text: str | None) -> str | None:
+    """The reference a launcher on the host runs (its last line, `REF "$@"`), as spark_launchers wrote it or a hand
+    left it; None for no launcher, or one whose last line names no image."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    if not lines or not lines[-1].endswith('"$@"'):
+        return None
+    try:
+        words = shlex.split(lines[-1])
+    except ValueError:
+        return None
+    return words[-2] if len(words) >= 2 and words[-1] == "$@" else None

@@ -120,3 +120,43 @@ def derived(*, name: str, base: str, base_ref: str, base_digest: str, launcher: 
         "built": bool(result.get("built")), "pulled": False, "unlocked": False, "fallback": None,
         "resolved_at": None, "launcher": launcher, "launcher_path": launcher_path(launcher_dir, launcher),
     }
+
+
+def _short(ref: str | None) -> str:
+    """sha256:0123456789ab (a digest's first 12 hex digits), an image ID's the same way, or the reference as it is."""
+    digest = str(ref or "").rpartition("@")[2]
+    return digest[:19] if digest.startswith("sha256:") else (digest or "nothing")
+
+
+def as_run(records: list[dict], pulled: list[dict] | None, launchers: list[dict] | None) -> list[dict]:
+    """What a host runs, read without changing it (sparkfleet verify): each pinned record (the lock's, as
+    spark_image_pull and spark_image_build return them in check mode) with `ref` what its launcher on the host runs
+    now, `locked_ref` what the lock (or the derived image's recipe) pins, and `drift`: each way the host differs,
+    with the command that moves it there."""
+    pulls = {entry.get("name"): entry for entry in pulled or [] if isinstance(entry, dict)}
+    by_launcher = {entry.get("name"): entry for entry in launchers or [] if isinstance(entry, dict)}
+    out = []
+    for record in records or []:
+        what, locked = f"image {record.get('name')}", record.get("ref")
+        launcher = by_launcher.get(record.get("launcher")) or {}
+        runs = launcher.get("running") if launcher.get("present") else None
+        drift = []
+        if record.get("derived") and not locked:
+            drift.append(f"{what}: not built from its recipe on this host - `sparkfleet provision` builds it")
+        elif (not record.get("derived") and pulls.get(record.get("name"), {}).get("present_before") is False
+              and (runs in (None, locked))):  # one that runs another digest is told below, with what moves it
+            drift.append(f"{what}: the locked {_short(locked)} is not on the host - `sparkfleet provision` pulls it")
+        if not launcher.get("present"):
+            drift.append(f"{what}: no launcher {record.get('launcher_path')} - `sparkfleet provision` writes it")
+        elif locked and runs != locked:
+            mover = ("`sparkfleet provision` builds and switches it" if record.get("derived") else
+                     "`sparkfleet refresh` moves the fleet to the lock, canary first (`sparkfleet provision`: every "
+                     "host at once)")
+            drift.append(f"{what}: runs {_short(runs)}, the {'recipe builds' if record.get('derived') else 'lock says'}"
+                         f" {_short(locked)} - {mover}")
+        elif launcher.get("changed"):
+            drift.append(f"{what}: its launcher {launcher.get('path')} differs from the one sparkfleet writes (edited "
+                         "by hand?) - `sparkfleet provision --check --diff` shows how, `sparkfleet provision` "
+                         "writes it again")
+        out.append({**record, "ref": runs or locked, "locked_ref": locked, "drift": drift})
+    return out

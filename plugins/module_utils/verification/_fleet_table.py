@@ -107,6 +107,8 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
                                    for m in state.get("smoke") or []],
                          "abi": [{"target": a.get("target"), "verdict": a.get("verdict"),
                                   "findings": a.get("findings") or []} for a in state.get("abi") or []],
+                         "smoke_not_run": state.get("smoke_not_run"),
+                         "drift": state.get("drift") or [],
                          "failures": verify.get("failures") or []} if verify else None,
         "abi_findings": [f for a in state.get("abi") or [] for f in a.get("findings") or []],
         "abi_evidence": sorted({k for a in state.get("abi") or [] for k in a.get("evidence") or []}),
@@ -176,6 +178,9 @@ def targets(entry: dict) -> list[dict]:
             else f"{smoke.get('verdict')} at {smoke.get('stage')}")
     if venv.get("path") and "venv" not in found:
         record("venv", what("venv", ""))["gpu"] = f"{venv.get('status')} {venv.get('line') or ''}".strip()
+    why = verification.get("smoke_not_run")
+    for target in found.values() if why else []:  # asked for, where the GPU cannot be verified: say so
+        target["smoke"] = target["smoke"] or f"not run: {why.split(':')[0]}"
     return list(found.values())
 
 
@@ -232,8 +237,8 @@ def row(name: str, entry: dict) -> list[str]:
     verification = entry["verification"] or {}
     verdict = verification.get("verdict") or (
         "unreachable" if not entry["reachable"] else "stopped" if entry.get("failures") else "-")
-    line = "; ".join(g["line"] for g in verification.get("gpu") or [] if g.get("line")) or (
-        "simulated" if entry["simulated"] and entry["verification"] else "")  # no GPU line: a simulated host
+    # The GPU lines; none on a simulated host (its platform says simulated; the verdict says it was not verified)
+    line = "; ".join(g["line"] for g in verification.get("gpu") or [] if g.get("line")) or "-"
     counts = entry.get("counts")
     refresh = entry.get("refresh")
     history = entry["history"] or (_refresh_cell(refresh) if refresh else "-")

@@ -164,6 +164,20 @@ def venv_entry(active: Any) -> dict | None:
     return venv
 
 
+def drift_lines(pinned: list | None, venv: Any, runtime: dict | None) -> list[str]:
+    """How a host differs from what a provision leaves (read by sparkfleet verify, which changes nothing): each
+    image's (module_utils/images/_pinned.py's as_run), the venv's (spark_venv_active's), and the nvidia runtime
+    missing from Docker (`runtime`: spark_container_runtime_registered, given only where it was read, not
+    registered). Each line names the command that moves the host."""
+    lines = [line for p in pinned or [] if isinstance(p, dict) for line in p.get("drift") or []]
+    lines += list((venv or {}).get("drift") or []) if isinstance(venv, dict) else []
+    if isinstance(runtime, dict) and str(runtime.get("registered")).lower() != "true":
+        lines.append(f"runtime: Docker does not list the nvidia runtime (its runtimes: "
+                     f"{', '.join(runtime.get('runtimes') or []) or 'none'}), and every launcher runs "
+                     "--runtime=nvidia - `sparkfleet provision` registers it (role spark_container_runtime)")
+    return lines
+
+
 def judge(data: dict) -> dict:
     """{state, failures, lines} of a host's verification, from spark_verify's registered results (`images`,
     `pythons`, `abi`), its platform facts, why the GPU cannot be verified here, what was wanted, the active venv
@@ -183,8 +197,15 @@ def judge(data: dict) -> dict:
                 f"Fix: {g.get('fix')}" for g in gpu if g["verdict"] != "ok"]
     failures += [f"ABI {a['target']}: {'; '.join(a['findings'])}" for a in abi if a["verdict"] != "ok"]
     failures += [smoke_line(m) for m in smoke if m["verdict"] != "ok"]
-    lines = [gpu_line(g) for g in gpu] + [abi_line(a) for a in abi] + [smoke_line(m) for m in smoke]
+    drift = drift_lines(data.get("pinned"), data.get("venv"), data.get("runtime"))
+    failures += drift
+    lines = [f"DRIFT {line}" for line in drift]
+    lines += [gpu_line(g) for g in gpu] + [abi_line(a) for a in abi] + [smoke_line(m) for m in smoke]
     lines += [not_verified_line(n) for n in not_verified]
+    # The smoke step asked for where the GPU cannot be verified: not run, and why, on the screen and in the state.
+    smoke_not_run = reason if smoke_data.get("asked") and reason and wanted else None
+    if smoke_not_run:
+        lines.append(f"SMOKE not run: {smoke_not_run}")
     venv = venv_entry(data.get("venv"))
     if venv:
         lines.append(venv["line"])
@@ -205,6 +226,10 @@ def judge(data: dict) -> dict:
                    for p in data.get("pinned") or []],
         "verdict": "failed" if failures else ("not verified" if not_verified or not (gpu or abi) else "ok"),
     }
+    if smoke_not_run:
+        state["smoke_not_run"] = smoke_not_run
+    if drift:  # only a verify reads drift (a provision moves the host instead): a provision's state keeps its shape
+        state["drift"] = drift
     return {"state": state, "failures": failures, "lines": lines}
 
 
