@@ -46,10 +46,12 @@ def epilog(command: Command) -> str:
 
 def ansible_options(parser: argparse.ArgumentParser, inventory_default: str | None = None) -> None:
     # .complete: what shell completion offers after the option (shtab): paths, where a path is asked for.
-    parser.add_argument("-i", "--inventory", required=inventory_default is None,
-                        default=None if inventory_default == CONFIGURED else inventory_default,
-                        help="inventory directory or file, e.g. inventory/example"
-                             + (f" (default: {inventory_default})" if inventory_default else "")).complete = shtab.FILE
+    # Not required: without it, the inventory ANSIBLE_INVENTORY or the ansible.cfg in effect names (as for
+    # ansible-playbook); commands.resolve_inventory says when nothing names one.
+    default = inventory_default or "the inventory ANSIBLE_INVENTORY or your ansible.cfg names"
+    parser.add_argument("-i", "--inventory", default=None if inventory_default == CONFIGURED else inventory_default,
+                        help=f"inventory directory or file, e.g. inventory/example (default: {default})"
+                        ).complete = shtab.FILE
     parser.add_argument("-l", "--limit", help="only these hosts or groups (Ansible pattern)")
     parser.add_argument("-C", "--check", action="store_true", help="change nothing; say what would change")
     parser.add_argument("-D", "--diff", action="store_true", help="show file changes")

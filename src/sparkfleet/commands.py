@@ -5,6 +5,7 @@ screen's summary and the exit code. The doctor's and the lab's own steps are in 
 from __future__ import annotations
 
 import argparse
+import datetime
 import getpass
 import json
 import os
@@ -13,10 +14,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sparkfleet import __version__, report, reportdir, variables
+from sparkfleet import __version__, report, reportdir, selection, variables
 from sparkfleet.arguments import REPORT_ROOT
 from sparkfleet.collection_home import PROJECT_DIR, collection_module
-from sparkfleet.command_table import Command, extra_vars
+from sparkfleet.command_table import CONFIGURED, Command, extra_vars
 from sparkfleet.events import Fleet
 from sparkfleet.runner import (
     EXIT_BAD_INPUT,
@@ -26,7 +27,6 @@ from sparkfleet.runner import (
     InventoryBusy,
     Run,
     ansible_config,
-    inventory_groups,
     inventory_lock,
     private_files,
 )
@@ -69,43 +69,99 @@ def point_latest(directory: Path) -> None:
     os.replace(tmp, link)
 
 
-def run_command(record: Command, args: argparse.Namespace, console: Console) -> int:
-    """The record's playbook, run (command_table.py says what each command adds)."""
-    command, playbook, tags = record.name, record.playbook, record.tags
-    try:
-        config = ansible_config()
-    except ValueError as exc:
-        error(str(exc))
-        return EXIT_BAD_INPUT
-    inventory = args.inventory or (config.inventory if record.controller else None) or "localhost,"
-    args = argparse.Namespace(**{**vars(args), "inventory": inventory})
-    if "," not in inventory and not Path(inventory).exists():
-        error(f"inventory {inventory} not found; expected a directory such as "
-              "inventory/example (copy it to inventory/<yours> and list your Sparks there).")
-        return EXIT_BAD_INPUT
-    inventoried = {} if "," in inventory else variables.inventory_values(inventory, config.env)
+def resolve_inventory(record: Command, args: argparse.Namespace, config) -> str | None:
+    """The inventory a run reads, as ansible-playbook finds it: -i, else ANSIBLE_INVENTORY, else the ansible.cfg in
+    effect; a command that can run without one (the controller's checks, the doctor) then this machine. None: the
+    command needs one and nothing names it."""
+    if args.inventory:
+        return args.inventory
+    if record.inventory_default in (None, CONFIGURED):
+        return config.inventory or ("localhost," if record.inventory_default == CONFIGURED else None)
+    return record.inventory_default
+
+
+def problems_before_run(record: Command, args: argparse.Namespace, inventory: str, config) -> list[tuple[str, list]]:
+    """What makes the run bad input, found before anything runs, as (heading, one line each) groups: variables
+    named or typed wrong, a broken image lock, a --limit or a tag that matches nothing."""
+    listing = selection.list_inventory(inventory, config.env)
+    inventoried = variables.inventory_values(inventory, config.env, listing)
     values = {**inventoried, **variables.extra_values(args.extra_vars)}
+    found = []
     misnamed = variables.unknown({source: set(named) for source, named in values.items()})
     if misnamed:
-        error("these variables look like sparkfleet's but are not (nothing was run; fix each name, or remove it, "
-              "then run again):\n  " + "\n  ".join(misnamed))
-        return EXIT_BAD_INPUT
+        found.append(("these variables look like sparkfleet's but are not (nothing was run; fix each name, or "
+                      "remove it, then run again)", misnamed))
     mistyped = variables.mistyped(values, variables.files_setting(inventory, {n for v in values.values() for n in v})
                                   if inventoried else None)
     broken_lock = variables.lock_problems(inventoried, inventory) if inventoried else []
     if mistyped or broken_lock:
         said = [p if "sparkfleet pin" in p else f"{p} (sparkfleet pin -i INVENTORY writes the lock)"
                 for p in broken_lock]
-        error("these values cannot be used (nothing was run; fix each, then run again):\n  "
-              + "\n  ".join(mistyped + said))
-        return EXIT_BAD_INPUT
+        found.append(("these values cannot be used (nothing was run; fix each, then run again)", mistyped + said))
+    selected = selection.limit_problems(args.limit, listing, inventory)
+    selected += selection.tag_problems(args.tags, getattr(args, "skip_tags", None))
+    if selected:
+        found.append(("this selection matches nothing (nothing was run; fix it, then run again)", selected))
+    return found
+
+
+def refused(record: Command, args: argparse.Namespace, console: Console, inventory: str | None, config,
+            groups: list[tuple[str, list]], code: int = EXIT_BAD_INPUT) -> int:
+    """A run refused before it started: each problem on stderr, and the report every run writes (its errors, a
+    failing JUnit case), reports/latest pointing at it, so a CI job that reads the report sees the failure."""
+    for heading, lines in groups:
+        error(f"{heading}:\n  " + "\n  ".join(lines) if lines else heading)
+    if code == EXIT_BUSY and args.report_dir:
+        error(f"no report was written into {args.report_dir}: the run that holds the inventory may be writing there")
+        return code
+    try:
+        directory = report_dir_for(record.name.replace("-", "_"), args.report_dir)
+    except (reportdir.Refused, OSError) as exc:
+        error(f"no report was written: {exc}")
+        return code
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0).isoformat()
+    meta = {"playbook": record.playbook, "inventory": str(inventory or ""), "limit": args.limit,
+            "check": bool(args.check), "started_at": now, "finished_at": now, "duration_s": 0.0, "status": "failed",
+            "exit_code": code}
+    errors = [line for heading, lines in groups for line in (lines or [heading])]
+    data = report.build(Fleet(), {"command": record.name.replace("-", " "), **meta, "argv": typed_argv(),
+                                  "versions": versions(config), "errors": errors})
+    paths = report.write(data, directory)
+    point_latest(directory)
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2))
+    print_summary(data, paths, console)
+    return code
+
+
+def run_command(record: Command, args: argparse.Namespace, console: Console) -> int:
+    """The record's playbook, run (command_table.py says what each command adds)."""
+    command, playbook, tags = record.name, record.playbook, record.tags
+    as_json = getattr(args, "json", False)
+    if as_json:
+        console = make_console(stderr=True, no_color=args.no_color)
+    try:
+        config = ansible_config()
+    except ValueError as exc:
+        return refused(record, args, console, args.inventory, None, [(str(exc), [])])
+    inventory = resolve_inventory(record, args, config)
+    if inventory is None:
+        return refused(record, args, console, None, config, [(
+            f"no inventory: sparkfleet {' '.join(record.words)} runs on the hosts of one; name it with -i "
+            "INVENTORY, or set ANSIBLE_INVENTORY, or inventory = ... under [defaults] in your ansible.cfg "
+            f"(in use: {config.described})", [])])
+    args = argparse.Namespace(**{**vars(args), "inventory": inventory})
+    if "," not in inventory and not Path(inventory).exists():
+        return refused(record, args, console, inventory, config, [(
+            f"inventory {inventory} not found; expected a directory such as inventory/example (copy it to "
+            "inventory/<yours> and list your Sparks there).", [])])
+    found = problems_before_run(record, args, inventory, config)
+    if found:
+        return refused(record, args, console, inventory, config, found)
     if record.prepare:
         args = record.prepare(args)
     args = argparse.Namespace(**{**vars(args), "extra_vars": extra_vars(record, args)})
     options = AnsibleOptions.from_args(args, tags)
-    as_json = getattr(args, "json", False)
-    if as_json:
-        console = make_console(stderr=True, no_color=args.no_color)
     run = Run(playbook=playbook, inventory=inventory, report_dir=Path("."), options=options,
               extra_vars=args.extra_vars, passwords=ask_passwords(options),
               live=False if args.plain or as_json else None, console=console, fast=getattr(args, "fast", False),
@@ -123,7 +179,7 @@ def run_command(record: Command, args: argparse.Namespace, console: Console) -> 
             run.report_dir = directory.resolve()
             outcome, meta = run.execute(fleet)
             if outcome.exit_code() == EXIT_OK and fleet.targeted_nothing():
-                groups = inventory_groups(inventory, config)
+                groups = selection.list_inventory(inventory, config.env).populated_groups()
                 outcome.errors = [f"nothing to do: no host of inventory {inventory} matches "
                                   f"{', '.join(repr(p) for p in dict.fromkeys(fleet.unmatched))}"
                                   + (f" (with --limit {options.limit})" if options.limit else "")
@@ -132,11 +188,9 @@ def run_command(record: Command, args: argparse.Namespace, console: Console) -> 
                 outcome.nothing_targeted = True
                 meta.update(status="failed", exit_code=outcome.exit_code())
     except InventoryBusy as exc:
-        error(str(exc))
-        return EXIT_BUSY
+        return refused(record, args, console, inventory, config, [(str(exc), [])], code=EXIT_BUSY)
     except ValueError as exc:
-        error(str(exc))
-        return EXIT_BAD_INPUT
+        return refused(record, args, console, inventory, config, [(str(exc), [])])
     if outcome.exit_code() == EXIT_BAD_INPUT:
         error("; ".join(outcome.errors) if outcome.nothing_targeted else "Ansible stopped on bad input: "
               + ("; ".join(outcome.errors) or f"ansible-playbook exited {outcome.rc}")
@@ -185,4 +239,4 @@ def ansible_core_version() -> str | None:
 
 def versions(config) -> dict:
     return {"sparkfleet": __version__, "ansible_core": ansible_core_version(), "collection": str(PROJECT_DIR),
-            "config_file": str(config.path)}
+            "config_file": str(config.path) if config else None}

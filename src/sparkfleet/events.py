@@ -20,6 +20,9 @@ from sparkfleet.collection_home import collection_module
 
 # Facts about the fleet, not the host that set them (a run_once task's): the controller's.
 FLEET_FACTS = ("spark_images_refresh", "spark_cluster_verdicts", "spark_matrix_proposal")
+# The modules that write the fleet's own files on the controller, delegated from a host (a refresh's lock): what
+# they change is the controller's.
+FLEET_WRITERS = ("sparkfleet.spark.spark_image_lock",)
 # What the events are read for: the facts each host's summary is built from (the fleet table's, its one home),
 # the fleet's, and the doctor's report.
 WATCHED_FACTS = (*collection_module("verification._fleet_table").FACTS, *FLEET_FACTS, "spark_doctor")
@@ -73,6 +76,8 @@ class Fleet:
     # host -> "item: why" of each item of the running loop that failed, from its runner_item_on_failed event:
     # ansible-core 2.21 leaves `failed` out of the items of a loop's result as callbacks get it.
     item_failures: dict[str, list[str]] = field(default_factory=dict)
+    # host -> {"failed": n, "changed": n}: what Ansible counts on a host and was the controller's (_result)
+    moved_counts: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def controller_facts(self) -> dict[str, Any]:
@@ -140,9 +145,14 @@ class Fleet:
             text = warning.get("msg") if isinstance(warning, dict) else str(warning)
             if text and text not in self.warnings:
                 self.warnings.append(text)
-        if outcome == "failed" and ran_on_the_controller(res):
+        if ran_on_the_controller(res) and (outcome == "failed" or (
+                outcome == "ok" and res.get("changed") and data.get("resolved_action") in FLEET_WRITERS)):
             # A task delegated to the controller (resolve once for the fleet, write the lock) is reported under the
-            # play's first host by Ansible; the failure is the controller's, where the owner should look.
+            # play's first host by Ansible; its failure, or the fleet's file it wrote, is the controller's, where
+            # the owner should look, and counts there (_stats moves Ansible's count), not on that host.
+            counted = "failed" if outcome == "failed" else "changed"
+            moved = self.moved_counts.setdefault(name, {})
+            moved[counted] = moved.get(counted, 0) + 1
             name = self.controller.name
         host = self.host(name)
         host.last_task = data.get("task")
@@ -222,6 +232,11 @@ class Fleet:
         for key, label in names.items():
             for name, count in (data.get(key) or {}).items():
                 self.host(name).counts[label] = int(count)
+        for name, moved in self.moved_counts.items():
+            for label, count in moved.items():
+                host = self.host(name)
+                host.counts[label] = max(0, host.counts[label] - count)
+                self.controller.counts[label] += count
 
     def finished(self) -> list[str]:
         return sorted(n for n, h in self.hosts.items() if h.failures or h.unreachable)

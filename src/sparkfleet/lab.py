@@ -35,8 +35,8 @@ def lab(args: argparse.Namespace, console: Console) -> int:
             return EXIT_FAILED_HOSTS
     # The inventory testbed/lab.sh wrote: LAB_INVENTORY names another, for a lab beside the user's.
     inventory = os.environ.get("LAB_INVENTORY") or str(PROJECT_DIR / "inventory" / "lab")
-    base = argparse.Namespace(inventory=inventory, limit=None, check=False, diff=False,
-                              tags=None, extra_vars=[], plain=args.plain, report_dir=None, no_color=args.no_color)
+    base = argparse.Namespace(inventory=inventory, limit=None, check=False, diff=False, tags=None, skip_tags=None,
+                              extra_vars=[], plain=args.plain, report_dir=None, no_color=args.no_color)
     pinned = run_command(named("pin"), argparse.Namespace(**{**vars(base), "report_dir": None}), console)
     if pinned != EXIT_OK:
         return pinned

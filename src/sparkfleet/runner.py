@@ -33,7 +33,7 @@ from sparkfleet import ansible_config as _config
 from sparkfleet.ansible_config import AnsibleConfig
 from sparkfleet.collection_home import ANSIBLE_CFG, COLLECTIONS_DIR, PROJECT_DIR, collection_module
 from sparkfleet.events import Fleet
-from sparkfleet.processes import end_run, run_ended_with_us
+from sparkfleet.processes import end_run
 from sparkfleet.progress import Progress
 
 # Ctrl-C, kill's default and a closed terminal end a run the same way: its processes first, then the rest.
@@ -152,20 +152,6 @@ class AnsibleOptions:
                 asked.append((f"Vault password ({label or 'default'}): ",
                                rf"Vault password \({re.escape(label or 'default')}\):\s*$"))
         return asked
-
-
-def inventory_groups(inventory: str, config: AnsibleConfig) -> list[str]:
-    """The inventory's groups with hosts in them, as ansible-inventory lists them (for an error message)."""
-    import subprocess
-
-    try:
-        _, out = run_ended_with_us([str(Path(sys.executable).parent / "ansible-inventory"), "-i", inventory,
-                                    "--list"], timeout=60, env={**os.environ, **config.env})
-        data = json.loads(out)
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return []
-    return sorted(name for name, group in data.items()
-                  if name not in ("_meta", "all") and isinstance(group, dict) and group.get("hosts"))
 
 
 def extra_vars_files(values: list[str], directory: Path) -> list[str]:

@@ -8,6 +8,7 @@ trailing padding). NO_COLOR (any value) or --no-color turns colour off.
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 
@@ -20,9 +21,9 @@ from sparkfleet.collection_home import collection_module
 
 # Which columns of the fleet table stay when the width is short, most important first; the others are named
 # under the table and are all in report.md. What an Ansible user reads first (the host, its verdict, changed and
-# failed) stays at any width from 80 columns.
-PRIORITY = ("host", "verdict", "changed", "failed", "line", "history", "platform", "images (digest)", "ABI findings",
-            "runtime", "venv")
+# failed) stays at any width from 80 columns, and what each host runs (each image's short digest) next.
+PRIORITY = ("host", "verdict", "changed", "failed", "images (digest)", "line", "history", "runtime", "venv",
+            "platform", "ABI findings")
 # Columns that may fold onto several lines (long by nature); every other cell stays on one line (the images
 # cell has a line per image, each digest short and whole, never folded).
 FOLDING = {"line": 18, "venv": 12, "platform": 11, "image or venv": 24, "frameworks": 16, "GPU": 14}
@@ -37,23 +38,31 @@ def make_console(stderr: bool = False, no_color: bool = False) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=not tty, no_color=True if no_color else None)
 
 
+def _header_width(header: str) -> int:
+    """The least width at which a header takes at most two lines (never one word a line): 'image or venv' takes
+    6 ('image' / 'or venv'), 'images (digest)' 8."""
+    words = header.split()
+    return min(max(len(" ".join(words[:cut])), len(" ".join(words[cut:]))) for cut in range(len(words) + 1))
+
+
 def _widths(header: str, cells: list[str]) -> tuple[int, int]:
-    """(the least, the most) columns a column takes: its longest header word or cell; folding ones fold down to
-    their cap."""
-    words = [len(word) for word in header.split()]
-    widest = max(words + [len(line) for cell in cells for line in cell.split("\n")])
-    return (min(widest, max(FOLDING[header], *words)) if header in FOLDING else widest), widest
+    """(the least, the most) columns a column takes: its header in two lines at most, its longest cell; folding
+    ones fold down to their cap."""
+    least_header = _header_width(header)
+    widest = max([least_header] + [len(line) for cell in cells for line in cell.split("\n")])
+    most = max(widest, len(header))  # room enough: the header on one line
+    return (min(widest, max(FOLDING[header], least_header)) if header in FOLDING else widest), most
 
 
 def _table(title: str | None, headers: list[str], rows: list[list[str]], widths: dict[str, int]) -> Table:
     table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
                   collapse_padding=True, title_justify="left", title_style="bold")
     for header, width in widths.items():
-        shown = header.replace(" ", "\n")  # a header of two words takes two lines, not the width of both
+        # a header wraps at its words where the column is narrower than it, two lines at most (_header_width)
         if header in FOLDING:
-            table.add_column(shown, overflow="fold", width=width)
+            table.add_column(header, overflow="fold", width=width)
         else:
-            table.add_column(shown, no_wrap=True, min_width=width)
+            table.add_column(header, no_wrap=True, min_width=width, max_width=width)
     for cells in rows:
         table.add_row(*(cells[headers.index(h)] for h in widths))
     return table
@@ -71,8 +80,10 @@ def fitted_table(title: str | None, headers: list[str], rows: list[list[str]], w
     def total() -> int:  # two columns between cells: the box's blank separator and the padding
         return sum(least[h] for h in keep) + 2 * (len(keep) - 1)
 
+    empty = [h for h in headers if all(r[headers.index(h)] in ("-", "") for r in rows)]  # says nothing: first out
     while total() > width:
-        droppable = [h for h in reversed(priority) if h in keep and h != "host"]
+        droppable = [h for h in empty if h in keep and h != "host"] + [
+            h for h in reversed(priority) if h in keep and h != "host"]
         if not droppable:
             break
         keep.remove(droppable[0])
@@ -81,7 +92,32 @@ def fitted_table(title: str | None, headers: list[str], rows: list[list[str]], w
         grow = max(0, min(room, most[h] - least[h]))
         least[h] += grow
         room -= grow
+    for h in (h for h in priority if h in keep):  # then each header on one line, where there is room
+        grow = max(0, min(room, most[h] - least[h]))
+        least[h] += grow
+        room -= grow
     return _table(title, headers, rows, {h: least[h] for h in keep}), [h for h in headers if h not in keep]
+
+
+# A log or a pipe has no width to fit: its table has every column, each cell whole, on lines up to this long.
+PIPED_WIDTH = 1000
+
+
+def print_table(console: Console, headers: list[str], rows: list[list[str]], priority: tuple[str, ...]) -> None:
+    """A table fitted to the terminal (what it leaves out named under it), or, piped, whole: a log or `| less`
+    keeps every column and cell, on lines without the padding that fills each to the table's width."""
+    if console.is_terminal:
+        table, left_out = fitted_table(None, headers, rows, console.width, priority)
+        console.print(table, soft_wrap=False)
+        if left_out:
+            console.print(f"(left out at {console.width} columns: {', '.join(left_out)}; all in report.md)",
+                          style="dim", markup=False)
+        return
+    table, _ = fitted_table(None, headers, rows, PIPED_WIDTH, priority)
+    wide = Console(file=io.StringIO(), width=PIPED_WIDTH, no_color=True, highlight=False)  # a console never caps it
+    wide.print(table, soft_wrap=False)
+    console.print("\n".join(line.rstrip() for line in wide.file.getvalue().splitlines()), markup=False,
+                  highlight=False, soft_wrap=True)
 
 
 DIFF_STYLES = {"+": "green", "-": "red", "@": "cyan"}
@@ -118,31 +154,17 @@ def print_summary(data: dict, paths: dict[str, Path] | None, console: Console, d
     if data.get("refresh"):
         for d in data["refresh"]["diff"]:  # each line as spark_images_lock_diff wrote it
             console.print(f"lock diff: {d['line']}", markup=False)
+    # The title on a line of its own, whatever the run (a controller's check, bad input): a table's title wraps at
+    # the table's width, narrower than the screen.
+    title = (f"sparkfleet {data['command']}: {data['status']} (exit {data['exit_code']}, "
+             f"{data['duration_s']} s)" + (", check mode: nothing changed" if data.get("check") else ""))
+    console.print(title, style="bold", markup=False, soft_wrap=True)
     if data["hosts"]:
-        title = (f"sparkfleet {data['command']}: {data['status']} (exit {data['exit_code']}, "
-                 f"{data['duration_s']} s)" + (", check mode: nothing changed" if data.get("check") else ""))
-        # The title on a line of its own: a table's title wraps at the table's width, narrower than the screen.
-        console.print(title, style="bold", markup=False, soft_wrap=True)
-        table, left_out = fitted_table(None, list(report.HEADERS), report.summary_rows(data), console.width)
-        if console.is_terminal:
-            console.print(table, soft_wrap=False)
-        else:  # a log or a pipe: the same lines without the padding that fills each to the table's width
-            with console.capture() as captured:
-                console.print(table, soft_wrap=False)
-            console.print("\n".join(line.rstrip() for line in captured.get().splitlines()), markup=False,
-                          highlight=False)
-        if left_out:
-            console.print(f"(left out at {console.width} columns: {', '.join(left_out)}; all in report.md)",
-                          style="dim", markup=False)
+        print_table(console, list(report.HEADERS), report.summary_rows(data), PRIORITY)
         # Each image and venv a check ran on, on a row of its own (what the host's row joins).
         checked = [row for row in report.target_rows(data) if any(cell != "-" for cell in row[2:])]
         if checked:
-            targets, dropped = fitted_table(None, list(report.table.TARGET_HEADERS), checked, console.width,
-                                            TARGET_PRIORITY)
-            console.print(targets, soft_wrap=False)
-            if dropped:
-                console.print(f"(left out at {console.width} columns: {', '.join(dropped)}; all in report.md)",
-                              style="dim", markup=False)
+            print_table(console, list(report.table.TARGET_HEADERS), checked, TARGET_PRIORITY)
     for name, host in data["hosts"].items():
         if host.get("override"):  # at any width: a host provisioned on purpose though it is not a Spark
             console.print(f"{name}: {host['override']}: spark_preflight_require_spark is false for it", markup=False,

@@ -12,22 +12,20 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
 from sparkfleet.collection_home import PROJECT_DIR
-from sparkfleet.processes import run_ended_with_us
 
 PREFIX = re.compile(r"^(spark|sparkfleet|cluster)_")
-# Read by the playbooks (not by a role's argument spec), or written into the inventory by sparkfleet itself.
-PLAYBOOK_VARIABLES = {"spark_images_lock", "cluster_verify_nccl_image", "cluster_verify_nccl_max_bytes",
-                      "cluster_verify_nccl_headroom", "cluster_verify_tcp_seconds", "cluster_verify_rdma_seconds",
-                      "cluster_verify_thresholds_file"}
+# Written into an inventory by sparkfleet itself (group_vars/all/<name>.yml), with the commands that write each:
+# every one must pass the check below, or the command that wrote it would lock its owner out (exit 4 on every run).
+WRITTEN = {"spark_images_lock": "sparkfleet pin, sparkfleet refresh", "spark_venv_lock": "sparkfleet matrix lock"}
+# Read by the playbooks (not by a role's argument spec).
+PLAYBOOK_VARIABLES = {"cluster_verify_nccl_image", "cluster_verify_nccl_max_bytes", "cluster_verify_nccl_headroom",
+                      "cluster_verify_tcp_seconds", "cluster_verify_rdma_seconds", "cluster_verify_thresholds_file"}
 
 
 def specs() -> dict[str, dict]:
@@ -42,7 +40,7 @@ def specs() -> dict[str, dict]:
 
 
 def known() -> set[str]:
-    return set(PLAYBOOK_VARIABLES) | set(specs())
+    return set(PLAYBOOK_VARIABLES) | set(WRITTEN) | set(specs())
 
 
 BOOLEANS = {"yes", "no", "true", "false", "on", "off", "y", "n", "t", "f", "1", "0"}
@@ -174,17 +172,16 @@ def unknown(names_by_source: dict[str, set[str]], names: set[str] | None = None)
     return out
 
 
-def inventory_values(inventory: str, env: dict[str, str]) -> dict[str, dict]:
+def inventory_values(inventory: str, env: dict[str, str], listing=None) -> dict[str, dict]:
     """Each host's inventory variables (group_vars and host_vars merged), as ansible-inventory lists them; empty
-    when it cannot list them without help (a vaulted file, a dynamic source that fails): Ansible then says why."""
-    try:
-        rc, out = run_ended_with_us([str(Path(sys.executable).parent / "ansible-inventory"), "-i", inventory,
-                                     "--list"], timeout=60, env={**os.environ, **env})
-        data = json.loads(out) if rc == 0 else {}
-    except (OSError, ValueError, subprocess.TimeoutExpired):
+    when it cannot list them without help (a vaulted file, a dynamic source that fails): Ansible then says why.
+    `listing`: the inventory already listed (selection.list_inventory), so that it is listed once a run."""
+    from sparkfleet.selection import list_inventory
+
+    if "," in inventory:
         return {}
-    hostvars = ((data.get("_meta") or {}).get("hostvars") or {}) if isinstance(data, dict) else {}
-    return {f"host {host}": values for host, values in hostvars.items() if isinstance(values, dict)}
+    listing = listing or list_inventory(inventory, env)
+    return {f"host {host}": values for host, values in listing.hostvars.items()}
 
 
 def inventory_names(inventory: str, env: dict[str, str]) -> dict[str, set[str]]:

@@ -70,7 +70,9 @@ def test_summary_markdown_and_junit_from_the_provision_stream():
     rows = {row[0]: row for row in report.summary_rows(data)}
     assert rows[LAB][1:4] == ["spark (simulated)", "fresh", "registered"]
     assert rows[LAB][5] == "unsloth-2026.7.2 simulated STALE"
-    assert rows[LAB][7] == "simulated", "no GPU line to show: the host is simulated (issue 35, item 6)"
+    # No GPU line to show (the host is simulated): '-', not a 'simulated' that repeats the verdict and takes the
+    # room of the images' digests (issue 45, item 8).
+    assert rows[LAB][7] == "-"
     markdown = report.markdown(data)
     assert markdown.startswith("# sparkfleet provision — successful")
     assert f"| {LAB} | spark (simulated) |" in markdown
@@ -427,7 +429,7 @@ def _screen(data: dict, width: int) -> list[str]:
     from sparkfleet.terminal import print_summary
 
     out = io.StringIO()
-    print_summary(data, None, Console(file=out, width=width, force_terminal=False, no_color=True))
+    print_summary(data, None, Console(file=out, width=width, force_terminal=True, color_system=None))
     return out.getvalue().splitlines()
 
 
