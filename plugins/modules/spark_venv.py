@@ -221,6 +221,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matri
     hashed_requirements,
     hashes_file,
     index_env,
+    lock_python_mismatch,
     matrix_secrets,
     mirrors,
     pins,
@@ -372,8 +373,18 @@ class Venv:
         exe, version = self.python()
         target = self.matrix["target"]["python"]
         if version != target:
+            other, wheels = lock_python_mismatch(self.lock, version)
+            if other:  # pip would refuse them half-way through the build: refused before anything is built
+                self.module.fail_json(
+                    msg=f"{exe} is Python {version}; the hash lock holds {len(other)} wheels built for the matrix's "
+                        f"Python {target} ({', '.join(other[:3])}{' ...' if len(other) > 3 else ''}), which pip "
+                        f"cannot install on {version}. Nothing was built; the active venv is untouched. Set "
+                        f"spark_venv_python to a Python {target} on the host (DGX OS has it), or use a matrix "
+                        f"verified for Python {version} and lock it (sparkfleet matrix lock).", **self.result)
+            why = (f"; the hash lock's {wheels} wheels are all pure Python or built for {version}, so they install"
+                   if self.lock is not None and wheels else ": wheels and behaviour may differ")
             self.result["python_warning"] = (f"{exe} is Python {version}; the matrix {self.matrix['name']} was "
-                                             f"verified for Python {target}: wheels and behaviour may differ")
+                                             f"verified for Python {target}{why}")
             self.module.warn(self.result["python_warning"])
         active = self.active()
         self.result["active"] = active

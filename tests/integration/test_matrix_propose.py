@@ -259,6 +259,14 @@ def test_the_proof_is_judged_stage_by_stage_and_blames_what_the_failure_names():
     assert (unnamed["stage"], unnamed["blame"]) == ("smoke (learning)", [
         "trl 1.8.0 -> 1.10.0 (not named by the failure)", "datasets 4.3.0 -> 4.7.0 (not named by the failure)"])
     assert judge(built, gpu, {"verdict": "ok"}, rows, False)["ok"] is True
+    # Issue 45, item 6: a failure in a pin the candidate keeps (the lab's stand-in transformers, which did not move)
+    # blamed every moved pin "(not named by the failure)"; none of them is to blame.
+    rows.append({"step": "stack", "package": "transformers", "old": "5.13.1", "new": "5.13.1", "moved": False})
+    stand_in = {"verdict": "failed", "stage": "import",
+                "error": "ImportError: cannot import name 'LlamaConfig' from 'transformers'"}
+    kept = judge(built, gpu, stand_in, rows, False)
+    assert kept["blame"] == ["none of the moved pins: the failure names transformers 5.13.1, which the candidate "
+                             "keeps at the matrix's version"]
     assert copy.deepcopy(rows) == rows
 
 

@@ -65,7 +65,11 @@ def test_the_report_holds_what_someone_debugging_needs(host):
     assert f"| image ngc | {MISSING} MISSING |" in text
     assert f"| image plain | {PRESENT} present |" in text
     assert report["venv"]["fingerprint"] == "0123456789abcdef"
-    assert "Verification: **failed** (recorded 2026-12-01T03:00:00+00:00)" in text
+    # The time is the last change a provision or refresh recorded, said as such (issue 45, item 9: it read as
+    # the last verify's)
+    assert ("Verification: **failed** (as the last provision or refresh that changed it recorded it, "
+            "2026-12-01T03:00:00+00:00; sparkfleet verify records nothing on the host: its report holds the latest)"
+            ) in text
     assert ("- GPU image /usr/local/bin/spark-ngc: FAILED - runtime/flags: nvidia-smi inside the container "
             "failed on host-3. Fix: start the container with --runtime=nvidia --gpus all") in text
     assert "- cupy-cuda12x 14.2.0: links libcublas.so.12 (expected 13)" in text

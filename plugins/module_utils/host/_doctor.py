@@ -101,7 +101,9 @@ def markdown(report: dict) -> str:
                     if venv.get("path") else "none active"))
     verification = report["verification"]
     out += ["", f"Verification: **{verification.get('verdict') or 'never run'}**"
-            + (f" (recorded {verification['written_at']})" if verification.get("written_at") else ""), ""]
+            + (f" (as the last provision or refresh that changed it recorded it, {verification['written_at']}; "
+               "sparkfleet verify records nothing on the host: its report holds the latest)"
+               if verification.get("written_at") else ""), ""]
     out += [f"- {line}" for line in verification.get("lines", [])]
     if report["abi_findings"]:
         out += ["", "ABI findings:", ""] + [f"- {f}" for f in report["abi_findings"]]
@@ -186,7 +188,9 @@ def check_venv(report: dict, platform: dict, limits: dict) -> list[dict]:
     if not venv.get("stale"):
         return []
     return [_problem("the venv's matrix is stale", f"{venv.get('matrix')}: {venv.get('age_days')} days since last "
-                     "verified", "check the pins (sparkfleet matrix check) and refresh matrix/spark-stack.yml")]
+                     "verified", "renew it: sparkfleet matrix propose -i INVENTORY --canary HOST (a candidate set "
+                     "built and proved on one Spark, written as a new matrix beside the inventory to review and "
+                     "commit)")]
 
 
 def check_disk(report: dict, platform: dict, limits: dict) -> list[dict]:

@@ -534,6 +534,29 @@ def lock_from_sequence(matrix, sequence: list[dict]) -> dict:
             "target": checked["target"], "steps": steps}
 
 
+def lock_python_mismatch(lock: dict | None, version: str) -> tuple[list[str], int]:
+    """For a host whose Python is `version` (3.11): the hash lock's wheels built for another CPython (their
+    file names, whose python tag is cpXY), and how many wheels the lock has in all. Pure-Python wheels
+    (py3-none-any) install on any Python 3; a lock resolved for the matrix's target (cp312) that holds compiled
+    wheels cannot be installed by another Python's pip, whatever the warning says."""
+    major, _, minor = str(version).partition(".")
+    have = (int(major), int(minor.split(".")[0])) if major.isdigit() and minor.split(".")[0].isdigit() else None
+    wheels = [str(e.get("wheel") or "") for entries in (lock or {}).get("steps", {}).values() for e in entries]
+    other = []
+    for wheel in wheels:
+        parts = wheel[:-len(".whl")].split("-") if wheel.endswith(".whl") else []
+        if len(parts) < 5 or have is None:
+            continue
+        pythons, abis = parts[-3].split("."), parts[-2].split(".")
+        built = [(int(t[2]), int(t[3:])) for t in pythons if re.fullmatch(r"cp\d\d+", t)]
+        if not built or len(built) != len(pythons):
+            continue  # py3, py2.py3: pure Python
+        # cp38-abi3: the stable ABI, for that CPython and every later one; cp312-cp312: that CPython alone
+        if not any(v == have or ("abi3" in abis and v <= have) for v in built):
+            other.append(wheel)
+    return other, len(wheels)
+
+
 def validate_lock(lock, matrix) -> list[str]:
     """What is wrong with a hash lock for this matrix (empty: nothing). Every value that reaches pip's
     requirements file is checked here, where it enters."""

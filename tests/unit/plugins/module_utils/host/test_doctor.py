@@ -60,6 +60,8 @@ def test_each_problem_names_its_evidence_and_what_to_do():
         "toolkit packages not held (an apt upgrade can move them under the runtime)"]["fix"]
     assert problems["the locked image unsloth is missing"]["evidence"].endswith("b" * 64)
     assert "140 days" in problems["the venv's matrix is stale"]["evidence"]
+    # the command the run's own warnings give, not a file inside sparkfleet's checkout (issue 45, item 9)
+    assert problems["the venv's matrix is stale"]["fix"].startswith("renew it: sparkfleet matrix propose -i ")
     assert problems["Docker's disk is low"]["evidence"].startswith("12.0 GiB free on /var/lib/docker")
 
 

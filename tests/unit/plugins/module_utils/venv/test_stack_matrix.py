@@ -280,3 +280,22 @@ def test_hashed_steps_install_the_locked_set_from_the_indexes_the_check_resolved
     assert steps[0]["args"] == ["--require-hashes", "--no-deps", "-r", "/v/hashes-torch.txt"]
     assert steps[0]["indexes"] == ["https://download.pytorch.org/whl/cu130"]
     assert steps[1]["indexes"] == ["https://pypi.org/simple", "https://download.pytorch.org/whl/cu130"]
+
+
+def test_a_lock_of_compiled_wheels_for_another_python_is_named_and_pure_wheels_are_not():
+    """Issue 45, item 9: the lab's hosts (Python 3.11) warned that the matrix was verified for 3.12 while the hash
+    lock, resolved for cp312, held only pure wheels - which install there. A lock with compiled cp312 wheels
+    cannot be installed by 3.11's pip: spark_venv refuses it before building, naming the wheels."""
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import lock_python_mismatch
+
+    pure = {"steps": {"stack": [{"wheel": "trl-1.8.0-py3-none-any.whl"}, {"wheel": "peft-0.19.1-py3-none-any.whl"}]}}
+    assert lock_python_mismatch(pure, "3.11") == ([], 2)
+    compiled = {"steps": {"torch": [{"wheel": "torch-2.11.0+cu130-cp312-cp312-manylinux_2_28_aarch64.whl"}],
+                          "stack": [{"wheel": "hf_transfer-0.1.9-cp38-abi3-manylinux_2_17_aarch64.whl"},
+                                    {"wheel": "trl-1.8.0-py3-none-any.whl"}]}}
+    # the stable ABI (cp38-abi3) installs on 3.8 and later: only torch's cp312 wheel is refused
+    assert lock_python_mismatch(compiled, "3.11") == (["torch-2.11.0+cu130-cp312-cp312-manylinux_2_28_aarch64.whl"], 3)
+    assert lock_python_mismatch(compiled, "3.12") == ([], 3)
+    assert lock_python_mismatch(compiled, "3.7") == (["torch-2.11.0+cu130-cp312-cp312-manylinux_2_28_aarch64.whl",
+                                                      "hf_transfer-0.1.9-cp38-abi3-manylinux_2_17_aarch64.whl"], 3)
+    assert lock_python_mismatch(None, "3.11") == ([], 0)
