@@ -216,3 +216,16 @@ def pyindex(tmp_path_factory):
     served = Index(tmp_path_factory.mktemp("pyindex"))
     yield served
     served.close()
+
+
+def own_checks_accept(inventory: Path) -> list[str]:
+    """What sparkfleet's own checks before a run find in an inventory (issue 45, item 2: `matrix lock` wrote a
+    variable they refused, exit 4 on every later command): its variables' names, types and image lock, as
+    ansible-inventory lists them with sparkfleet's configuration. Empty: every command can run on it."""
+    from sparkfleet import runner, variables
+
+    config = runner.ansible_config(inventory if inventory.is_dir() else inventory.parent)
+    values = variables.inventory_values(str(inventory), config.env)
+    assert values, f"ansible-inventory listed no host of {inventory}"
+    return (variables.unknown({source: set(named) for source, named in values.items()})
+            + variables.mistyped(values) + variables.lock_problems(values, str(inventory)))

@@ -49,7 +49,9 @@ def build(fleet: Fleet, meta: dict[str, Any]) -> dict:
     return {
         "schema": SCHEMA,
         **meta,
-        "hosts": {name: with_history(host_report(host, refresh if moved else None, fleet.play, check), check)
+        # (the controller, which wrote the lock, is no host of the rollout)
+        "hosts": {name: with_history(host_report(host, refresh if moved and host is not fleet.controller else None,
+                                                 fleet.play, check), check)
                   for name, host in sorted(fleet.hosts.items())},
         "refresh": ({"diff": [{k: d.get(k) for k in ("name", "tag", "old", "new", "changed", "line")}
                               for d in refresh.get("diff", [])]} if refresh else None),

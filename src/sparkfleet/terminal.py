@@ -45,6 +45,17 @@ def _header_width(header: str) -> int:
     return min(max(len(" ".join(words[:cut])), len(" ".join(words[cut:]))) for cut in range(len(words) + 1))
 
 
+def _header_lines(header: str, width: int) -> str:
+    """The header as shown in a column `width` wide: on one line where it fits, else cut at the words into the two
+    lines that fit (the cells never wrap; a header that wrapped with them took one word a line)."""
+    if len(header) <= width:
+        return header
+    words = header.split()
+    cuts = [(" ".join(words[:cut]), " ".join(words[cut:])) for cut in range(1, len(words))]
+    fitting = [c for c in cuts if max(len(c[0]), len(c[1])) <= width] or cuts
+    return "\n".join(min(fitting, key=lambda c: max(len(c[0]), len(c[1])))) if fitting else header
+
+
 def _widths(header: str, cells: list[str]) -> tuple[int, int]:
     """(the least, the most) columns a column takes: its header in two lines at most, its longest cell; folding
     ones fold down to their cap."""
@@ -58,11 +69,11 @@ def _table(title: str | None, headers: list[str], rows: list[list[str]], widths:
     table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
                   collapse_padding=True, title_justify="left", title_style="bold")
     for header, width in widths.items():
-        # a header wraps at its words where the column is narrower than it, two lines at most (_header_width)
+        shown = _header_lines(header, width)
         if header in FOLDING:
-            table.add_column(header, overflow="fold", width=width)
+            table.add_column(shown, overflow="fold", width=width)
         else:
-            table.add_column(header, no_wrap=True, min_width=width, max_width=width)
+            table.add_column(shown, no_wrap=True, min_width=width, max_width=width)
     for cells in rows:
         table.add_row(*(cells[headers.index(h)] for h in widths))
     return table

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from pty_screen import Screen
 
-from conftest import BIN, REPO, SHOW_INVOCATION, record
+from conftest import BIN, REPO, SHOW_INVOCATION, own_checks_accept, record
 
 pytestmark = pytest.mark.testbed
 PREFIX = "sparkfleet-fleet"
@@ -276,6 +276,10 @@ def test_2_refresh_canary_first_then_the_rest(fleet):
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert_no_secret(proc, report_dir)
     assert lock(fleet)["unsloth"]["index_digest"] == new
+    # what the refresh wrote on the controller, named as pin names it (issue 45, item 9: no `wrote:` line)
+    lock_file = fleet["inventory"] / "group_vars" / "all" / "spark_images_lock.yml"
+    assert f"wrote: {lock_file} (Write the refreshed lock into the inventory)" in proc.stdout, proc.stdout[-3000:]
+    assert own_checks_accept(fleet["inventory"]) == []
     assert all(launcher_ref(h).endswith(new) for h in HOSTS)
     assert f"{HOSTS[0]}: canary moved: unsloth {short[old]} -> {short[new]}" in proc.stdout
     assert f"{HOSTS[2]}: batch 3 moved: unsloth {short[old]} -> {short[new]}" in proc.stdout
@@ -443,6 +447,61 @@ def test_5d_the_readmes_provision_check_diff_limit_at_a_terminal_shows_the_chang
     title = max(i for i, line in enumerate(lines) if line.startswith("sparkfleet provision: successful (exit 0"))
     end = next(i for i in range(title, len(lines)) if lines[i].startswith("reports: "))
     assert all(len(line) <= 80 for line in lines[title:end]) and str(report_dir / "report.md") in lines[end]
+
+
+def test_5e_verify_names_each_drift_with_what_moves_it_and_changes_nothing(fleet):
+    """Issue 45, item 1: after `pin` moved the unsloth digest, `verify` pulled it and rewrote the launchers on every
+    host (changed 3 and 4, exit 0: the fleet rolled at once, no canary); it rewrote a hand-edited launcher and
+    missed a removed nvidia runtime (converged, exit 0). Now, with all three at once - the lock moved (every host),
+    a launcher edited by hand (host 2), the runtime removed from Docker (host 3) - verify fails each host naming
+    each difference and the command that moves it, and changes nothing: no byte pulled, no file written."""
+    lock_file = fleet["inventory"] / "group_vars" / "all" / "spark_images_lock.yml"
+    kept = {"lock": lock_file.read_text(), "ngc": cat(HOSTS[1], launcher(HOSTS[1], "spark-ngc")),
+            "daemon": cat(HOSTS[2], "/etc/docker/daemon.json")}
+    old = lock(fleet)["unsloth"]["index_digest"]
+    new = push_unsloth("fleet-verify-drift")
+    pinned, _, _ = cli(fleet, "pin-drift", "pin")
+    assert pinned.returncode == 0 and lock(fleet)["unsloth"]["index_digest"] == new, pinned.stdout[-3000:]
+    assert own_checks_accept(fleet["inventory"]) == [], "what pin wrote, every later run accepts"
+    sh("docker", "exec", HOSTS[1], "sh", "-c", f"echo '# edited by hand' >> {launcher(HOSTS[1], 'spark-ngc')}")
+    sh("docker", "exec", HOSTS[2], "sh", "-c",
+       'printf \'{"bridge": "sparkfleet0", "ip6tables": false, "iptables": false}\\n\' > /etc/docker/daemon.json'
+       " && systemctl restart docker")
+
+    def host_files() -> dict:
+        return {h: [cat(h, launcher(h)), cat(h, STATE_FILES.get(h, "/var/lib/sparkfleet/state.json")),
+                    sh("docker", "exec", h, "docker", "image", "ls", "--digests", "--format", "{{.Digest}}").stdout]
+                for h in HOSTS}
+
+    before = host_files(), {p.name: p.read_text() for p in (fleet["inventory"] / ".sparkfleet" / "hosts").iterdir()}
+    try:
+        proc, data, _ = cli(fleet, "verify-drift", "verify", pty=True)
+        after = host_files(), {p.name: p.read_text()
+                               for p in (fleet["inventory"] / ".sparkfleet" / "hosts").iterdir()}
+    finally:
+        lock_file.write_text(kept["lock"])
+        subprocess.run(["docker", "exec", "-i", HOSTS[1], "sh", "-c", f"cat > {launcher(HOSTS[1], 'spark-ngc')}"],
+                       input=kept["ngc"], text=True, check=True)
+        subprocess.run(["docker", "exec", "-i", HOSTS[2], "sh", "-c",
+                        "cat > /etc/docker/daemon.json && systemctl restart docker"], input=kept["daemon"], text=True,
+                       check=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout, proc.stdout[-5000:]
+    assert after == before, "verify changed a host or the controller's records"
+    assert all(new not in images for _, _, images in after[0].values()), "the moved digest was not pulled"
+    assert {h: data["hosts"][h]["counts"]["changed"] for h in HOSTS} == {h: 0 for h in HOSTS}
+    short = {d: d.removeprefix("sha256:")[:12] for d in (old, new)}
+    moved = f"image unsloth: runs sha256:{short[old]}, the lock says sha256:{short[new]} - `sparkfleet refresh`"
+    drift = {h: data["hosts"][h]["verification"]["drift"] for h in HOSTS}
+    assert all(any(d.startswith(moved) for d in drift[h]) for h in HOSTS), drift
+    assert any(d.startswith(f"image ngc: its launcher {launcher(HOSTS[1], 'spark-ngc')} differs from the one "
+                            "sparkfleet writes") for d in drift[HOSTS[1]]), drift[HOSTS[1]]
+    assert any(d.startswith("runtime: Docker does not list the nvidia runtime") and "`sparkfleet provision` "
+               "registers it" in d for d in drift[HOSTS[2]]), drift[HOSTS[2]]
+    assert len(drift[HOSTS[0]]) == 1, "host 1 differs in the lock alone"
+    screen = " ".join(proc.stdout.split())
+    for host in HOSTS:  # each failure on the screen, whole, with the command that moves it
+        assert f"{host}: FAILED Fail a host whose verification failed: {host}: verification failed: " in screen
+    assert "`sparkfleet refresh` moves the fleet to the lock, canary first" in screen
 
 
 def test_6_doctor_on_a_lab_host_holds_no_secret_and_no_hostname(fleet):

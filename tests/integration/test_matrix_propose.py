@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import BIN, REPO, run_module
+from conftest import BIN, REPO, own_checks_accept, run_module
 
 MATRIX = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())
 TODAY = datetime.date.today().isoformat()
@@ -199,6 +199,7 @@ def test_a_candidate_that_learns_is_written_with_its_evidence_and_nothing_else_m
     assert "torchao torchao      0.13.0 (2025-09-01) -> 0.17.0 (2026-06-22)" in proc.stdout
     assert str(written) in proc.stdout and "not GPU verified" in proc.stdout
     assert data["proposal"]["file"] == str(written)
+    assert own_checks_accept(canary["inventory"]) == [], "the matrix written beside the inventory is no variable"
     # The canary's active venv and its link, byte for byte; the candidate venv removed.
     assert (tree(canary["home"] / "venvs"), os.readlink(canary["home"] / "venv")) == before
     # pip's and uv's caches, and uv itself (which built the candidate), are kept for the next candidate

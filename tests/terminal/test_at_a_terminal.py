@@ -379,6 +379,11 @@ def test_the_readmes_matrix_lock_at_a_terminal_says_which_file_it_wrote(home, py
                                    for packages in locked["steps"].values() for package in packages), locked
     assert f"`{lock}`" in (home / "reports" / "latest" / "report.md").read_text()
     assert not (home / "candidate.lock.yml").exists()
+    # What it wrote is a variable sparkfleet's own checks accept: every later command on the inventory runs
+    # (issue 45, item 2: each exited 4, "spark_venv_lock ...: did you mean spark_venv_link?")
+    from conftest import own_checks_accept
+
+    assert own_checks_accept(home / "inv") == []
 
 
 def test_the_readmes_matrix_check_at_a_terminal_shows_each_step_as_it_is_asked(home, pyindex):
