@@ -231,6 +231,7 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _cuda_abi, _elf, _program_abi_image
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._cuda_abi import scan, system_cuda
@@ -327,6 +328,8 @@ def main() -> None:
         mutually_exclusive=[["path", "python", "image"]],
         supports_check_mode=True,
     )
+    # Every Python it starts runs in "/", without the caller's PYTHONPATH or caches (module_utils/common/_isolated.py).
+    isolate()
     expected = module.params["expected_cuda_major"]
     environment = {str(k): str(v) for k, v in module.params["environment"].items()}
     if module.params["image"]:

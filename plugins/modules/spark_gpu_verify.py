@@ -203,12 +203,16 @@ killed_by:
   type: int
 """
 
+import atexit
 import os
+import shutil
 import subprocess
+import tempfile
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import (
     PROBE,
@@ -250,6 +254,8 @@ def main() -> None:
         mutually_exclusive=[["python", "launcher"]],
         supports_check_mode=True,
     )
+    # Every Python it starts runs in "/", without the caller's PYTHONPATH or caches (module_utils/common/_isolated.py).
+    isolate()
     params = module.params
     extra = {str(k): str(v) for k, v in params["environment"].items()}
     env = dict(os.environ, LC_ALL="C", **extra)
@@ -259,6 +265,9 @@ def main() -> None:
         docker = module.get_bin_path(params["docker"], required=True)
         name = f"sparkfleet-verify-{uuid.uuid4().hex[:12]}"
         env["SPARK_CONTAINER_NAME"] = name
+        # The container's working directory: a private, empty folder of the run's, removed after it.
+        env["SPARK_WORKDIR"] = workdir = tempfile.mkdtemp(prefix="sparkfleet-verify-")
+        atexit.register(shutil.rmtree, workdir, True)
         argv = [params["launcher"], "python3", "-", *flags]
         target = {"kind": "container", "launcher": params["launcher"], "command": argv}
 

@@ -139,6 +139,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_dry_run import dry_run, failure, locked_entries
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
     MatrixError,
@@ -222,6 +223,8 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
+    # Every Python it starts runs in "/", without the caller's PYTHONPATH or caches (module_utils/common/_isolated.py).
+    isolate()
     p = module.params
     # A token in an index URL (a private mirror's) is masked in the whole result, module_args included.
     module.no_log_values.update(matrix_secrets(p["matrix"], p["index_overrides"]))

@@ -97,12 +97,14 @@ failure:
 
 import datetime
 import json
+import re
 import sys
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_proposal import (
     blame,
     candidate,
@@ -123,6 +125,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matri
 )
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+DAY = re.compile(r"^\d{4}-\d{2}-\d{2}(?:[T ]|$)")
 
 
 def released(index: str, name: str, version: str, timeout: int) -> str | None:
@@ -141,9 +144,18 @@ def released(index: str, name: str, version: str, timeout: int) -> str | None:
         files = json.loads(response.read()).get("files") or []
     except Exception:  # pylint: disable=broad-except  # any failure: the date is unknown, the proposal goes on
         return None
-    times = sorted(f["upload-time"] for f in files if isinstance(f, dict) and f.get("upload-time")
+    return release_day(files, name, version)
+
+
+def release_day(files, name: str, version: str) -> str | None:
+    """The earliest upload day of the release's files, from an index's PEP 691 `files`: what the index says is
+    checked before it is shown or written (an ISO day, PEP 700's upload-time), anything else is unknown."""
+    if not isinstance(files, list):
+        return None
+    times = sorted(f["upload-time"][:10] for f in files
+                   if isinstance(f, dict) and isinstance(f.get("upload-time"), str) and DAY.match(f["upload-time"])
                    and file_version(str(f.get("filename", "")), name) in (version, public(version)))
-    return times[0][:10] if times else None
+    return times[0] if times else None
 
 
 def file_version(filename: str, name: str) -> str | None:
@@ -192,6 +204,8 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
+    # Every Python it starts runs in "/", without the caller's PYTHONPATH or caches (module_utils/common/_isolated.py).
+    isolate()
     p = module.params
     module.no_log_values.update(matrix_secrets(p["matrix"], p["index_overrides"]))
     try:

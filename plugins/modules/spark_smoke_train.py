@@ -144,11 +144,15 @@ timed_out:
   type: bool
 """
 
+import atexit
 import os
+import shutil
 import subprocess
+import tempfile
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._smoke import SMOKE, judge
 
@@ -172,6 +176,8 @@ def main() -> None:
         mutually_exclusive=[["python", "launcher"]],
         supports_check_mode=True,
     )
+    # Every Python it starts runs in "/", without the caller's PYTHONPATH or caches (module_utils/common/_isolated.py).
+    isolate()
     p = module.params
     args = ["--steps", str(p["steps"]), "--lr", repr(p["learning_rate"]), "--min-drop", repr(p["min_drop"]),
             "--headroom-mb", str(p["headroom_mb"]), "--device", p["device"]]
@@ -181,6 +187,9 @@ def main() -> None:
     if p["launcher"]:
         name = f"sparkfleet-smoke-{uuid.uuid4().hex[:12]}"
         env["SPARK_CONTAINER_NAME"] = name
+        # The container's working directory: a private, empty folder of the run's, removed after it.
+        env["SPARK_WORKDIR"] = workdir = tempfile.mkdtemp(prefix="sparkfleet-smoke-")
+        atexit.register(shutil.rmtree, workdir, True)
         argv = [p["launcher"], "python3", "-", *args]
     else:
         argv = [p["python"], "-", *args]

@@ -77,6 +77,7 @@ import datetime
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _trusted as trusted
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host._state import STATE_FILE, merge, parse, render
 
@@ -90,10 +91,26 @@ def main() -> None:
         supports_check_mode=True,
     )
     path = module.params["path"]
+    # The controller's records live in the inventory's .sparkfleet/hosts/: a folder another user could write to
+    # would let them plant the history the next run trusts (how a reinstalled host is told from a known one).
     try:
-        with open(path, encoding="utf-8") as handle:
+        folder = os.path.dirname(os.path.abspath(path))
+        if not module.check_mode:
+            trusted.make_dir(folder, 0o700, "the state file's folder")
+        elif os.path.lexists(folder):
+            trusted.check_dir(folder, "the state file's folder")
+    except trusted.Untrusted as exc:
+        module.fail_json(msg=str(exc))
+    try:
+        fd = trusted.open_file(path, os.O_RDONLY, what="the state file")
+        with os.fdopen(fd, encoding="utf-8") as handle:
             before_text = handle.read()
     except FileNotFoundError:
+        before_text = None
+    except trusted.Untrusted as exc:
+        # Another user's file (or a link) in sparkfleet's own folder: its history is not trusted, and it is
+        # replaced by sparkfleet's own, never written through or given back to them.
+        module.warn(f"{exc}: its content is not read, and sparkfleet's own replaces it")
         before_text = None
     except OSError as exc:
         module.fail_json(msg=f"cannot read the state file {path}: {exc.strerror}; expected a readable file "
@@ -116,7 +133,10 @@ def main() -> None:
         result["diff"] = {"before": before_text or "", "after": render(state), "before_header": path,
                           "after_header": path}
         if not module.check_mode:
-            atomic_write(path, render(state))
+            try:
+                atomic_write(path, render(state), mode=0o600)
+            except trusted.Untrusted as exc:
+                module.fail_json(msg=str(exc))
     module.exit_json(**result)
 
 

@@ -205,11 +205,16 @@ import inspect
 import json
 import os
 import shutil
+import stat
 import subprocess
 import time
+import urllib.parse
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _trusted as trusted
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._listeners import listeners
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _program_imports
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _venv as venv_files
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
@@ -222,12 +227,14 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matri
     hashes_file,
     index_env,
     lock_python_mismatch,
+    loopback,
     matrix_secrets,
     mirrors,
     pins,
     pip_steps,
     plain_http_refused,
     plan_extras,
+    redact_url,
     staleness,
     uv_env,
     validate_lock,
@@ -284,6 +291,10 @@ class Venv:
                                      p["insecure_indexes"])
         if refused:
             module.fail_json(msg="; ".join(refused) + ". Nothing was changed.")
+        strangers = loopback_strangers([url for step in self.steps for url in step["indexes"]]) \
+            if self.lock is None else []
+        if strangers:
+            module.fail_json(msg="; ".join(strangers) + ". Nothing was changed.")
         unlocked = mirrors(self.matrix, p["index_overrides"]) if self.lock is None else []
         if unlocked:
             module.fail_json(msg=f"the venv would be built from a mirror ({'; '.join(unlocked)}) without the hash "
@@ -337,12 +348,12 @@ class Venv:
         path = os.path.join(home, name)
         program = os.path.join(path, "bin", "uv")
         started = time.monotonic()
-        if os.access(program, os.X_OK):
+        if self.trusted_program(path, program):
             shown.update(seconds=0.0, rc=0, reused=path)
             return program
         work = f"{path}.sparkfleet-new"
         shutil.rmtree(work, ignore_errors=True)
-        os.makedirs(home, mode=0o755, exist_ok=True)
+        self.trusted_dir(home, 0o755, "the venvs' installer folder")
         rc, out, err = self.module.run_command([exe, "-m", "venv", work])
         if rc != 0:
             self.fail_build(step["id"], f"{exe} -m venv {work} said: {(err or out).strip()[-800:]}")
@@ -361,6 +372,26 @@ class Venv:
             if entry != name:
                 shutil.rmtree(os.path.join(home, entry), ignore_errors=True)
         return program
+
+    def trusted_dir(self, path: str, mode: int, what: str) -> None:
+        """The folder made where missing and trusted (module_utils/common/_trusted.py), else the host fails before
+        anything is built."""
+        try:
+            trusted.make_dir(path, mode, what)
+        except trusted.Untrusted as exc:
+            self.module.fail_json(msg=f"{exc}. Nothing was built; the active venv is untouched.")
+
+    @staticmethod
+    def trusted_program(folder: str, program: str) -> bool:
+        """An installer made before is run again (as root) only where it and its folder are root's alone: one that
+        another user planted, or can change, is made anew."""
+        try:
+            trusted.check_dir(folder)
+            info = os.lstat(program)
+        except (trusted.Untrusted, OSError):
+            return False
+        return (stat.S_ISREG(info.st_mode) and info.st_uid in trusted.trusted_owners()
+                and not info.st_mode & 0o022 and os.access(program, os.X_OK))
 
     def fail_build(self, step: str, msg: str, **extra) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
@@ -401,9 +432,12 @@ class Venv:
         self.build(exe)
 
     def build(self, exe: str) -> None:
+        self.trusted_dir(self.root, 0o755, "the venvs' root")
+        for cache in (".pip-cache", ".uv-cache"):  # root's alone: what the indexes served, read by nobody else
+            self.trusted_dir(os.path.join(self.root, cache), 0o700, "the venvs' download cache")
+            os.chmod(os.path.join(self.root, cache), 0o700)
         if os.path.lexists(self.path):  # an interrupted build of this fingerprint: start over
             shutil.rmtree(self.path)
-        os.makedirs(self.root, mode=0o755, exist_ok=True)
         rc, out, err = self.module.run_command([exe, "-m", "venv", self.path])
         if rc != 0:
             hint = " (on Debian/Ubuntu: install python3-venv)" if "ensurepip" in out + err else ""
@@ -525,6 +559,25 @@ class Venv:
         self.module.exit_json(**self.result)
 
 
+def loopback_strangers(indexes: list[str]) -> list[str]:
+    """Each index on this host's loopback (trusted without the hash lock: the owner's own) served now by another
+    user than root or the one running this: any user can bind a free loopback port while the owner's mirror is
+    down, and serve wheels root would install. One sentence each."""
+    found = []
+    for url in dict.fromkeys(indexes):
+        parts = urllib.parse.urlsplit(url)
+        if not loopback(parts.hostname or "") or (parts.port or 0) in (0, 80, 443):
+            continue
+        uids = [uid for uid in listeners(parts.port) if uid not in (0, os.geteuid())]
+        if uids:
+            found.append(f"the index {redact_url(url)} on this host's loopback is served by uid {uids[0]}, not by "
+                         "root: any user can bind a free loopback port while your mirror is down and serve wheels "
+                         "root would install. Stop what listens there, run your mirror as root (or on a port below "
+                         "1024), or build from the hash lock (spark_venv_require_hashes: true), which pins every "
+                         "wheel's sha256")
+    return found
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -550,6 +603,8 @@ def main() -> None:
         required_if=[("state", "active", ["path"]), ("state", "failed", ["path"])],
         supports_check_mode=True,
     )
+    # Every Python it starts runs in "/", without the caller's PYTHONPATH or caches (module_utils/common/_isolated.py).
+    isolate()
     # A token in an index URL (a private mirror's) is masked in the whole result, module_args included.
     module.no_log_values.update(matrix_secrets(module.params["matrix"], module.params["index_overrides"]))
     module.no_log_values.update(env_secrets(module.params["pip_env"]))

@@ -43,6 +43,12 @@ options:
     description: Seconds pip waits for an index.
     type: int
     default: 60
+  pip_env:
+    description:
+      - Environment for pip's fetch, as the venv's own steps get it (C(spark_venv_pip_env)), such as a proxy
+        (C(HTTPS_PROXY)) or a CA bundle (C(PIP_CERT)). A secret in it is masked in the result.
+    type: dict
+    default: {}
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -91,6 +97,7 @@ bytes_fetched:
   type: int
 """
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -100,9 +107,12 @@ import sys
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _trusted as trusted
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
     MatrixError,
     check,
+    env_secrets,
     hashed_requirements,
     index_env,
     matrix_secrets,
@@ -149,7 +159,9 @@ def fetch(module: AnsibleModule, matrix: dict, position: int, entries: list[dict
                 "-r", requirements]
         env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
         env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1",
-                   PIP_NO_CACHE_DIR="1", **index_env(indexes))
+                   PIP_NO_CACHE_DIR="1")
+        env.update({str(k): str(v) for k, v in module.params["pip_env"].items()})  # the owner's proxy, CA
+        env.update(index_env(indexes))
         # subprocess: pip's environment of its own (this machine's PIP_* left out), which run_command cannot give.
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)  # pylint: disable=ansible-bad-function
         if proc.returncode != 0:
@@ -174,11 +186,15 @@ def main() -> None:
             "index_overrides": {"type": "dict", "default": {}},
             "cache": {"type": "path", "required": True},
             "timeout": {"type": "int", "default": 60},
+            "pip_env": {"type": "dict", "default": {}, "no_log": False},
         },
         supports_check_mode=True,
     )
+    # Every Python it starts runs in "/", without the caller's PYTHONPATH or caches (module_utils/common/_isolated.py).
+    isolate()
     p = module.params
     module.no_log_values.update(matrix_secrets(p["matrix"], p["index_overrides"]))
+    module.no_log_values.update(env_secrets(p["pip_env"]))
     try:
         matrix = check(p["matrix"])
     except MatrixError as exc:
@@ -188,9 +204,22 @@ def main() -> None:
         module.fail_json(msg="the hash lock cannot be used: " + "; ".join(errors) + ". Nothing was fetched.")
     cache = p["cache"]
     result = {"changed": False, "files": [], "fetched": [], "cached": [], "bytes_fetched": 0}
-    os.makedirs(cache, mode=0o755, exist_ok=True)
-    with open(os.path.join(cache, ".lock"), "w", encoding="utf-8") as guard:
-        fcntl.flock(guard, fcntl.LOCK_EX)  # the fleet's hosts take turns: none fetches what another fetches
+    try:
+        # A cache another user made (or can write to) could hand root a link for its lock or a wheel of theirs:
+        # refused before anything in it is touched. In check mode nothing is made, locked or fetched.
+        if module.check_mode:
+            if os.path.lexists(cache):
+                trusted.check_dir(cache, "the wheel cache")
+            guard = None
+        else:
+            trusted.make_dir(cache, 0o755, "the wheel cache")
+            guard = os.fdopen(trusted.open_file(os.path.join(cache, ".lock"), os.O_WRONLY | os.O_CREAT, 0o600,
+                                                "the wheel cache's lock"), "w")
+    except trusted.Untrusted as exc:
+        module.fail_json(msg=f"{exc}. Nothing was fetched; nothing on the hosts changed.")
+    with guard or contextlib.nullcontext():
+        if guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)  # the fleet's hosts take turns: none fetches what another fetches
         for position, step in enumerate(matrix["steps"]):
             entries = p["lock"]["steps"][step["id"]]
             found = {e["sha256"]: cached(cache, e) for e in entries}

@@ -80,9 +80,35 @@ def resolve_inventory(record: Command, args: argparse.Namespace, config) -> str 
     return record.inventory_default
 
 
+def inventory_folders_problems(inventory: str) -> list[str]:
+    """The inventory's folder, and its group_vars/ and host_vars/ folders, each trusted as every folder sparkfleet
+    writes into (module_utils/common/_trusted.py): Ansible loads any group_vars file and any inventory source
+    another user could put there, and sparkfleet keeps the run lock and the hosts' records beside them. As Ansible
+    itself ignores an ansible.cfg in a folder every user can write to."""
+    if "," in inventory:
+        return []
+    trusted = collection_module("common._trusted")
+    base = Path(inventory).absolute()
+    base = base if base.is_dir() else base.parent
+    folders = [base] + [p for name in ("group_vars", "host_vars") if (base / name).is_dir()
+                        for p in [base / name, *sorted(q for q in (base / name).rglob("*") if q.is_dir())]]
+    found = []
+    for folder in folders:
+        try:
+            # an owner's link (group_vars/all -> ../common) is judged by the folder it names
+            trusted.check_dir(str(folder.resolve()),
+                              "the inventory's folder" if folder == base else "the inventory folder")
+        except trusted.Untrusted as exc:
+            found.append(str(exc))
+    return found
+
+
 def problems_before_run(record: Command, args: argparse.Namespace, inventory: str, config) -> list[tuple[str, list]]:
     """What makes the run bad input, found before anything runs, as (heading, one line each) groups: variables
     named or typed wrong, a broken image lock, a --limit or a tag that matches nothing."""
+    unsafe = inventory_folders_problems(inventory)
+    if unsafe:  # before ansible-inventory reads a group_vars file another user put there
+        return [("the inventory is in a folder other users can write to (nothing was run)", unsafe)]
     listing = selection.list_inventory(inventory, config.env)
     inventoried = variables.inventory_values(inventory, config.env, listing)
     values = {**inventoried, **variables.extra_values(args.extra_vars)}

@@ -218,9 +218,11 @@ def inventory_lock(inventory: str, command: str):
         yield  # a host list: no lock, no records
         return
     path = directory / "run.lock"
+    trusted = collection_module("common._trusted")
     with private_files():
-        directory.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "a+")  # noqa: SIM115 - held for the whole run
+        # Another user's .sparkfleet/ (or a run.lock linked to a root file) is refused, never followed or truncated.
+        trusted.make_dir(str(directory), 0o700, "the inventory's .sparkfleet folder")
+        handle = os.fdopen(trusted.open_file(str(path), os.O_RDWR | os.O_CREAT, 0o600, "the run lock"), "r+")
     with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -98,6 +98,10 @@ def fitted_table(title: str | None, headers: list[str], rows: list[list[str]], w
         if not droppable:
             break
         keep.remove(droppable[0])
+    # A column left out for a wide one above it that did not fit either comes back where it fits on its own.
+    for h in (h for h in priority if h in headers and h not in keep and h not in empty):
+        if total() + least[h] + 2 <= width:
+            keep = [k for k in headers if k in keep or k == h]
     room = width - total()
     for h in (h for h in priority if h in keep and h in FOLDING):
         grow = max(0, min(room, most[h] - least[h]))

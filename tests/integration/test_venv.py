@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import stat
 import sys
 import threading
 import time
@@ -164,6 +165,15 @@ def test_an_index_token_never_reaches_pips_argv_or_the_result(place, pyindex, tm
     token = "planted-index-token-81c4"
     overrides = {up: mine.replace("http://", f"http://ci:{token}@", 1) for up, mine in pyindex.overrides.items()}
     seen, stop = set(), threading.Event()
+    # Issue 46, suspicion 5b: an installer another user left where root looks for one made before was run as root
+    # (reused if executable, no owner check). It is made anew, never run.
+    marker = tmp_path / "their-uv-ran"
+    theirs = tmp_path / "venvs" / ".installer" / "uv-0.13.9" / "bin" / "uv"
+    theirs.parent.mkdir(parents=True)
+    theirs.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    theirs.chmod(0o755)
+    for path in (theirs, theirs.parent, theirs.parent.parent):
+        os.chown(path, 4242, 4242)
 
     def watch():
         while not stop.is_set():
@@ -191,6 +201,13 @@ def test_an_index_token_never_reaches_pips_argv_or_the_result(place, pyindex, tm
     shown = json.dumps({k: v for k, v in built.items() if k != "_stdout"})
     assert "invocation" in built, "the module's arguments were shown"
     assert token not in shown and f"--index-url http://ci:***@{pyindex.url.split('//')[1]}/pypi" in shown
+    assert not marker.exists() and theirs.stat().st_uid == 0, "their installer was replaced, never run"
+    # Suspicion 5c, refuted: pip's and uv's caches keep what the index served, not its URL's credentials; they are
+    # root's alone anyway (0700), as what was downloaded is nobody else's to read.
+    for cache in (".pip-cache", ".uv-cache"):
+        folder = tmp_path / "venvs" / cache
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, cache
+        assert [p for p in folder.rglob("*") if p.is_file() and token.encode() in p.read_bytes()] == []
 
 
 def test_pip_env_masks_its_secrets_and_no_short_value_of_its_own_in_the_result(place):

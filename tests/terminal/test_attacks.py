@@ -164,3 +164,24 @@ def test_escape_sequences_a_host_sends_reach_neither_the_terminal_nor_the_report
     assert "\\x1b]0;owned\\x07\\x1b[2Jbanner" in screen.text, screen.text[-2000:]
     for name in ("report.md", "report.junit.xml"):
         assert "\x1b" not in (work / "out" / name).read_text()
+
+
+def test_the_doctors_reports_hide_an_ssh_users_and_a_dns_host_name_as_ssh_says_them(tmp_path):
+    """Issue 46, finding 4: with ansible_host a DNS name and a login user, ssh's own words
+    (`alice@spark7.corp.example.com: Permission denied`) passed the redaction whole into report.json, report.md and
+    the JUnit file."""
+    work = tmp_path / "work"
+    work.mkdir()
+    fake = work / "ssh"
+    fake.write_text('#!/bin/sh\necho "alice@spark7.corp.example.com: Permission denied (publickey,password)." >&2\n'
+                    "exit 255\n")
+    fake.chmod(0o755)
+    (work / "ansible.cfg").write_text(f"[ssh_connection]\nssh_executable = {fake}\n")
+    (work / "hosts.ini").write_text("[sparks]\nspark-07 ansible_host=spark7.corp.example.com ansible_user=alice\n")
+    proc = piped(["doctor", "-i", "hosts.ini", "--plain", "--report-dir", "out"], work)
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-2000:]
+    for name in ("report.json", "report.md", "report.junit.xml"):
+        text = (work / "out" / name).read_text()
+        for private in ("spark-07", "spark7", "corp.example.com", "alice"):
+            assert private not in text, (name, private, text[:3000])
+    assert "<user>@<host>: Permission denied" in (work / "out" / "report.md").read_text()

@@ -40,11 +40,51 @@ _ADDRESS = re.compile(r"(?<![\w.:])(?:\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f]{0,4}(?
 _HOME = re.compile(r"(?<![\w.-])/(home|Users)/[^/\s\"'`|]+")
 
 
+# Where a failure message names a host or a user (ssh's, a URL's, Ansible's), whatever the name's form: a DNS name
+# given as ansible_host, a login user. Each name found is replaced wherever else it appears too.
+_USER_AT_HOST = re.compile(r"(?<![\w.@-])([A-Za-z_][\w.-]*)@([A-Za-z0-9][\w.-]*[A-Za-z0-9])(?=[\s:/'\"),]|$)")
+_HOST_SAID = re.compile(r"(?i)(?:connect to host|connection to|could not resolve hostname|resolve host|host key for|"
+                        r"hostname|ssh: |host) ([A-Za-z0-9][\w-]*(?:\.[\w-]+)+)(?=[\s:,)]|$)")
+_URL_HOST = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)(?:[^\s/@]+@)?(\[[^\]\s]+\]|[A-Za-z0-9][\w.-]*)")
+# Public services a report may name: where they are said, they identify nobody's site.
+PUBLIC_HOSTS = ("nvcr.io", "docker.io", "registry-1.docker.io", "auth.docker.io", "ghcr.io", "pypi.org",
+                "files.pythonhosted.org", "download.pytorch.org", "github.com", "api.github.com",
+                "nvidia.github.io", "developer.download.nvidia.com", "localhost")
+
+
+def _site_names(text: str) -> tuple[set[str], set[str]]:
+    """The users and host names a text says (user@host, 'connect to host X', a URL's host), public ones left."""
+    users, hosts = set(), set()
+    for match in _USER_AT_HOST.finditer(text):
+        users.add(match.group(1))
+        hosts.add(match.group(2))
+    hosts |= {m.group(1) for m in _HOST_SAID.finditer(text)}
+    hosts |= {m.group(2) for m in _URL_HOST.finditer(text)}
+    return users, {h for h in hosts if h.lower() not in PUBLIC_HOSTS and not h.startswith("[")
+                   and not h.replace(".", "").isdigit() and h != "<address>"}
+
+
 def scrub(value: Any, homes: list[str] | None = None) -> Any:
     """`value` with what identifies a site replaced, whatever a host's outcome: every IP address but the
     loopback's by <address>, a user's home in a path by /home/<user> (and each of `homes`, such as the
-    controller's own, by ~)."""
+    controller's own, by ~), and every host name and login user a message names (ssh's user@host, 'connect to
+    host X', 'Connection to X port 22', a URL's host and credentials) by <host> and <user>, wherever else they
+    appear too. Public services (nvcr.io, pypi.org, ...) stay."""
     import ipaddress
+
+    said: tuple[set[str], set[str]] = (set(), set())
+
+    def gather(item: str) -> str:
+        users, hosts = _site_names(item)
+        said[0].update(users)
+        said[1].update(hosts)
+        return item
+
+    _each_string(value, gather)
+    users = sorted(said[0], key=len, reverse=True)
+    hosts = sorted(said[1], key=len, reverse=True)
+    named = re.compile(r"(?<![\w.-])(" + "|".join(map(re.escape, hosts)) + r")(?![\w-]|\.\w)") if hosts else None
+    login = re.compile(r"(?<![\w.-])(" + "|".join(map(re.escape, users)) + r")(?=@)") if users else None
 
     homes = sorted({h.rstrip("/") for h in homes or [] if h and h.rstrip("/") not in ("", "/")}, key=len,
                    reverse=True)
@@ -61,6 +101,11 @@ def scrub(value: Any, homes: list[str] | None = None) -> Any:
         for home in homes:
             item = re.sub(r"(?<![\w.-])" + re.escape(home) + r"(?=/|\b|$)", "~", item)
         item = _HOME.sub(lambda m: f"/{m.group(1)}/<user>", item)
+        item = _URL_HOST.sub(lambda m: m.group(0) if "@" not in m.group(0) else f"{m.group(1)}{m.group(2)}", item)
+        if login:
+            item = login.sub("<user>", item)
+        if named:
+            item = named.sub("<host>", item)
         return _ADDRESS.sub(address, item)
 
     return _each_string(value, text)

@@ -43,6 +43,9 @@ def _check(path: str, info: os.stat_result, want: int, uid: int) -> None:
         raise _refuse(path, kind(info.st_mode))
     if info.st_uid not in (uid, 0):
         raise _refuse(path, f"{kind(info.st_mode)} of uid {info.st_uid}, not of the user (uid {uid}) or root")
+    if want == stat.S_IFREG and info.st_nlink > 1:
+        # a hard link the user made to a root file (where fs.protected_hardlinks is 0): root's, yet not theirs
+        raise _refuse(path, f"a hard link to a file with {info.st_nlink} names (uid {info.st_uid})")
 
 
 def open_dir(home: str, parts: list[str], uid: int, gid: int | None = None, make: bool = False) -> int:

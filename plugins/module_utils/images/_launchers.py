@@ -3,8 +3,10 @@
 """The launcher script of a pinned image: what `spark-<name>` on a host runs, written by spark_launchers.
 
 The script runs exactly the pinned reference (a digest, or a derived image's ID), never a tag, mounts
-./<workdir> (or $SPARK_WORKDIR) so checkpoints survive --rm, and passes the configured docker flags and
-environment. Every value that reaches the script is checked here and single-quoted where it is written.
+./<workdir> (or $SPARK_WORKDIR) so checkpoints survive --rm - only a folder of the user's own (or root's) that no
+other user can write to, since it is the container's working directory, first on its Python's path - and passes
+the configured docker flags and environment. Every value that reaches the script is checked here and
+single-quoted where it is written.
 """
 
 from __future__ import annotations
@@ -59,7 +61,20 @@ def script(image: dict, workdir: str, environment: dict, run_flags: list) -> str
         "set -eu",
         f'default_workdir="$PWD"/{shlex.quote(workdir)}',
         'workdir="${SPARK_WORKDIR:-$default_workdir}"',
+        "# The folder is the container's working directory, first on its Python's path: yours alone, or refused.",
+        'if [ -L "$workdir" ]; then',
+        '    echo "$0: $workdir is a symbolic link; run from a folder of your own or set SPARK_WORKDIR" >&2; exit 126',
+        "fi",
         'mkdir -p "$workdir"',
+        "# (group-writable only where the group is the owner's own: alice:alice, a umask of 002)",
+        'owner=$(stat -c %u "$workdir"); mode=$(stat -c %a "$workdir")',
+        'shared=$((0$mode & 002))',
+        '[ "$(stat -c %G "$workdir")" = "$(stat -c %U "$workdir")" ] || shared=$((0$mode & 022))',
+        'if [ "$owner" != "$(id -u)" ] && [ "$owner" != 0 ] || [ "$shared" -ne 0 ]; then',
+        '    echo "$0: $workdir (uid $owner, mode $mode) is not yours alone: files another user puts there would run"'
+        ' \\',
+        '         "in the container; run from a folder of your own or set SPARK_WORKDIR" >&2; exit 126',
+        "fi",
         'tty=""',
         'if [ -t 0 ] && [ -t 1 ]; then tty="-t"; fi',
         "# SPARK_CONTAINER_NAME names the container (spark_verify uses it to clean up a hung probe).",

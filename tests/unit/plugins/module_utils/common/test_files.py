@@ -39,15 +39,35 @@ def test_an_existing_file_keeps_its_mode_and_owner_and_a_new_one_gets_the_mode_a
     secret = tmp_path / "daemon.json"
     secret.write_text("{}")
     secret.chmod(0o600)
-    if os.getuid() == 0:
-        os.chown(secret, 1234, 5678)
     atomic_write(str(secret), '{"runtimes": {}}')
-    info = secret.stat()
-    assert stat.S_IMODE(info.st_mode) == 0o600
-    if os.getuid() == 0:
-        assert (info.st_uid, info.st_gid) == (1234, 5678)
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
     atomic_write(str(tmp_path / "bin" / "spark-ngc"), "#!/bin/sh\n", mode=0o755)
     assert stat.S_IMODE((tmp_path / "bin" / "spark-ngc").stat().st_mode) == 0o755
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="a file of another user's is made by root")
+def test_a_strangers_file_or_link_is_replaced_by_sparkfleets_own_never_given_back_or_followed(tmp_path):
+    """Issue 46, finding 1: a record another user made (0666, theirs) kept its owner and mode when root rewrote it,
+    so they could edit what the next run trusts; and the old file's owner was read through a link."""
+    theirs = tmp_path / "spark-1.json"
+    theirs.write_text("{}")
+    theirs.chmod(0o666)
+    os.chown(theirs, 1234, 5678)
+    atomic_write(str(theirs), "ours\n", mode=0o600)
+    info = theirs.stat()
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o600)
+    victim = tmp_path / "victim"
+    victim.write_text("root's")
+    link = tmp_path / "state.json"
+    link.symlink_to(victim)
+    atomic_write(str(link), "ours\n")
+    assert victim.read_text() == "root's" and not link.is_symlink() and link.read_text() == "ours\n"
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(_files.trusted.Untrusted, match="can be written by other users"):
+        atomic_write(str(shared / "x.json"), "ours\n")
+    assert list(shared.iterdir()) == []
 
 
 def test_a_write_that_fails_leaves_the_old_file_whole_and_no_temporary_file(tmp_path, monkeypatch):

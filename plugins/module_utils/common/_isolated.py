@@ -1,0 +1,36 @@
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""Every Python a sparkfleet module starts (a probe, the smoke step, pip, venv, the ABI scan's program) runs
+isolated from where the module was started and from the caller's Python environment.
+
+Python puts the directory it was started in first on sys.path for `python -` and `python -c` (and a script's own
+folder for a script): run from a folder another user can write to, a torch.py they left there is imported as
+root. And PYTHONPATH, PYTHONSTARTUP, a cache folder of the caller's (HF_HOME, TRITON_CACHE_DIR) reach every
+program started under a local connection. A module that starts Python calls isolate() first: its working
+directory becomes "/" (root's, writable by nobody else), PYTHONSAFEPATH asks Python 3.11+ not to put it on
+sys.path at all, and the variables below leave its environment - every process it starts inherits both. A value
+the inventory sets (a module's `environment` option) is given again by the module, after this.
+"""
+
+from __future__ import annotations
+
+import os
+
+# What a caller's environment must not bring into a Python run as root: code to load and folders to load from.
+LEFT_OUT = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT", "PYTHONBREAKPOINT",
+            "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR", "PYTHONPYCACHEPREFIX", "HF_HOME", "HF_HUB_CACHE",
+            "HF_MODULES_CACHE", "TRANSFORMERS_CACHE", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
+            "TORCH_EXTENSIONS_DIR", "CUPY_CACHE_DIR", "NUMBA_CACHE_DIR", "XDG_CACHE_HOME")
+SAFE_DIR = "/"
+
+
+def isolate(environ=None) -> list[str]:
+    """Isolate this module's process (and so every process it starts): work in "/", leave LEFT_OUT out of the
+    environment, PYTHONSAFEPATH set. Returns the names left out (for a note where a module reports them)."""
+    environ = os.environ if environ is None else environ
+    left = [name for name in LEFT_OUT if name in environ]
+    for name in left:
+        del environ[name]
+    environ["PYTHONSAFEPATH"] = "1"
+    os.chdir(SAFE_DIR)
+    return left

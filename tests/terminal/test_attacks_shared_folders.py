@@ -1,0 +1,343 @@
+"""Attacks from another user's folder (issue 46, the third review): root trusts no folder another user can write.
+
+Each test performs the attack as it was reproduced - what another user (uid 4242, a login on the box) leaves in a
+folder root then uses: a link for a file root creates or truncates, a file of theirs root replaces, a group_vars
+file, a torch.py - and checks that root refused before touching anything (the link's target intact, nothing
+loaded or run), saying which folder, whose it is and what to do. sparkfleet's rule and its helper:
+plugins/module_utils/common/_trusted.py; its Python isolation: plugins/module_utils/common/_isolated.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+from pty_screen import piped
+
+from conftest import BIN, REPO, ansible_env, run_module
+
+OTHER_UID = 4242  # a user with a login on the box, not the one running sparkfleet
+ROOTS_FILE = "root's file: 28 bytes of it.\n"
+
+
+@pytest.fixture
+def victim(tmp_path):
+    """A root-owned file elsewhere, which a planted link points at."""
+    path = tmp_path / "victim" / "precious.conf"
+    path.parent.mkdir()
+    path.write_text(ROOTS_FILE)
+    path.chmod(0o644)
+    return path
+
+
+def shared_folder(tmp_path, name: str = "shared", mode: int = 0o1777):
+    folder = tmp_path / name
+    folder.mkdir()
+    folder.chmod(mode)
+    return folder
+
+
+def planted(path, **kwargs) -> None:
+    """Made another user's: what they could have made there themselves."""
+    os.chown(path, OTHER_UID, OTHER_UID, follow_symlinks=False)
+
+
+def inventory_file(folder, name: str = "inv.yml") -> None:
+    (folder / name).write_text("all:\n  children:\n    sparks:\n      hosts:\n        spark-1:\n"
+                               "          ansible_connection: community.docker.docker\n")
+
+
+def test_finding_1_a_run_lock_linked_to_a_root_file_in_a_shared_inventory_folder_is_refused(tmp_path, victim):
+    """Finding 1: in a world-writable sticky folder holding the inventory, another user made .sparkfleet/ with
+    run.lock linked to a root file; root's `sparkfleet doctor -i /shared/inv.yml` truncated it to 0 bytes."""
+    shared = shared_folder(tmp_path)
+    inventory_file(shared)
+    lock = shared / ".sparkfleet"
+    lock.mkdir()
+    (lock / "run.lock").symlink_to(victim)
+    planted(lock / "run.lock")
+    planted(lock)
+    proc = piped(["doctor", "-i", str(shared / "inv.yml"), "--plain", "--report-dir", "rd"], tmp_path)
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert victim.read_text() == ROOTS_FILE
+    said = " ".join(proc.stderr.split())
+    assert f"the inventory's folder {shared} (root (uid 0), mode 1777) can be written by other users" in said, said
+    # The same in a folder of root's own whose .sparkfleet/ another user made: refused at the lock.
+    inventory = shared_folder(tmp_path, "inv", 0o755)
+    inventory_file(inventory, "hosts.yml")
+    (inventory / ".sparkfleet").mkdir(mode=0o700)
+    (inventory / ".sparkfleet" / "run.lock").symlink_to(victim)
+    proc = piped(["doctor", "-i", str(inventory), "--plain", "--report-dir", "rd2"], tmp_path)
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"the run lock {inventory}/.sparkfleet/run.lock is a symbolic link (to {victim})" in " ".join(
+        proc.stderr.split())
+    planted(inventory / ".sparkfleet")
+    proc = piped(["doctor", "-i", str(inventory), "--plain", "--report-dir", "rd3"], tmp_path)
+    assert proc.returncode == 4
+    assert f"the inventory's .sparkfleet folder {inventory}/.sparkfleet belongs to uid {OTHER_UID}" in " ".join(
+        proc.stderr.split()), proc.stderr
+    assert victim.read_text() == ROOTS_FILE
+    assert json.loads((tmp_path / "rd3" / "report.json").read_text())["exit_code"] == 4, "the refusal's report"
+
+
+def test_finding_1_group_vars_another_user_put_beside_the_inventory_are_never_loaded(tmp_path):
+    """Finding 1: Ansible loads group_vars found beside the inventory, so another user's group_vars/all.yml in a
+    shared folder would reach root's run (an interpreter of theirs, a registry of theirs)."""
+    shared = shared_folder(tmp_path)
+    (shared / "inv.yml").write_text("all:\n  children:\n    sparks:\n      hosts:\n        spark-1:\n"
+                                    "          ansible_connection: local\n")  # root's run would start it here
+    marker = tmp_path / "their-interpreter-ran"
+    evil = shared / "evil.sh"
+    evil.write_text(f"#!/bin/sh\ntouch {marker}\nexec python3 \"$@\"\n")
+    evil.chmod(0o755)
+    (shared / "group_vars").mkdir()
+    (shared / "group_vars" / "all.yml").write_text(f"ansible_python_interpreter: {evil}\n")
+    for path in (evil, shared / "group_vars", shared / "group_vars" / "all.yml"):
+        planted(path)
+    proc = piped(["verify", "-i", str(shared / "inv.yml"), "--plain"], tmp_path)
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "the inventory is in a folder other users can write to (nothing was run)" in proc.stderr
+    assert f"{shared}/group_vars" in " ".join(proc.stderr.split())
+    assert not marker.exists()
+
+
+def test_finding_1_a_hosts_record_another_user_made_is_replaced_as_root_s_own_and_theirs_is_refused(tmp_path):
+    """Finding 1: a pre-made .sparkfleet/hosts/spark-1.json (mode 0666, the other user's) kept its owner and mode
+    after root's spark_state wrote it: the other user could then edit the history the next run trusts."""
+    hosts = tmp_path / "inv" / ".sparkfleet" / "hosts"
+    hosts.mkdir(parents=True, mode=0o700)
+    record = hosts / "spark-1.json"
+    record.write_text("{}")
+    record.chmod(0o666)
+    planted(record)
+    content = {"verification": {"verdict": "ok"}}
+    result = run_module("spark_state", {"path": str(record), "content": content})
+    assert not result["failed"], result.get("msg")
+    info = record.stat()
+    assert (info.st_uid, stat.S_IMODE(info.st_mode) & 0o022) == (0, 0), (info.st_uid, oct(info.st_mode))
+    assert json.loads(record.read_text())["verification"] == content["verification"]
+    # A records folder another user owns: refused, their file left as it is, nothing written.
+    planted(hosts)
+    record.write_text("theirs")
+    planted(record)
+    result = run_module("spark_state", {"path": str(record), "content": content})
+    assert result["failed"] and f"belongs to uid {OTHER_UID}" in result["msg"], result.get("msg")
+    assert record.read_text() == "theirs"
+
+
+def test_finding_2_the_wheel_caches_lock_linked_to_a_root_file_is_refused_even_under_check(tmp_path, victim):
+    """Finding 2: with spark_venv_wheelhouse_cache made by another user beforehand, its .lock linked to a root file,
+    the module in check mode left the target at 0 bytes."""
+    matrix = {"schema": 1, "name": "m", "last_verified": "2026-12-01", "target": {"arch": "aarch64", "python": "3.12",
+                                                                      "glibc": "2.39", "cuda": "13.0"},
+              "steps": [{"id": "stack", "packages": ["six==1.16.0"], "index_url": "http://127.0.0.1:9/simple"}]}
+    sys.path.insert(0, str(REPO / "collections"))
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import check, fingerprint
+
+    lock = {"lock_version": 1, "matrix": "m", "fingerprint": fingerprint(check(matrix), []), "steps": {"stack": [
+        {"name": "six", "version": "1.16.0", "sha256": "a" * 64, "wheel": "six-1.16.0-py2.py3-none-any.whl"}]}}
+    cache = tmp_path / "wheels"
+    cache.mkdir(mode=0o755)
+    (cache / ".lock").symlink_to(victim)
+    planted(cache / ".lock")
+    planted(cache)
+    for flags in (("--check",), ()):
+        result = run_module("spark_wheelhouse", {"lock": lock, "matrix": matrix, "cache": str(cache)}, *flags)
+        assert result["failed"] and f"the wheel cache {cache} belongs to uid {OTHER_UID}" in result["msg"], result
+        assert victim.read_text() == ROOTS_FILE
+    # In check mode a cache not made yet stays not made.
+    fresh = tmp_path / "fresh-cache"
+    result = run_module("spark_wheelhouse", {"lock": lock, "matrix": matrix, "cache": str(fresh)}, "--check")
+    assert not fresh.exists(), result
+
+
+PLANTED_TORCH = "import os\nopen({marker!r}, 'w').write(str(os.getuid()))\nraise ImportError('planted')\n"
+
+
+@pytest.mark.parametrize("module, args", [
+    ("spark_gpu_verify", {"python": sys.executable, "spark": False, "timeout": 60}),
+    ("spark_smoke_train", {"python": sys.executable, "device": "cpu", "timeout": 60}),
+])
+def test_finding_3_a_torch_py_in_the_working_folder_or_on_pythonpath_never_runs_as_root(tmp_path, module, args):
+    """Finding 3: a torch.py written into a shared folder ran as root when spark_gpu_verify (and spark_smoke_train)
+    was run from there: Python puts the folder it starts in first on sys.path for `python -`. PYTHONPATH from the
+    caller's environment reached it the same way."""
+    shared = shared_folder(tmp_path)
+    marker = tmp_path / "planted-torch-ran"
+    for name in ("torch.py", "transformers.py"):
+        (shared / name).write_text(PLANTED_TORCH.format(marker=str(marker)))
+        planted(shared / name)
+    elsewhere = shared_folder(tmp_path, "pythonpath")
+    (elsewhere / "torch.py").write_text(PLANTED_TORCH.format(marker=str(marker)))
+    proc = subprocess.run([str(BIN / "ansible"), "localhost", "-c", "local", "-i", "localhost,", "-m",
+                           f"sparkfleet.spark.{module}", "-a", json.dumps(args),
+                           "-e", f"ansible_python_interpreter={sys.executable}"],
+                          cwd=shared, capture_output=True, text=True, check=False,
+                          env=ansible_env(PYTHONPATH=str(elsewhere), ANSIBLE_CONFIG=str(REPO / "ansible.cfg")))
+    assert "localhost" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert not marker.exists(), f"the planted torch.py ran as uid {marker.read_text()}"
+
+
+def test_finding_3_a_launcher_mounts_no_working_folder_another_user_can_write(tmp_path, fake_bin):
+    """Finding 3: the launchers `mkdir -p "$PWD/finetuning"` and mount it as the container's working directory,
+    first on its Python's path: run from a shared folder, another user's files there would run in the container."""
+    sys.path.insert(0, str(REPO / "collections"))
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.images._launchers import script
+
+    calls = tmp_path / "docker-calls"
+    fake_bin("docker", f'echo "$@" >> {calls}\n')
+    launcher = tmp_path / "spark-ngc"
+    launcher.write_text(script({"launcher": "spark-ngc", "ref": "r/n@sha256:" + "a" * 64, "registry": "r",
+                                "repository": "n", "tag": "t", "resolved_at": "now"}, "finetuning", {}, []))
+    launcher.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    shared = shared_folder(tmp_path)
+    (shared / "finetuning").mkdir()
+    planted(shared / "finetuning")
+    theirs = subprocess.run([str(launcher), "true"], cwd=shared, env=env, capture_output=True, text=True, check=False)
+    assert theirs.returncode == 126 and f"uid {OTHER_UID}" in theirs.stderr, theirs.stderr
+    (shared / "finetuning").chmod(0o777)
+    os.chown(shared / "finetuning", 0, 0)
+    open_to_all = subprocess.run([str(launcher), "true"], cwd=shared, env=env, capture_output=True, text=True,
+                                 check=False)
+    assert open_to_all.returncode == 126 and "mode 777" in open_to_all.stderr, open_to_all.stderr
+    (shared / "link").mkdir()
+    (shared / "link" / "finetuning").symlink_to(tmp_path)
+    linked = subprocess.run([str(launcher), "true"], cwd=shared / "link", env=env, capture_output=True, text=True,
+                            check=False)
+    assert linked.returncode == 126 and "is a symbolic link" in linked.stderr
+    assert not calls.exists(), "docker never ran"
+    mine = shared_folder(tmp_path, "mine", 0o755)
+    ok = subprocess.run([str(launcher), "true"], cwd=mine, env=env, capture_output=True, text=True, check=False)
+    assert ok.returncode == 0 and f"--volume {mine}/finetuning:/workspace/finetuning" in calls.read_text()
+
+
+def test_finding_4_the_doctors_redaction_removes_host_names_users_and_addresses_in_every_form():
+    """Finding 4: a typical ssh failure (`alice@spark7.corp.example.com: Permission denied`) passed scrub(redact())
+    whole: an ansible_host given as a DNS name and the ssh user reached report.json, report.md and JUnit."""
+    sys.path.insert(0, str(REPO / "collections"))
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.host._doctor import scrub
+
+    messages = ["Failed to connect to the host via ssh: alice@spark7.corp.example.com: Permission denied "
+                "(publickey,password).",
+                "ssh: connect to host spark7.corp.example.com port 22: Connection timed out",
+                "Connection to spark7.corp.example.com port 22 timed out",
+                "ssh: Could not resolve hostname spark9.lab.internal: Name or service not known",
+                "Data could not be sent to remote host \"spark7.corp.example.com\". Make sure this host can be "
+                "reached over ssh: alice@spark7.corp.example.com: Permission denied",
+                "cannot reach https://bob:hunter2@mirror.corp.example.com:8443/simple/ (timed out)",
+                "ssh: connect to host 203.0.113.77 port 22: No route to host"]
+    cleaned = scrub({"unreachable": messages})["unreachable"]
+    for private in ("alice", "spark7", "corp.example.com", "spark9.lab.internal", "bob", "hunter2", "203.0.113.77",
+                    "mirror."):
+        assert not any(private in line for line in cleaned), (private, cleaned)
+    assert cleaned[0] == "Failed to connect to the host via ssh: <user>@<host>: Permission denied (publickey,password)."
+    kept = "cannot reach https://pypi.org/simple/torch; nvcr.io/nvidia/pytorch:25.11-py3; torch 2.13.0 at 127.0.0.1"
+    assert scrub(kept) == kept, "public services, versions and the loopback stay"
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="a Python another user can run")
+def test_suspicion_5a_a_loopback_index_another_user_bound_is_refused_before_pip_runs(tmp_path):
+    """Suspected, proved: a loopback index is trusted without the hash lock, and any user can bind a free loopback
+    port while the owner's mirror is down: root's pip would install their wheels. Now the listener's owner is read
+    (/proc/net/tcp) and a stranger's refused before anything is built."""
+    import socket
+    import time
+
+    import yaml
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    theirs = subprocess.Popen(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
+                               "/usr/bin/python3", "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                              cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        matrix = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())
+        overrides = {step["index_url"]: f"http://127.0.0.1:{port}/simple" for step in matrix["steps"]}
+        result = run_module("spark_venv", {"matrix": matrix, "root": str(tmp_path / "venvs"),
+                                           "link": str(tmp_path / "venv"), "index_overrides": overrides,
+                                           "today": "2026-12-04"}, "--check")
+    finally:
+        theirs.kill()
+    assert result["failed"], result
+    assert f"127.0.0.1:{port}/simple on this host's loopback is served by uid {OTHER_UID}, not by root" in result["msg"]
+    assert not (tmp_path / "venvs").exists()
+
+
+def test_suspicion_5e_a_root_file_hard_linked_into_a_users_home_is_refused(tmp_path, victim):
+    """Suspected, proved where fs.protected_hardlinks is 0: a root-owned regular file that is a hard link from a
+    user's path (their ~/.ssh/authorized_keys made a second name of a root file) passed _user_files' checks."""
+    sys.path.insert(0, str(REPO / "collections"))
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _user_files as user_files
+
+    home = tmp_path / "home" / "alice"
+    (home / ".ssh").mkdir(parents=True)
+    for path in (home, home / ".ssh"):
+        planted(path)
+    os.link(victim, home / ".ssh" / "authorized_keys")  # what the user could make with protected_hardlinks=0
+    with pytest.raises(user_files.UnsafeFile, match="a hard link"):
+        user_files.read(str(home), ".ssh/authorized_keys", OTHER_UID)
+    with pytest.raises(user_files.UnsafeFile, match="a hard link"):
+        user_files.write(str(home), ".ssh/authorized_keys", "ssh-ed25519 AAAA theirs\n", OTHER_UID, OTHER_UID, 0o600)
+    assert victim.read_text() == ROOTS_FILE
+
+
+def test_suspicion_5f_an_indexs_upload_time_is_checked_before_it_is_shown_or_written():
+    """Suspected, proved: matrix propose took the index's upload-time as it came: an escape sequence reached the
+    proposal (the screen, the matrix written) and a number crashed it."""
+    sys.path.insert(0, str(REPO / "collections"))
+    from ansible_collections.sparkfleet.spark.plugins.modules.spark_matrix_propose import release_day
+
+    def files(*times):
+        return [{"filename": "trl-1.10.0-py3-none-any.whl", "upload-time": t} for t in times]
+
+    assert release_day(files("2026-11-30T10:00:00Z", "2026-11-29T08:00:00Z"), "trl", "1.10.0") == "2026-11-29"
+    assert release_day(files("\x1b]0;owned\x07\x1b[2J", 1733000000, None, ["x"]), "trl", "1.10.0") is None
+    assert release_day("not a list", "trl", "1.10.0") is None
+
+
+def test_suspicion_5g_the_owners_proxy_reaches_the_controllers_wheel_fetch(tmp_path):
+    """Suspected, proved (a function bug): spark_wheelhouse never received spark_venv_pip_env, so a proxy or CA set
+    there did not reach the controller's fetch of the lock's wheels. A proxy of the test's own records the request."""
+    import http.server
+    import threading
+
+    asked = []
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(self.path)
+            self.send_error(502)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    sys.path.insert(0, str(REPO / "collections"))
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import check, fingerprint
+
+    matrix = {"schema": 1, "name": "m", "last_verified": "2026-12-01",
+              "target": {"arch": "aarch64", "python": "3.12", "glibc": "2.39"},
+              "steps": [{"id": "stack", "packages": ["six==1.16.0"], "index_url": "http://index.invalid/simple"}]}
+    lock = {"lock_version": 1, "matrix": "m", "fingerprint": fingerprint(check(matrix), []), "steps": {"stack": [
+        {"name": "six", "version": "1.16.0", "sha256": "a" * 64, "wheel": "six-1.16.0-py2.py3-none-any.whl"}]}}
+    try:
+        result = run_module("spark_wheelhouse", {"lock": lock, "matrix": matrix, "cache": str(tmp_path / "cache"),
+                                                 "timeout": 5,
+                                                 "pip_env": {"HTTP_PROXY": f"http://127.0.0.1:{server.server_port}"}})
+    finally:
+        server.shutdown()
+    assert result["failed"], "the index is not there"
+    assert any(path.startswith("http://index.invalid/simple/six") for path in asked), asked
