@@ -51,20 +51,20 @@ def spark_verification_limits(platform: dict, can_run_containers: bool) -> dict:
     return verification.limits(platform, can_run_containers)
 
 
-def spark_verification_history(state: dict, record: dict | None = None) -> str:
+def spark_verification_history(state: dict, record: dict | None = None, read: bool = False) -> str:
     """fresh (never provisioned), restored (lost its state, known to the controller), converged or updated.
 
     From spark_state's results: the host's own state file and the controller's record of the host. A host whose
-    state file is new but whose record existed before is one that was reinstalled. Read only (sparkfleet verify:
-    status C(differs) or C(absent), nothing written): differs (not what the last provision recorded), not
-    provisioned, or reinstalled (run provision to restore it).
+    state file is new but whose record existed before is one that was reinstalled. `read` (sparkfleet verify:
+    spark_state asked in check mode, nothing written): converged, differs (not what the last provision recorded),
+    not provisioned, or reinstalled (the controller knows it: a provision restores it).
     """
     status = (state or {}).get("status")
     if status == "created":
+        if read:
+            return "reinstalled" if (record or {}).get("previous") else "not provisioned"
         return "restored" if (record or {}).get("previous") else "fresh"
-    if status == "absent":
-        return "reinstalled" if (record or {}).get("previous") else "not provisioned"
-    if status == "differs":
+    if read and status != "unchanged":
         return "differs"
     return "converged" if status == "unchanged" else "updated"
 

@@ -498,7 +498,7 @@ def test_5e_verify_names_each_drift_with_what_moves_it_and_changes_nothing(fleet
     drift = {h: data["hosts"][h]["verification"]["drift"] for h in HOSTS}
     assert all(any(d.startswith(moved) for d in drift[h]) for h in HOSTS), drift
     assert any(d.startswith(f"image ngc: its launcher {launcher(HOSTS[1], 'spark-ngc')} differs from the one "
-                            "sparkfleet writes") for d in drift[HOSTS[1]]), drift[HOSTS[1]]
+                            "this sparkfleet writes") for d in drift[HOSTS[1]]), drift[HOSTS[1]]
     assert any(d.startswith("runtime: Docker does not list the nvidia runtime") and "`sparkfleet provision` "
                "registers it" in d for d in drift[HOSTS[2]]), drift[HOSTS[2]]
     assert len(drift[HOSTS[0]]) == 1, "host 1 differs in the lock alone"

@@ -155,8 +155,8 @@ def as_run(records: list[dict], pulled: list[dict] | None, launchers: list[dict]
             drift.append(f"{what}: runs {_short(runs)}, the {'recipe builds' if record.get('derived') else 'lock says'}"
                          f" {_short(locked)} - {mover}")
         elif launcher.get("changed"):
-            drift.append(f"{what}: its launcher {launcher.get('path')} differs from the one sparkfleet writes (edited "
-                         "by hand?) - `sparkfleet provision --check --diff` shows how, `sparkfleet provision` "
-                         "writes it again")
+            drift.append(f"{what}: its launcher {launcher.get('path')} differs from the one this sparkfleet writes "
+                         "(edited by hand, or written by another version) - `sparkfleet provision --check --diff` "
+                         "shows how, `sparkfleet provision` writes it again")
         out.append({**record, "ref": runs or locked, "locked_ref": locked, "drift": drift})
     return out

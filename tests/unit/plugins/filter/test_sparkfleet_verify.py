@@ -111,3 +111,30 @@ def test_limits_say_why_a_check_cannot_run_and_nothing_when_it_can():
     lab = verify.spark_verification_limits({"simulated": True}, False)
     assert lab["gpu"] == "simulated host: its GPU is a recorded nvidia-smi and its Docker cannot start containers"
     assert verify.spark_verification_limits({"simulated": True}, True)["containers"] == ""
+
+
+@pytest.mark.parametrize(("state", "record", "history"), [
+    ({"status": "created"}, {"previous": None}, "not provisioned"),
+    ({"status": "created"}, {"previous": {"verification": {}}}, "reinstalled"),
+    ({"status": "unchanged"}, {"previous": {"verification": {}}}, "converged"),
+    ({"status": "updated"}, {"previous": {"verification": {}}}, "differs")])
+def test_a_verify_says_how_the_host_compares_with_its_record_and_never_restored(state, record, history):
+    """sparkfleet verify asks spark_state in check mode (issue 45, item 1): nothing was written, so nothing was
+    restored or updated; a host that lost its state is one a provision restores."""
+    assert verify.spark_verification_history(state, record, True) == history
+
+
+def test_drift_fails_the_host_with_each_line_and_a_runtime_missing_only_where_it_was_read():
+    pinned = [{"name": "unsloth", "ref": "r@sha256:" + "1" * 64, "drift": ["image unsloth: runs a, the lock says b"]}]
+    judged = verify.spark_verification({"platform": SPARK, "pinned": pinned, "venv": {"path": "/v", "drift": [
+        "venv: no venv built from spark-stack.yml is active"]}, "runtime": {"registered": False, "runtimes": ["runc"]}})
+    assert judged["state"]["verdict"] == "failed"
+    assert judged["failures"] == ["image unsloth: runs a, the lock says b",
+                                  "venv: no venv built from spark-stack.yml is active",
+                                  "runtime: Docker does not list the nvidia runtime (its runtimes: runc), and every "
+                                  "launcher runs --runtime=nvidia - `sparkfleet provision` registers it (role "
+                                  "spark_container_runtime)"]
+    assert judged["lines"][:3] == [f"DRIFT {line}" for line in judged["failures"]]
+    assert judged["state"]["drift"] == judged["failures"]
+    provision = verify.spark_verification({"platform": SPARK, "pinned": [{"name": "ngc", "ref": "r"}], "runtime": None})
+    assert "drift" not in provision["state"], "a provision's state keeps its shape"
