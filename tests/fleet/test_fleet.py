@@ -474,7 +474,8 @@ def test_5e_verify_names_each_drift_with_what_moves_it_and_changes_nothing(fleet
 
     def host_files() -> dict:
         return {h: [cat(h, launcher(h)), cat(h, STATE_FILES.get(h, "/var/lib/sparkfleet/state.json")),
-                    sh("docker", "exec", h, "docker", "image", "ls", "--digests", "--format", "{{.Digest}}").stdout]
+                    sorted(sh("docker", "exec", h, "docker", "image", "ls", "--digests", "--format",
+                              "{{.Digest}}").stdout.split())]  # (Docker lists them in no fixed order)
                 for h in HOSTS}
 
     before = host_files(), {p.name: p.read_text() for p in (fleet["inventory"] / ".sparkfleet" / "hosts").iterdir()}
