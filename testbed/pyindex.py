@@ -15,11 +15,14 @@ behaviour make the sequence's rules observable (each says so in its module):
   reporting CUDA 13.0 on a GB10, as the real cu130 build does on a Spark.
 - torch 2.9.1 (PyPI root): a build reporting CUDA 12.8, the trap pip falls into
   when it re-resolves torch from PyPI.
-- unsloth 2026.7.2 asks for torch<2.10.0 (the real one caps torch<2.11.0 and
-  asks for torchvision): without --no-deps pip replaces the cu130 torch with
-  PyPI's CUDA 12 one.
-- trl 1.8.0 asks for torchao<0.14: after step 2 an old torchao is in the venv,
-  as NGC's torchao 0.13.0+git is in the container (a test-bed construction).
+- unsloth, unsloth_zoo, trl and peft at the matrix's pins declare what the real ones declare (their METADATA,
+  tests/fixtures/metadata/), for the packages this index serves: unsloth 2026.7.2 asks for transformers<=5.5.0
+  and trl<=0.24.0, so without --no-deps pip refuses the matrix's transformers and trl, and the declared closure
+  (sparkfleet matrix check) names each as the matrix's accepted deviations say. One exception, so that the
+  shipped stack resolves here as on an index that holds the verified set: trl 1.8.0's datasets>=4.7.0 (advisory
+  pypi-trl-1.8.0-datasets) is left out (LEFT_OUT).
+- trl 1.8.1 asks for torchao<0.14: a stack with it leaves an old torchao in the venv after step 2, as NGC's
+  torchao 0.13.0+git is in the container (a test-bed construction, for the matrix check's notes).
 - peft 0.19.1 refuses to import with torchao < 0.16.0, with peft's real message:
   only step 3 (-U torchao==0.17.0) run last makes the venv import.
 - axolotl 0.9.0 asks for torch==2.9.1: an extra package that would move a pin.
@@ -47,6 +50,7 @@ import hashlib
 import http.server
 import io
 import json
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -133,6 +137,49 @@ if _torchao is not None and tuple(int(p) for p in _torchao.split("+")[0].split("
 '''
 
 
+# The real packages' METADATA (their headers), as PyPI publishes them: what a stand-in at the same pin declares.
+REAL_METADATA = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "metadata"
+# What this index serves (a requirement on anything else would be one pip cannot meet here).
+SERVED = {"torch", "transformers", "trl", "datasets", "peft", "torchao", "bitsandbytes", "hf-transfer", "unsloth",
+          "unsloth-zoo"}
+# Declared by the real package and left out here, so that the shipped stack resolves on this index as on one that
+# holds the verified set: trl 1.8.0's datasets>=4.7.0 (advisory pypi-trl-1.8.0-datasets; on PyPI the stack step
+# does not resolve).
+LEFT_OUT = {("trl", "1.8.0"): {"datasets"}}
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def real(name: str, version: str) -> list[str]:
+    """The Requires-Dist of the real name==version (tests/fixtures/metadata) that hold on the Spark target
+    (Linux, aarch64, no extra) and name a package this index serves, less LEFT_OUT."""
+    import email.parser
+
+    headers = email.parser.Parser().parsestr((REAL_METADATA / f"{name}-{version}.METADATA").read_text())
+    env = {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "aarch64", "extra": ""}
+    out = []
+    for line in headers.get_all("Requires-Dist") or []:
+        requirement, _, marker = line.partition(";")
+        wanted = re.match(r"\s*([A-Za-z0-9_.-]+)", requirement).group(1)
+        if _canonical(wanted) not in SERVED or _canonical(wanted) in {_canonical(n) for n in
+                                                                      LEFT_OUT.get((name, version), ())}:
+            continue
+        if marker.strip() and not _marker_holds(marker.strip(), env):
+            continue
+        out.append(requirement.strip())
+    return out
+
+
+def _marker_holds(marker: str, env: dict[str, str]) -> bool:
+    """A Requires-Dist marker on the target, evaluated as pip evaluates it (pip's own packaging)."""
+    from pip._vendor.packaging.markers import Marker, default_environment
+
+    return Marker(marker).evaluate({**default_environment(), "python_version": "3.12",
+                                    "python_full_version": "3.12.0", **env})
+
+
 def torch_wheel(out: Path, version: str, cuda: str | None) -> Path:
     double = TORCH_DOUBLE.read_bytes()
     defaults = json.dumps({"version": version, "cuda": cuda}).encode()
@@ -146,10 +193,10 @@ def packages(root: Path) -> list[Path]:
         torch_wheel(pypi / "torch", "2.9.1", "12.8"),
     ]
     plain = [("transformers", "5.13.1", []), ("hf_transfer", "0.1.9", []), ("datasets", "4.3.0", []),
-             ("datasets", "4.7.0", []), ("trl", "1.8.0", ["torchao<0.14"]), ("trl", "1.9.0", []),
-             ("trl", "1.10.0", ["datasets>=4.7.0"]),
-             ("unsloth", "2026.7.2", ["torch<2.10.0,>=2.4.0"]),
-             ("unsloth_zoo", "2026.7.2", ["torch<2.13.0", "torchao>=0.13.0"]),
+             ("datasets", "4.7.0", []), ("trl", "1.8.0", real("trl", "1.8.0")), ("trl", "1.8.1", ["torchao<0.14"]),
+             ("trl", "1.9.0", []), ("trl", "1.10.0", ["datasets>=4.7.0"]),
+             ("unsloth", "2026.7.2", real("unsloth", "2026.7.2")),
+             ("unsloth_zoo", "2026.7.2", real("unsloth_zoo", "2026.7.2")),
              ("bitsandbytes", "0.49.2", ["torch<3,>=2.3"]), ("torchao", "0.13.0", []), ("torchao", "0.17.0", []),
              ("axolotl", "0.9.0", ["torch==2.9.1"])]
     for name, version, requires in plain:
@@ -158,7 +205,7 @@ def packages(root: Path) -> list[Path]:
                                 {f"{name}/__init__.py": _module(name, version, body)}, requires))
     made.append(build_wheel(pypi / "peft", "peft", "0.19.1", {"peft/__init__.py": _module("peft", "0.19.1",
                                                                                            PEFT_BODY)},
-                            ["torch>=1.13.0"]))
+                            real("peft", "0.19.1")))
     import shutil
 
     for wheel in installer_wheels():

@@ -64,6 +64,16 @@ options:
         results then hold that step's rows and sequence entry, and RV(table) its lines without the heading.
       - Default, every step.
     type: str
+  closure_of:
+    description:
+      - The sequence this module resolved before (each step's RV(sequence) entry, with what it C(declared)): judge
+        its declared closure instead of asking any index - what every package the steps install declares it needs
+        (Requires-Dist, markers evaluated for the matrix's target) against what the steps install. A requirement
+        the set violates, or that no step installs, is a finding; one the matrix's C(accepted) list names (who
+        declares it, what it requires, why) is accepted.
+      - Returns RV(closure) and RV(closure_lines) (and an empty RV(rows)).
+    type: list
+    elements: dict
 """
 
 EXAMPLES = r"""
@@ -124,6 +134,18 @@ sequence:
   returned: success
   type: list
   elements: dict
+closure:
+  description:
+    - With O(closure_of), the declared closure - C(packages) (how many the steps install), C(findings) (each with
+      C(kind) violation or missing, C(declarer), C(version), C(requirement), C(installed), C(step), C(text) and
+      C(accepted), the matrix's reason or null) and C(unaccepted) (the findings the matrix does not accept).
+  returned: with O(closure_of)
+  type: dict
+closure_lines:
+  description: With O(closure_of), one line per finding (or that the closure is clean), for the table.
+  returned: with O(closure_of)
+  type: list
+  elements: str
 conflicts:
   description: "The steps that do not resolve after the earlier ones, as C(step <id>: <pip's conflict>)."
   returned: success
@@ -140,6 +162,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _closure as closure
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_dry_run import dry_run, failure, locked_entries
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
     MatrixError,
@@ -153,6 +176,8 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matri
 )
 
 SEQUENCE_HEADING = "the sequence, each step resolved with its dependencies after the earlier steps' pins:"
+CLOSURE_HEADING = ("the declared closure, what each package the steps install declares it needs (for the target), "
+                   "--no-deps or not:")
 
 
 def ask(pip: list[str], spec: str, index: str, target: dict, timeout: int) -> dict:
@@ -180,11 +205,14 @@ def resolve_step(pip: list[str], step: dict, constraints: list[str], indexes: li
         return {**result, **failure(proc.stdout, proc.stderr)}
     installs = {normalize(i["metadata"]["name"]): i["metadata"]["version"] for i in report["install"]}
     locked = locked_entries(report)  # what `sparkfleet matrix lock` records
+    # What each package declares it needs, as its index publishes it: the closure's (module_utils/venv/_closure.py)
+    declared = [{"name": i["metadata"]["name"], "version": i["metadata"]["version"],
+                 "requires_dist": list(i["metadata"].get("requires_dist") or [])} for i in report["install"]]
     notes = [f"installs {name} {version}, which step {later_pins[name][0]} then moves to {later_pins[name][1]}"
              for name, version in sorted(installs.items())
              if name in later_pins and version.split("+")[0] != later_pins[name][1]]
     return {**result, "status": "resolves", "installs": [f"{n}=={v}" for n, v in sorted(installs.items())],
-            "notes": notes, "locked": locked}
+            "notes": notes, "locked": locked, "declared": declared}
 
 
 def resolve_sequence(pip: list[str], matrix: dict, overrides: dict, skip: list[str], timeout: int,
@@ -220,6 +248,7 @@ def main() -> None:
             "today": {"type": "str"},
             "timeout": {"type": "int", "default": 20},
             "step": {"type": "str"},
+            "closure_of": {"type": "list", "elements": "dict"},
         },
         supports_check_mode=True,
     )
@@ -234,6 +263,11 @@ def main() -> None:
         stale = staleness(matrix, today, p["max_age_days"])
     except (MatrixError, ValueError) as exc:
         module.fail_json(msg=f"{exc}. Nothing was checked.")
+    if p["closure_of"] is not None:
+        judged = closure.judge([s for s in p["closure_of"] if s.get("status") == "resolves"], matrix["target"],
+                               matrix.get("accepted"))
+        module.exit_json(changed=False, rows=[], table=[CLOSURE_HEADING, *judged["lines"]], closure=judged,
+                         closure_lines=judged["lines"], closure_heading=CLOSURE_HEADING)
     ids = [s["id"] for s in matrix["steps"]]
     unknown = sorted(set(p["skip_steps"]) - set(ids))
     if unknown:

@@ -214,15 +214,17 @@ class Fleet:
             found = next((r for r in self.check_results if "moved" in r and "lines" in r), None)
             return [f"candidate: {found['moved']} of {len(found['rows'])} pins move",
                     *(f"  {line}" for line in found["lines"])] if found else []
-        parts = [r for r in self.check_results if "rows" in r and "table" in r]
+        # The declared closure, judged after the steps (a result of its own): its lines close the table.
+        closure = [line for r in self.check_results if "closure_lines" in r for line in r["table"]]
+        parts = [r for r in self.check_results if "rows" in r and "table" in r and "closure_lines" not in r]
         if not parts:
-            return []
+            return closure
         whole = [r for r in parts if r["table"][:1] == [r.get("heading")]]  # the module run on all steps
         if whole or not all("pin_lines" in r for r in parts):
-            return list((whole or parts)[-1]["table"])
+            return list((whole or parts)[-1]["table"]) + closure
         # Checked step by step (playbooks/matrix_check.yml): put together as the module's whole table is.
         return [parts[0]["heading"], *(line for r in parts for line in r["pin_lines"]), parts[0]["sequence_heading"],
-                *(line for r in parts for line in r["sequence_lines"])]
+                *(line for r in parts for line in r["sequence_lines"]), *closure]
 
     def _stats(self, data: dict) -> None:
         self.stats = {k: data.get(k) or {} for k in ("ok", "changed", "failures", "dark", "skipped", "rescued",

@@ -47,14 +47,31 @@ def test_the_sequence_resolves_step_by_step_on_the_test_beds_index(pyindex):
     # peft needs torch: the cu130 torch the first step installed satisfies it, not PyPI's.
     assert "torch==2.10.0+cu130" in steps["stack"]["installs"]
     assert steps["stack"]["constraints"] == ["torch==2.10.0"]
-    # trl 1.8.0 pulls an old torchao; the last step moves it on purpose (-U torchao).
-    assert steps["stack"]["notes"] == ["installs torchao 0.13.0, which step torchao then moves to 0.17.0"]
     assert steps["unsloth"]["installs"] == ["bitsandbytes==0.49.2", "unsloth==2026.7.2", "unsloth-zoo==2026.7.2"]
     assert "stack    resolves" in "\n".join(result["table"])
+    # What each package declares, as its index publishes it, for the closure (issue 48).
+    declared = {d["name"]: d for s in result["sequence"] for d in s["declared"]}
+    assert any(r.startswith("transformers") and "<=5.5.0" in r for r in declared["unsloth"]["requires_dist"])
 
 
-def test_dropping_no_deps_makes_unsloth_ask_for_another_torch(pyindex):
-    """The user's rule: without --no-deps, pip re-resolves Unsloth's tree and wants another torch."""
+def test_a_package_a_later_step_moves_is_a_note_of_the_step_and_a_violation_of_the_closure(pyindex):
+    """trl 1.8.1 (a test-bed construction) pulls an old torchao in the stack step; the last step moves it on purpose
+    (-U torchao): a note of the step, and in the closure a requirement the set breaks, which the matrix does not
+    accept (issue 48)."""
+    matrix = copy.deepcopy(MATRIX)
+    matrix["steps"][1]["packages"] = [p.replace("trl==1.8.0", "trl==1.8.1") for p in matrix["steps"][1]["packages"]]
+    result = run_module("spark_matrix_check", {"matrix": matrix, "index_overrides": pyindex.overrides})
+    steps = {s["step"]: s for s in result["sequence"]}
+    assert steps["stack"]["notes"] == ["installs torchao 0.13.0, which step torchao then moves to 0.17.0"]
+    judged = run_module("spark_matrix_check", {"matrix": matrix, "closure_of": result["sequence"]})
+    assert [f["text"] for f in judged["closure"]["unaccepted"]] == [
+        "trl 1.8.1 declares torchao<0.14; step torchao installs torchao 0.17.0"]
+    assert judged["table"][0].startswith("the declared closure")
+
+
+def test_dropping_no_deps_makes_unsloth_ask_for_another_transformers(pyindex):
+    """The user's rule: without --no-deps, pip re-resolves Unsloth's tree, and what it declares (the real
+    unsloth 2026.7.2's transformers<=5.5.0) cannot be met with the matrix's pins."""
     matrix = copy.deepcopy(MATRIX)
     unsloth = next(s for s in matrix["steps"] if s["id"] == "unsloth")
     unsloth["args"] = [a for a in unsloth.get("args", []) if a != "--no-deps"]
@@ -64,8 +81,8 @@ def test_dropping_no_deps_makes_unsloth_ask_for_another_torch(pyindex):
     assert steps["torchao"]["status"] == "resolves"
     [conflict] = result["conflicts"]
     assert conflict.startswith("step unsloth: Cannot install")
-    assert "The user requested (constraint) torch==2.10.0" in conflict
-    assert "unsloth 2026.7.2 depends on torch<2.10.0" in conflict
+    assert "The user requested (constraint) transformers==5.13.1" in conflict, conflict
+    assert "unsloth 2026.7.2 depends on transformers" in conflict and "<=5.5.0" in conflict
     assert result["missing"] == [], "every pin exists; it is the sequence that does not resolve"
 
 
@@ -76,7 +93,7 @@ def test_a_missing_pin_and_an_unreachable_index_are_told_apart(pyindex):
     result = run_module("spark_matrix_check", {"matrix": matrix, "index_overrides": overrides, "timeout": 3})
     rows = {r["package"]: r for r in result["rows"]}
     assert rows["trl"]["status"] == "missing"
-    assert rows["trl"]["detail"] == "no wheel for this target; the index offers 1.8.0, 1.9.0, 1.10.0"
+    assert rows["trl"]["detail"] == "no wheel for this target; the index offers 1.8.0, 1.8.1, 1.9.0, 1.10.0"
     assert rows["torch"]["status"] == "unreachable"
     assert result["missing"] == ["trl==9.9.9 (stack)"]
     assert result["unasked_indexes"] == ["http://127.0.0.1:9/cu130"]

@@ -65,8 +65,9 @@ def test_the_sequence_builds_a_venv_that_imports_and_reports_cuda_13(place, pyin
     assert "uv" not in built["packages"], "the installer is not in the venv"
     path = Path(built["path"])
     assert path.parent == tmp_path / "venvs" and path.name == f"unsloth-2026.7.2-{built['fingerprint'][:12]}"
-    # --no-deps kept the cu130 torch although unsloth's metadata asks for torch<2.10.0 (PyPI has 2.9.1).
-    assert built["packages"]["torch"] == "2.10.0+cu130"
+    # --no-deps kept the matrix's transformers although unsloth's metadata asks for transformers<=5.5.0 (an
+    # accepted deviation), and the cu130 torch.
+    assert built["packages"]["transformers"] == "5.13.1" and built["packages"]["torch"] == "2.10.0+cu130"
     assert built["packages"]["torchao"] == "0.17.0"
     assert all(i["ok"] for i in built["imports"]), built["imports"]
     # torch came from the cu130 pyindex, the rest from the PyPI stand-in; no wheel was fetched twice.

@@ -16,6 +16,7 @@ import re
 import urllib.parse
 
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _validate
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._closure import accepted_problems
 
 POLICIES = ("matrix", "install", "refuse", "source_build", "index", "warn")
 # pip options a matrix step may carry; anything else is refused so that a
@@ -82,6 +83,7 @@ def validate(matrix) -> list[str]:
     if not isinstance(target, dict) or not all(isinstance(target.get(k), str) for k in ("python", "arch", "glibc")):
         errors.append(f"target is {target!r}; expected python, arch and glibc as strings (e.g. '3.12', "
                       "'aarch64', '2.39')")
+    errors += accepted_problems(matrix.get("accepted"))
     steps = matrix.get("steps")
     if not isinstance(steps, list) or not steps:
         errors.append("steps is missing or empty; expected the pip steps in order")

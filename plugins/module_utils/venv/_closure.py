@@ -1,0 +1,157 @@
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""The declared closure of a stack: what every package the matrix's steps install declares it needs (its
+METADATA's Requires-Dist, markers evaluated for the matrix's target), judged against what the steps install.
+
+pip's `--no-deps` (Unsloth's step) keeps pip from re-resolving torch or triton, and also from saying that the
+packages it installs ask for versions the set does not have, or for packages no step installs. The closure says
+it, installing nothing, from what the indexes publish (pip's dry-run report carries each package's metadata). Two
+kinds of finding, each naming who declares what and what is installed:
+
+- a violation: a package of the set declares a requirement the installed version of another does not meet
+  (unsloth 2026.7.2 declares transformers<=5.5.0; the stack step installs transformers 5.13.1);
+- a missing requirement: a package declares one that no step installs (unsloth_zoo declares tyro).
+
+A matrix that pins outside a declared range on purpose says so: each deviation in its `accepted:` list, with
+who declares it, what it requires and the reason. A violation not accepted fails the matrix check; a missing
+requirement is said, each declarer's on one line.
+"""
+
+from __future__ import annotations
+
+import re
+
+try:
+    from packaging.markers import InvalidMarker, Marker
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.version import InvalidVersion, Version
+    HAS_PACKAGING = True
+except ImportError:  # pragma: no cover - ansible-core brings packaging to the controller
+    HAS_PACKAGING = False
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", str(name)).lower()
+
+
+def environment(target: dict) -> dict[str, str]:
+    """The marker environment of the matrix's target (CPython X.Y on Linux, its architecture): what pip evaluates
+    for `--python-version X.Y --platform manylinux_*_ARCH`."""
+    python = str(target.get("python") or "3.12")
+    return {"python_version": ".".join(python.split(".")[:2]), "python_full_version": f"{python}.0"
+            if python.count(".") == 1 else python, "implementation_name": "cpython",
+            "implementation_version": f"{python}.0" if python.count(".") == 1 else python,
+            "platform_python_implementation": "CPython", "sys_platform": "linux", "platform_system": "Linux",
+            "os_name": "posix", "platform_machine": str(target.get("arch") or "aarch64"), "platform_release": "",
+            "platform_version": "", "extra": ""}
+
+
+def declared(requires_dist: list[str], target: dict) -> list[Requirement]:
+    """The requirements that hold for the target: each Requires-Dist whose marker is true there, extras not asked
+    for left out. A line that is not a requirement is left out too (pip would refuse the package first)."""
+    env = environment(target)
+    out = []
+    for line in requires_dist or []:
+        try:
+            requirement = Requirement(str(line))
+        except InvalidRequirement:
+            continue
+        try:
+            if requirement.marker is not None and not requirement.marker.evaluate(env):
+                continue
+        except (InvalidMarker, ValueError, TypeError):
+            continue
+        out.append(requirement)
+    return out
+
+
+def installed_set(steps: list[dict]) -> dict[str, dict]:
+    """What the sequence leaves installed, by normalized name: each step's packages (as its dry run resolved them,
+    with their metadata), a later step's version over an earlier's (torchao upgraded last)."""
+    found: dict[str, dict] = {}
+    for step in steps:
+        for package in step.get("declared") or []:
+            key = normalize(package["name"])
+            if key not in found or found[key]["version"] != package["version"]:  # the same again: the first step's
+                found[key] = {**package, "step": step.get("step")}
+    return found
+
+
+def _matches(accepted: dict, finding: dict) -> bool:
+    by, needs = str(accepted.get("declared_by", "")), str(accepted.get("requires", ""))
+    name, _, version = by.partition("==")
+    return (normalize(name) == normalize(finding["declarer"]) and (not version or version == finding["version"])
+            and normalize(needs) == normalize(finding["name"]))
+
+
+def judge(steps: list[dict], target: dict, accepted: list[dict] | None = None) -> dict:
+    """The closure of the sequence's steps (spark_matrix_check's results, each with `declared`): every finding,
+    which the matrix accepts (with its reason) and which it does not, and the lines a user reads."""
+    if not HAS_PACKAGING:
+        return {"checked": False, "findings": [], "unaccepted": [], "lines": [
+            "the closure was not checked: this Python lacks the packaging library (pip install packaging)"]}
+    installed = installed_set(steps)
+    findings = []
+    for key, package in sorted(installed.items()):
+        for requirement in declared(package.get("requires_dist") or [], target):
+            need = normalize(requirement.name)
+            if need == key:
+                continue
+            have = installed.get(need)
+            base = {"declarer": package["name"], "version": package["version"], "name": requirement.name,
+                    "requirement": str(requirement).split(";")[0].strip(), "step": package.get("step")}
+            if have is None:
+                findings.append({**base, "kind": "missing", "installed": None, "text": (
+                    f"{package['name']} {package['version']} declares {base['requirement']}; no step installs "
+                    f"{requirement.name}")})
+                continue
+            try:
+                met = requirement.specifier.contains(Version(have["version"]), prereleases=True)
+            except InvalidVersion:
+                met = True  # a version pip itself would not compare: left to pip
+            if not met:
+                # the clauses the installed version breaks (transformers<=5.5.0 of fifteen), each whole
+                broken = [str(s) for s in requirement.specifier
+                          if not s.contains(Version(have["version"]), prereleases=True)]
+                clauses = len(list(requirement.specifier))
+                said = f"{requirement.name}{','.join(broken)}" + (f" (of {clauses} clauses)" if clauses > len(broken)
+                                                                   else "")
+                findings.append({**base, "kind": "violation", "installed": have["version"], "text": (
+                    f"{package['name']} {package['version']} declares {said}; step {have['step']} installs "
+                    f"{have['name']} {have['version']}")})
+    for finding in findings:
+        reason = next((a.get("reason") for a in accepted or [] if isinstance(a, dict) and _matches(a, finding)), None)
+        finding["accepted"] = reason
+    # A violation the matrix does not accept fails it. A requirement no step installs is said (each declarer's on
+    # one line), not failed on: `--no-deps` leaves it out on purpose, and the venv lacks it until a step installs it.
+    unaccepted = [f for f in findings if not f["accepted"] and f["kind"] == "violation"]
+    lines = [f"{'ACCEPTED' if f['accepted'] else 'VIOLATION'} {f['text']}"
+             + (f" (accepted: {f['accepted']})" if f["accepted"] else "") for f in findings if f["kind"] == "violation"]
+    missing: dict[str, list[str]] = {}
+    for f in findings:
+        if f["kind"] == "missing":
+            missing.setdefault(f"{f['declarer']} {f['version']}", []).append(f["requirement"])
+    lines += [f"MISSING {who} declares, and no step installs: {', '.join(needs)}" for who, needs in missing.items()]
+    if not findings:
+        lines = [f"clean: the {len(installed)} packages the steps install meet every requirement they declare"]
+    stale = [a for a in accepted or [] if isinstance(a, dict) and not any(_matches(a, f) for f in findings)]
+    lines += [f"note: accepted deviation {a.get('declared_by')} -> {a.get('requires')} no longer happens; remove it "
+              "from the matrix" for a in stale]
+    return {"checked": True, "packages": len(installed), "findings": findings, "unaccepted": unaccepted,
+            "lines": lines}
+
+
+def accepted_problems(accepted) -> list[str]:
+    """What is wrong with a matrix's `accepted:` list (empty: nothing)."""
+    if accepted is None:
+        return []
+    if not isinstance(accepted, list):
+        return [f"accepted is {type(accepted).__name__}; expected a list of deviations (declared_by, requires, "
+                "reason)"]
+    problems = []
+    for index, entry in enumerate(accepted):
+        if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) and entry.get(k).strip()
+                                                  for k in ("declared_by", "requires", "reason")):
+            problems.append(f"accepted[{index}] is {entry!r}; expected declared_by (a package, or name==version), "
+                            "requires (the package it declares) and reason (why the matrix pins outside it)")
+    return problems

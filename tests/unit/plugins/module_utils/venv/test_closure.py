@@ -1,0 +1,88 @@
+"""module_utils/venv/_closure.py on the real packages' metadata (tests/fixtures/metadata: the METADATA headers of
+the wheels on PyPI), as issue 48 found them: what the shipped set declares and does not meet, what no step
+installs, and what the matrix accepts."""
+
+from __future__ import annotations
+
+import email.parser
+from pathlib import Path
+
+import yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _closure as closure
+
+FIXTURES = Path(__file__).resolve().parents[4] / "fixtures" / "metadata"
+MATRIX = yaml.safe_load((Path(__file__).resolve().parents[5] / "matrix" / "spark-stack.yml").read_text())
+TARGET = {"python": "3.12", "arch": "aarch64", "glibc": "2.39"}
+
+
+def real(name: str, version: str) -> dict:
+    headers = email.parser.Parser().parsestr((FIXTURES / f"{name}-{version}.METADATA").read_text())
+    return {"name": headers["Name"], "version": headers["Version"],
+            "requires_dist": headers.get_all("Requires-Dist") or []}
+
+
+def shipped_steps(**moved) -> list[dict]:
+    """The shipped matrix's packages as its steps install them, with their real metadata (torch, bitsandbytes and
+    hf_transfer declare nothing the closure judges)."""
+    versions = {"transformers": "5.13.1", "peft": "0.19.1", "datasets": "4.3.0", "trl": "1.8.0",
+                "unsloth": "2026.7.2", "unsloth_zoo": "2026.7.2", "torchao": "0.17.0", **moved}
+    return [{"step": "torch", "declared": [{"name": "torch", "version": "2.10.0+cu130", "requires_dist": []}]},
+            {"step": "stack", "declared": [real(n, versions[n]) for n in ("transformers", "peft", "datasets", "trl")]
+             + [real("hf_transfer", "0.1.9")]},
+            {"step": "unsloth", "declared": [real("unsloth", versions["unsloth"]),
+                                             real("unsloth_zoo", versions["unsloth_zoo"]),
+                                             {"name": "bitsandbytes", "version": "0.49.2", "requires_dist": []}]},
+            {"step": "torchao", "declared": [real("torchao", "0.17.0")]}]
+
+
+def test_the_shipped_set_violates_what_unsloth_declares_and_the_matrix_accepts_it_but_trl_s_datasets():
+    """Issue 48, finding 1: unsloth and unsloth_zoo 2026.7.2 declare transformers<=5.5.0 and trl<=0.24.0 (pinned
+    5.13.1, 1.8.0), trl 1.8.0 declares datasets>=4.7.0 (pinned 4.3.0); --no-deps kept pip from saying so."""
+    judged = closure.judge(shipped_steps(), TARGET, MATRIX["accepted"])
+    violations = {(f["declarer"], f["name"]): f for f in judged["findings"] if f["kind"] == "violation"}
+    assert sorted(violations) == [("trl", "datasets"), ("unsloth", "transformers"), ("unsloth", "trl"),
+                                  ("unsloth_zoo", "transformers"), ("unsloth_zoo", "trl")]
+    assert violations[("unsloth", "transformers")]["text"] == (
+        "unsloth 2026.7.2 declares transformers<=5.5.0 (of 15 clauses); step stack installs transformers 5.13.1")
+    assert [f["text"] for f in judged["unaccepted"]] == [
+        "trl 1.8.0 declares datasets>=4.7.0; step stack installs datasets 4.3.0"], "the one the matrix does not accept"
+    assert all(violations[k]["accepted"].startswith("the source document's set") for k in violations
+               if k != ("trl", "datasets"))
+
+
+def test_no_deps_leaves_unsloths_own_dependencies_out_and_each_is_named():
+    """Issue 48, finding 2: after the sequence, what unsloth and unsloth_zoo declare and nothing installs."""
+    judged = closure.judge(shipped_steps(), TARGET, MATRIX["accepted"])
+    missing = {f["name"].lower().replace("_", "-") for f in judged["findings"] if f["kind"] == "missing"
+               and f["declarer"] in ("unsloth", "unsloth_zoo")}
+    for name in ("diffusers", "nest-asyncio", "protobuf", "sentencepiece", "torchvision", "triton", "tyro", "wheel",
+                 "cut-cross-entropy", "msgspec", "pillow"):
+        assert name in missing, name
+    assert "xformers" not in missing, "declared for x86_64 only: not on the target"
+    line = next(line for line in judged["lines"] if line.startswith("MISSING unsloth 2026.7.2 declares"))
+    assert "tyro" in line and "torchvision" in line
+
+
+def test_the_newest_unsloth_with_the_newest_stack_violates_eight_declared_requirements():
+    """Issue 48, finding 3: the set matrix propose proposed (torch 2.15.0, transformers 5.25.0, datasets 5.2.0, trl
+    1.16.0 with unsloth 2026.10.9) breaks what that Unsloth declares; a set within its ranges does not."""
+    steps = shipped_steps(unsloth="2026.10.9", unsloth_zoo="2026.10.9", trl="1.16.0", datasets="4.7.0")
+    steps[0]["declared"][0]["version"] = "2.15.0"
+    steps[1]["declared"][0] = {"name": "transformers", "version": "5.25.0", "requires_dist": []}
+    steps[1]["declared"][2] = {"name": "datasets", "version": "5.2.0", "requires_dist": []}
+    judged = closure.judge(steps, TARGET)
+    broken = sorted((f["declarer"], f["name"]) for f in judged["unaccepted"])
+    assert broken == [("unsloth", "datasets"), ("unsloth", "torch"), ("unsloth", "transformers"), ("unsloth", "trl"),
+                      ("unsloth_zoo", "datasets"), ("unsloth_zoo", "torch"), ("unsloth_zoo", "transformers"),
+                      ("unsloth_zoo", "trl")], broken
+    within = shipped_steps(unsloth="2026.10.9", unsloth_zoo="2026.10.9", trl="1.15.0", datasets="4.7.0")
+    within[1]["declared"][0] = {"name": "transformers", "version": "5.17.0", "requires_dist": []}
+    assert [f for f in closure.judge(within, TARGET)["unaccepted"] if f["declarer"].startswith("unsloth")] == []
+
+
+def test_an_accepted_deviation_that_no_longer_happens_is_said_and_a_malformed_one_refused():
+    judged = closure.judge(shipped_steps(), TARGET, [*MATRIX["accepted"], {"declared_by": "peft", "requires": "torch",
+                                                                           "reason": "old"}])
+    assert "note: accepted deviation peft -> torch no longer happens; remove it from the matrix" in judged["lines"]
+    assert closure.accepted_problems([{"declared_by": "unsloth"}])[0].startswith("accepted[0] is ")
+    assert closure.accepted_problems(None) == [] and closure.accepted_problems(MATRIX["accepted"]) == []
