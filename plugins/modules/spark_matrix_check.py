@@ -130,7 +130,9 @@ sequence:
     - One per step - step, status (resolves, conflict, missing, unreachable, error, skipped), constraints
       (the earlier pins), installs (C(name==version), when it resolves), notes, detail, and locked (each
       package it resolves to with its wheel's name and the sha256 its index gave, what C(sparkfleet matrix lock)
-      records; the sha256 is null for an index that gives none).
+      records; the sha256 is null for an index that gives none), and declared (each package it installs - for a
+      step that does not resolve, each of its pins - with its name, version and requires_dist, as its index
+      publishes them: what O(closure_of) judges).
   returned: success
   type: list
   elements: dict
@@ -187,7 +189,10 @@ def ask(pip: list[str], spec: str, index: str, target: dict, timeout: int) -> di
         answer = failure(proc.stdout, proc.stderr)
         answer["detail"] = answer["detail"].split(": ", 1)[-1] if answer["status"] == "missing" else answer["detail"]
         return answer
-    return {"status": "available", "wheel": report["install"][0]["download_info"]["url"].rsplit("/", 1)[-1]}
+    item = report["install"][0]
+    return {"status": "available", "wheel": item["download_info"]["url"].rsplit("/", 1)[-1],
+            "declared": {"name": item["metadata"]["name"], "version": item["metadata"]["version"],
+                         "requires_dist": list(item["metadata"].get("requires_dist") or [])}}
 
 
 def resolve_step(pip: list[str], step: dict, constraints: list[str], indexes: list[str],
@@ -238,6 +243,25 @@ def resolve_sequence(pip: list[str], matrix: dict, overrides: dict, skip: list[s
     return results
 
 
+def closure_steps(matrix: dict, sequence: list[dict]) -> list[dict]:
+    """The sequence's steps as the closure judges them (module_utils/venv/_closure.py): a step that resolved, all
+    it installs; one that did not, its own pins' metadata; one not asked (skipped), its pins at their versions,
+    declaring nothing known. Each with whether it runs --no-deps and whether it resolved."""
+    by_id = {s.get("step"): s for s in sequence or []}
+    out = []
+    for step in matrix["steps"]:
+        entry = by_id.get(step["id"])
+        if entry is None:
+            continue
+        declared = entry.get("declared") or []
+        if entry.get("status") == "skipped":
+            declared = [{"name": parse_pin(spec)[0], "version": parse_pin(spec)[1], "requires_dist": []}
+                        for spec in step["packages"]]
+        out.append({"step": step["id"], "declared": declared, "resolved": entry.get("status") == "resolves",
+                    "no_deps": "--no-deps" in (step.get("args") or [])})
+    return out
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -264,8 +288,7 @@ def main() -> None:
     except (MatrixError, ValueError) as exc:
         module.fail_json(msg=f"{exc}. Nothing was checked.")
     if p["closure_of"] is not None:
-        judged = closure.judge([s for s in p["closure_of"] if s.get("status") == "resolves"], matrix["target"],
-                               matrix.get("accepted"))
+        judged = closure.judge(closure_steps(matrix, p["closure_of"]), matrix["target"], matrix.get("accepted"))
         module.exit_json(changed=False, rows=[], table=[CLOSURE_HEADING, *judged["lines"]], closure=judged,
                          closure_lines=judged["lines"], closure_heading=CLOSURE_HEADING)
     ids = [s["id"] for s in matrix["steps"]]
@@ -294,6 +317,11 @@ def main() -> None:
         job.setdefault("status", "skipped")
         job.pop("spec")
     sequence = resolve_sequence(pip, matrix, p["index_overrides"], p["skip_steps"], p["timeout"], p["step"])
+    for entry in sequence:  # a step that does not resolve: its pins' own metadata, for the closure
+        if entry["status"] != "resolves":
+            entry["declared"] = [j["declared"] for j in jobs if j["step"] == entry["step"] and j.get("declared")]
+    for job in jobs:  # not a row's: the sequence carries it
+        job.pop("declared", None)
     target = matrix["target"]
     heading = (f"matrix {matrix['name']} (last verified {stale['last_verified']}, {stale['age_days']} days ago; "
                f"{stale['proof']}), "

@@ -202,3 +202,22 @@ def test_no_lock_is_written_when_a_step_does_not_resolve_and_the_old_one_stays(p
     proc = _lock_run(pyindex, candidate, inventory=inventory)
     assert proc.returncode == 2
     assert written.read_text() == "# the reviewed lock\n"
+
+
+@pytest.mark.network
+def test_the_shipped_matrix_on_real_pypi_lists_its_closure_accepted_deviations_and_the_trl_datasets_pair():
+    """Issue 48's done-when: the shipped matrix asked of pypi.org (the cu130 torch index skipped: this machine
+    cannot reach it) - the stack step does not resolve (trl 1.8.0 asks for datasets>=4.7.0), and the closure,
+    from each pin's own metadata there, names Unsloth's transformers and trl ranges as accepted deviations and
+    trl's datasets as the one the matrix does not accept."""
+    result = run_module("spark_matrix_check", {"matrix": MATRIX, "skip_steps": ["torch"], "timeout": 60})
+    steps = {s["step"]: s for s in result["sequence"]}
+    assert steps["stack"]["status"] == "conflict", steps["stack"]
+    judged = run_module("spark_matrix_check", {"matrix": MATRIX, "closure_of": result["sequence"]})
+    lines = judged["closure_lines"]
+    assert any(line.startswith("ACCEPTED unsloth 2026.7.2 declares transformers<=5.5.0") for line in lines), lines
+    assert any(line.startswith("ACCEPTED unsloth_zoo 2026.7.2 declares trl<=0.24.0") for line in lines), lines
+    assert [f["text"] for f in judged["closure"]["unaccepted"]] == [
+        "trl 1.8.0 declares datasets>=4.7.0; step stack installs datasets 4.3.0"], lines
+    assert any(line.startswith("MISSING unsloth 2026.7.2 declares, and no step installs:") and "tyro" in line
+               for line in lines), lines

@@ -73,7 +73,11 @@ def installed_set(steps: list[dict]) -> dict[str, dict]:
         for package in step.get("declared") or []:
             key = normalize(package["name"])
             if key not in found or found[key]["version"] != package["version"]:  # the same again: the first step's
-                found[key] = {**package, "step": step.get("step")}
+                # Whether what it declares and no step installs is missing: where pip installed it without its
+                # dependencies (--no-deps), or resolved its step whole; not where the step did not resolve (pip
+                # would have brought them) or was not asked (skipped: its pins alone are known).
+                found[key] = {**package, "step": step.get("step"),
+                              "judge_missing": bool(step.get("no_deps") or step.get("resolved"))}
     return found
 
 
@@ -101,6 +105,8 @@ def judge(steps: list[dict], target: dict, accepted: list[dict] | None = None) -
             base = {"declarer": package["name"], "version": package["version"], "name": requirement.name,
                     "requirement": str(requirement).split(";")[0].strip(), "step": package.get("step")}
             if have is None:
+                if not package.get("judge_missing", True):
+                    continue
                 findings.append({**base, "kind": "missing", "installed": None, "text": (
                     f"{package['name']} {package['version']} declares {base['requirement']}; no step installs "
                     f"{requirement.name}")})

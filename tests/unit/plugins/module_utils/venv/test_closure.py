@@ -26,13 +26,15 @@ def shipped_steps(**moved) -> list[dict]:
     hf_transfer declare nothing the closure judges)."""
     versions = {"transformers": "5.13.1", "peft": "0.19.1", "datasets": "4.3.0", "trl": "1.8.0",
                 "unsloth": "2026.7.2", "unsloth_zoo": "2026.7.2", "torchao": "0.17.0", **moved}
-    return [{"step": "torch", "declared": [{"name": "torch", "version": "2.10.0+cu130", "requires_dist": []}]},
-            {"step": "stack", "declared": [real(n, versions[n]) for n in ("transformers", "peft", "datasets", "trl")]
+    return [{"step": "torch", "resolved": True,
+             "declared": [{"name": "torch", "version": "2.10.0+cu130", "requires_dist": []}]},
+            {"step": "stack", "resolved": False,  # on PyPI it does not (trl 1.8.0's datasets): its pins alone
+             "declared": [real(n, versions[n]) for n in ("transformers", "peft", "datasets", "trl")]
              + [real("hf_transfer", "0.1.9")]},
-            {"step": "unsloth", "declared": [real("unsloth", versions["unsloth"]),
-                                             real("unsloth_zoo", versions["unsloth_zoo"]),
-                                             {"name": "bitsandbytes", "version": "0.49.2", "requires_dist": []}]},
-            {"step": "torchao", "declared": [real("torchao", "0.17.0")]}]
+            {"step": "unsloth", "resolved": True, "no_deps": True,
+             "declared": [real("unsloth", versions["unsloth"]), real("unsloth_zoo", versions["unsloth_zoo"]),
+                          {"name": "bitsandbytes", "version": "0.49.2", "requires_dist": []}]},
+            {"step": "torchao", "resolved": True, "declared": [real("torchao", "0.17.0")]}]
 
 
 def test_the_shipped_set_violates_what_unsloth_declares_and_the_matrix_accepts_it_but_trl_s_datasets():
@@ -59,6 +61,8 @@ def test_no_deps_leaves_unsloths_own_dependencies_out_and_each_is_named():
                  "cut-cross-entropy", "msgspec", "pillow"):
         assert name in missing, name
     assert "xformers" not in missing, "declared for x86_64 only: not on the target"
+    said = {f["declarer"] for f in judged["findings"] if f["kind"] == "missing"}
+    assert "transformers" not in said, "a step pip resolves with its dependencies brings them (had it resolved)"
     line = next(line for line in judged["lines"] if line.startswith("MISSING unsloth 2026.7.2 declares"))
     assert "tyro" in line and "torchvision" in line
 
