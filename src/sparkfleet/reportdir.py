@@ -13,8 +13,9 @@ import datetime
 import errno
 import os
 import shutil
-import stat
 from pathlib import Path
+
+from sparkfleet.collection_home import collection_module
 
 # Written into every report directory sparkfleet makes: a directory with it may be used again (--report-dir).
 MARK = ".sparkfleet-report"
@@ -26,25 +27,16 @@ class Refused(ValueError):
     """A report directory sparkfleet will not write into; str() says what was found and what to do."""
 
 
-def _owner_checked(path: Path, what: str) -> os.stat_result:
-    """lstat of an existing directory sparkfleet may write into: a real directory (not a link), this user's
-    (or root's), and not writable by other users unless sticky (they could put links into it, or swap a folder
-    sparkfleet made there for one)."""
-    info = path.lstat()
-    if stat.S_ISLNK(info.st_mode):
-        raise Refused(f"{what} {path} is a symbolic link (to {os.readlink(path)}); sparkfleet writes reports only "
-                      "into a directory of its own, never through a link: remove the link or name another "
-                      "--report-dir")
-    if not stat.S_ISDIR(info.st_mode):
-        raise Refused(f"{what} {path} is not a directory; name a directory for the report with --report-dir")
-    if info.st_uid not in (os.geteuid(), 0):
-        raise Refused(f"{what} {path} belongs to uid {info.st_uid}, not to the user running sparkfleet "
-                      f"(uid {os.geteuid()}); another user could swap what sparkfleet writes there: run from a "
-                      "directory of your own or name one with --report-dir")
-    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
-        raise Refused(f"{what} {path} can be written by other users (mode {stat.S_IMODE(info.st_mode):04o}); "
-                      "they could put links into it: chmod go-w it, or name another --report-dir")
-    return info
+def _owner_checked(path: Path, what: str) -> None:
+    """A directory sparkfleet may write into: the rule every folder root writes into follows
+    (module_utils/common/_trusted.py) - a real directory (not a link), this user's (or root's), writable by nobody
+    else - but that a folder others can write with the sticky bit is taken, since each run's folder is made in it
+    with an exclusive mkdir (they cannot swap or remove it)."""
+    trusted = collection_module("common._trusted")
+    try:
+        trusted.check_dir(str(path), what, sticky_ok=True)
+    except trusted.Untrusted as exc:
+        raise Refused(str(exc)) from None
 
 
 def _make(path: Path) -> None:

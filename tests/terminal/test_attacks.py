@@ -114,10 +114,22 @@ def test_an_empty_directory_of_the_users_is_taken_and_a_group_writable_one_refus
     try:
         reportdir.chosen(loose)
     except reportdir.Refused as exc:
-        assert "can be written by other users (mode 0777)" in str(exc)
+        assert "(root (uid 0), mode 0777) can be written by other users" in str(exc)
     else:
         raise AssertionError("a directory every user can write was taken")
     assert list(loose.iterdir()) == []
+
+
+def doctor_through_ssh(work, says: str, host_line: str, **env: str):
+    """`sparkfleet doctor` from `work` on one host reached through an ssh_executable of the user's that connects
+    nowhere and says what real ssh says (`says`, on stderr)."""
+    work.mkdir(parents=True)
+    fake = work / "ssh"
+    fake.write_text(f'#!/bin/sh\necho "{says}" >&2\nexit 255\n')
+    fake.chmod(0o755)
+    (work / "ansible.cfg").write_text(f"[ssh_connection]\nssh_executable = {fake}\n")
+    (work / "hosts.ini").write_text(f"[sparks]\n{host_line}\n")
+    return piped(["doctor", "-i", str(work / "hosts.ini"), "--plain", "--report-dir", "out"], work, **env)
 
 
 def test_the_doctors_reports_hide_an_unreachable_hosts_name_address_and_the_users_home(tmp_path):
@@ -126,15 +138,8 @@ def test_the_doctors_reports_hide_an_unreachable_hosts_name_address_and_the_user
     user's that connects nowhere and says what real ssh says."""
     home = tmp_path / "home" / "alice"
     work = home / "fleet"
-    work.mkdir(parents=True)
-    fake = work / "ssh"
-    fake.write_text('#!/bin/sh\necho "ssh: connect to host 203.0.113.77 port 22: Connection timed out" >&2\n'
-                    "exit 255\n")
-    fake.chmod(0o755)
-    (work / "ansible.cfg").write_text(f"[ssh_connection]\nssh_executable = {fake}\n")
-    (work / "hosts.ini").write_text("[sparks]\nspark-secret-lab ansible_host=203.0.113.77\n")
-    proc = piped(["doctor", "-i", str(work / "hosts.ini"), "--plain", "--report-dir", "out"], work,
-                 HOME=str(home))
+    proc = doctor_through_ssh(work, "ssh: connect to host 203.0.113.77 port 22: Connection timed out",
+                              "spark-secret-lab ansible_host=203.0.113.77", HOME=str(home))
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-2000:]
     for name in ("report.json", "report.md", "report.junit.xml"):
         text = (work / "out" / name).read_text()
@@ -171,14 +176,8 @@ def test_the_doctors_reports_hide_an_ssh_users_and_a_dns_host_name_as_ssh_says_t
     (`alice@spark7.corp.example.com: Permission denied`) passed the redaction whole into report.json, report.md and
     the JUnit file."""
     work = tmp_path / "work"
-    work.mkdir()
-    fake = work / "ssh"
-    fake.write_text('#!/bin/sh\necho "alice@spark7.corp.example.com: Permission denied (publickey,password)." >&2\n'
-                    "exit 255\n")
-    fake.chmod(0o755)
-    (work / "ansible.cfg").write_text(f"[ssh_connection]\nssh_executable = {fake}\n")
-    (work / "hosts.ini").write_text("[sparks]\nspark-07 ansible_host=spark7.corp.example.com ansible_user=alice\n")
-    proc = piped(["doctor", "-i", "hosts.ini", "--plain", "--report-dir", "out"], work)
+    proc = doctor_through_ssh(work, "alice@spark7.corp.example.com: Permission denied (publickey,password).",
+                              "spark-07 ansible_host=spark7.corp.example.com ansible_user=alice")
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-2000:]
     for name in ("report.json", "report.md", "report.junit.xml"):
         text = (work / "out" / name).read_text()

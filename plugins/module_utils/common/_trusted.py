@@ -57,28 +57,30 @@ def trusted_owners() -> tuple[int, ...]:
     return tuple(owners)
 
 
-def check_dir(path: str, what: str = "the folder") -> None:
-    """Refuse (Untrusted) a folder that is not trusted (see the module's text); nothing is made or touched."""
-    path = os.path.abspath(path)
+def check_dir(path: str, what: str = "the folder", sticky_ok: bool = False) -> None:
+    """Refuse (Untrusted) a folder that is not trusted (see the module's text); nothing is made or touched. The
+    folder is named as given. `sticky_ok`: a folder others can write with the sticky bit is taken too, where each
+    file or folder sparkfleet puts in it is made exclusively and read back as its own (the report root)."""
+    shown, path = path, os.path.abspath(path)
     try:
         info = os.lstat(path)
     except FileNotFoundError:
-        raise Untrusted(f"{what} {path} does not exist") from None
+        raise Untrusted(f"{what} {shown} does not exist") from None
     if stat.S_ISLNK(info.st_mode):
-        raise Untrusted(f"{what} {path} is a symbolic link (to {os.readlink(path)}); sparkfleet writes only into "
+        raise Untrusted(f"{what} {shown} is a symbolic link (to {os.readlink(path)}); sparkfleet writes only into "
                         "a real folder, never through a link: remove the link, or point sparkfleet at the folder "
                         "itself")
     if not stat.S_ISDIR(info.st_mode):
-        raise Untrusted(f"{what} {path} is not a folder")
+        raise Untrusted(f"{what} {shown} is not a folder")
     mode = f"mode {stat.S_IMODE(info.st_mode):04o}"
     if info.st_uid not in trusted_owners():
-        raise Untrusted(f"{what} {path} belongs to {_owner(info.st_uid)}, not to root or the user running "
+        raise Untrusted(f"{what} {shown} belongs to {_owner(info.st_uid)}, not to root or the user running "
                         f"sparkfleet ({_owner(os.geteuid())}); its owner could swap what sparkfleet writes there for "
                         f"a link to another file. Nothing was written: use a folder of your own, or have it "
                         f"removed (sparkfleet makes it anew)")
-    if writable_by_others(info):
-        raise Untrusted(f"{what} {path} ({_owner(info.st_uid)}, {mode}) can be written by other users, who could "
-                        f"put links or files of their own into it. Nothing was written: chmod go-w {path}, or use "
+    if writable_by_others(info) and not (sticky_ok and info.st_mode & stat.S_ISVTX):
+        raise Untrusted(f"{what} {shown} ({_owner(info.st_uid)}, {mode}) can be written by other users, who could "
+                        f"put links or files of their own into it. Nothing was written: chmod go-w {shown}, or use "
                         "another folder")
     parent = os.path.dirname(path)
     while parent and parent != path:
