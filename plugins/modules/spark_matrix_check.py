@@ -66,7 +66,7 @@ options:
     type: str
   closure_of:
     description:
-      - The sequence this module resolved before (each step's RV(sequence) entry, with what it C(declared)): judge
+      - The sequence this module resolved before (each step's RV(sequence) entry, with what it C(declared)). Judge
         its declared closure instead of asking any index - what every package the steps install declares it needs
         (Requires-Dist, markers evaluated for the matrix's target) against what the steps install. A requirement
         the set violates, or that no step installs, is a finding; one the matrix's C(accepted) list names (who
@@ -132,7 +132,7 @@ sequence:
       package it resolves to with its wheel's name and the sha256 its index gave, what C(sparkfleet matrix lock)
       records; the sha256 is null for an index that gives none), and declared (each package it installs - for a
       step that does not resolve, each of its pins - with its name, version and requires_dist, as its index
-      publishes them: what O(closure_of) judges).
+      publishes them, what O(closure_of) judges).
   returned: success
   type: list
   elements: dict

@@ -143,6 +143,8 @@ def test_ansible_test_units_passes(tree):
     shutil.copy2(REPO / doubles / "dgx-release", root / doubles / "dgx-release")
     # So do the cluster checks' parsers: what ping, iperf3, ethtool, ibdev2netdev, perftest and nccl-tests print.
     shutil.copytree(REPO / "tests" / "fixtures" / "cluster", root / "tests" / "fixtures" / "cluster")
+    # And the declared closure's: the real packages' METADATA, as PyPI publishes it.
+    shutil.copytree(REPO / "tests" / "fixtures" / "metadata", root / "tests" / "fixtures" / "metadata")
     proc = _ansible_test(*tree, "units")
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     # Every unit test ran, none left in a folder ansible-test's pytest would not enter (pytest's default leaves

@@ -41,7 +41,7 @@ def listeners(port: int, tables: dict[str, str] | None = None) -> list[int]:
             fields = line.split()
             if len(fields) < 8 or fields[3] != LISTEN:
                 continue
-            host, _, hex_port = fields[1].partition(":")
+            host, _sep, hex_port = fields[1].partition(":")
             if int(hex_port, 16) != port:
                 continue
             address = _address(host)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 
 try:
-    from packaging.markers import InvalidMarker, Marker
+    from packaging.markers import InvalidMarker
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.version import InvalidVersion, Version
     HAS_PACKAGING = True
@@ -83,7 +83,7 @@ def installed_set(steps: list[dict]) -> dict[str, dict]:
 
 def _matches(accepted: dict, finding: dict) -> bool:
     by, needs = str(accepted.get("declared_by", "")), str(accepted.get("requires", ""))
-    name, _, version = by.partition("==")
+    name, _sep, version = by.partition("==")
     return (normalize(name) == normalize(finding["declarer"]) and (not version or version == finding["version"])
             and normalize(needs) == normalize(finding["name"]))
 
@@ -103,7 +103,7 @@ def judge(steps: list[dict], target: dict, accepted: list[dict] | None = None) -
                 continue
             have = installed.get(need)
             base = {"declarer": package["name"], "version": package["version"], "name": requirement.name,
-                    "requirement": str(requirement).split(";")[0].strip(), "step": package.get("step")}
+                    "requirement": str(requirement).split(";", maxsplit=1)[0].strip(), "step": package.get("step")}
             if have is None:
                 if not package.get("judge_missing", True):
                     continue
@@ -120,8 +120,8 @@ def judge(steps: list[dict], target: dict, accepted: list[dict] | None = None) -
                 broken = [str(s) for s in requirement.specifier
                           if not s.contains(Version(have["version"]), prereleases=True)]
                 clauses = len(list(requirement.specifier))
-                said = f"{requirement.name}{','.join(broken)}" + (f" (of {clauses} clauses)" if clauses > len(broken)
-                                                                   else "")
+                of = f" (of {clauses} clauses)" if clauses > len(broken) else ""
+                said = f"{requirement.name}{','.join(broken)}{of}"
                 findings.append({**base, "kind": "violation", "installed": have["version"], "text": (
                     f"{package['name']} {package['version']} declares {said}; step {have['step']} installs "
                     f"{have['name']} {have['version']}")})

@@ -104,8 +104,8 @@ def diff_lines(rows: list[dict], released: dict[str, str | None]) -> list[str]:
 
 def blame(rows: list[dict], text: str, step: str | None = None) -> list[str]:
     """The pins to blame for a failure: the moved or given pins (a row's `given`) its text names; none where it
-    names only pins the candidate keeps; else those of the step that failed; else all of them. Each as `name old -> new`, or `name==version (given)` for a pin the user
-    gave at the matrix's own version."""
+    names only pins the candidate keeps; else those of the step that failed; else all of them. Each as
+    `name old -> new`, or `name==version (given)` for a pin the user gave at the matrix's own version."""
     moved = [r for r in rows if r["moved"] or r.get("given")]
     lowered = (text or "").lower().replace("_", "-")
 
@@ -117,8 +117,9 @@ def blame(rows: list[dict], text: str, step: str | None = None) -> list[str]:
     if not named and kept:
         # The failure is in a pin the candidate keeps (an import of transformers that did not move): none of the
         # moved pins is to blame for it.
-        return [f"none of the moved pins: the failure names {', '.join(f'{r['package']} {r['old']}' for r in kept)}, "
-                "which the candidate keeps at the matrix's version"]
+        said = ", ".join(f"{r['package']} {r['old']}" for r in kept)
+        return [f"none of the moved pins: the failure names {said}, which the candidate keeps at the matrix's "
+                "version"]
     chosen = named or [r for r in moved if step and r["step"] == step] or moved
 
     def label(row: dict) -> str:

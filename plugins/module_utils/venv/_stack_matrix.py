@@ -541,7 +541,7 @@ def lock_python_mismatch(lock: dict | None, version: str) -> tuple[list[str], in
     file names, whose python tag is cpXY), and how many wheels the lock has in all. Pure-Python wheels
     (py3-none-any) install on any Python 3; a lock resolved for the matrix's target (cp312) that holds compiled
     wheels cannot be installed by another Python's pip, whatever the warning says."""
-    major, _, minor = str(version).partition(".")
+    major, _sep, minor = str(version).partition(".")
     have = (int(major), int(minor.split(".")[0])) if major.isdigit() and minor.split(".")[0].isdigit() else None
     wheels = [str(e.get("wheel") or "") for entries in (lock or {}).get("steps", {}).values() for e in entries]
     other = []

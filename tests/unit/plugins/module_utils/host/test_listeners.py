@@ -43,7 +43,7 @@ def test_a_port_another_user_bound_on_this_machine_names_that_user():
                                f"import socket,time; s=socket.socket(); s.bind(('127.0.0.1', {port})); s.listen();"
                                " time.sleep(30)"])
     try:
-        for _ in range(100):
+        for _attempt in range(100):
             if listeners(port):
                 break
             time.sleep(0.05)
