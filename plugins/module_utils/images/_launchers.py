@@ -89,10 +89,11 @@ def script(image: dict, workdir: str, environment: dict, run_flags: list) -> str
 
 
 def running(text: str | None) -> str | None:
-    """The reference a launcher on the host runs (its last line, `REF "$@"`), as spark_launchers wrote it or a hand
-    left it; None for no launcher, or one whose last line names no image."""
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    if not lines or not lines[-1].endswith('"$@"'):
+    """The reference a launcher on the host runs (its last line that runs one, `REF "$@"`, as spark_launchers
+    writes it: a comment a hand added below it changes nothing it runs); None for no launcher, or one that names
+    no image."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip().endswith('"$@"')]
+    if not lines:
         return None
     try:
         words = shlex.split(lines[-1])

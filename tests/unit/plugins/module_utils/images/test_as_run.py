@@ -24,7 +24,8 @@ def test_a_launcher_written_by_sparkfleet_says_what_it_runs_and_one_without_an_i
     text = script({"launcher": "spark-unsloth", "ref": NEW, "registry": "r", "repository": "unsloth"}, "finetuning",
                   {"HF_HOME": "/workspace/finetuning/.hf"}, ["--runtime=nvidia", "--gpus", "all"])
     assert running(text) == NEW
-    assert running(text + "# edited by hand\n") is None, "its last line runs nothing sparkfleet knows"
+    assert running(text + "# edited by hand\n") == NEW, "a comment below the line that runs changes nothing it runs"
+    assert running(text.replace(NEW, OLD)) == OLD
     assert running(None) is None and running("#!/bin/sh\nexec docker run 'x y' \"$@\"\n") == "x y"
 
 
