@@ -84,9 +84,26 @@ def test_the_sequence_builds_a_venv_that_imports_and_reports_cuda_13(place, pyin
     assert (verdict["verdict"], verdict["line"]) == ("ok", "True 13.0")
 
 
-def test_without_no_deps_pip_replaces_the_cu130_torch_and_verification_catches_it(place):
+def test_without_no_deps_the_installer_re_resolves_unsloths_tree_against_the_matrixs_pins(place, tmp_path):
+    """The user's rule, with what the real unsloth 2026.7.2 declares (transformers<=5.5.0, trl<=0.24.0): without
+    --no-deps the step re-resolves its tree and cannot keep the matrix's transformers and trl; the half-built venv
+    is removed (issue 48: the declared closure names the same pair as accepted deviations)."""
     matrix = copy.deepcopy(MATRIX)
     matrix["steps"][2]["args"] = []
+    built = run_module("spark_venv", place(matrix))
+    assert built["failed"] and built["failed_step"] == "unsloth", built.get("msg")
+    assert "No solution found" in built["msg"] and "transformers" in built["msg"], built["msg"]
+    assert not Path(built["path"]).exists()
+
+
+def test_a_step_without_no_deps_that_asks_for_another_torch_replaces_the_cu130_one_and_verification_catches_it(
+        place):
+    """The trap --no-deps avoids: a package whose tree asks for another torch (axolotl 0.9.0's torch==2.9.1, a
+    test-bed construction), installed with its dependencies, takes PyPI's CUDA 12 torch in place of the cu130 one;
+    the install succeeds, and the GPU line says so."""
+    matrix = copy.deepcopy(MATRIX)
+    matrix["steps"].insert(3, {"id": "extra", "why": "a package with its dependencies", "index_url":
+                               matrix["steps"][2]["index_url"], "packages": ["axolotl==0.9.0"]})
     built = run_module("spark_venv", place(matrix))
     assert not built["failed"], built.get("msg")
     assert built["packages"]["torch"] == "2.9.1"  # re-resolved from PyPI: the trap --no-deps avoids
@@ -96,7 +113,10 @@ def test_without_no_deps_pip_replaces_the_cu130_torch_and_verification_catches_i
 
 
 def test_torchao_must_come_last(place, tmp_path):
-    matrix = copy.deepcopy(MATRIX)
+    """With a stack whose trl pulls an old torchao (trl 1.8.1, a test-bed construction standing for NGC's torchao
+    0.13.0+git), torchao run before the stack leaves the old one, and peft refuses it at import."""
+    matrix = changed_matrix(stack=["transformers==5.13.1", "peft==0.19.1", "hf_transfer==0.1.9", "datasets==4.3.0",
+                                   "trl==1.8.1"])
     steps = {s["id"]: s for s in matrix["steps"]}
     matrix["steps"] = [steps["torch"], steps["torchao"], steps["stack"], steps["unsloth"]]
     built = run_module("spark_venv", place(matrix))
