@@ -48,6 +48,7 @@ def lab(tmp_path_factory):
     (inventory / "group_vars" / "all" / "main.yml").write_text(yaml.safe_dump(
         {"spark_clusters": [CLUSTER], "spark_cluster_packages": ["iperf3"], "spark_preflight_require_spark": False}))
     env = {"CLUSTER_PREFIX": PREFIX, "CLUSTER_INVENTORY": str(inventory)}
+    sh("testbed/cluster.sh", "down", env=env, check=False)  # fresh nodes, not a killed run's leftovers
     try:
         up = sh("testbed/cluster.sh", "up", env=env, check=False)
         assert up.returncode == 0, up.stdout + up.stderr
