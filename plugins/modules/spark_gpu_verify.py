@@ -51,9 +51,12 @@ options:
         container can be removed.
     type: path
   timeout:
-    description: Seconds the probe may take before it counts as hung.
+    description:
+      - Seconds the probe may take before it counts as hung, killed with everything it started.
+      - The frameworks (O(frameworks)) share it, each in a process of its own killed after 90 s at most; one left
+        less than 10 s is not started and says so.
     type: int
-    default: 180
+    default: 300
   expected_cuda_major:
     description: The CUDA major torch must be built for.
     type: int
@@ -70,15 +73,21 @@ options:
     default: {}
   frameworks:
     description:
-      - Probe every other GPU framework installed too, in the same interpreter, each with its own smallest real
-        GPU operation, bounded in time - jax (a jitted operation placed on a GPU device), cupy (a kernel compiled by
-        NVRTC), numba-cuda (C(cuda.detect()) and a kernel), triton (a kernel JIT-compiled and run; on a ptxas
-        failure once more with C(TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas), saying which worked), bitsandbytes
-        (an 8-bit optimizer step on the GPU that must change the parameter), cuda-python (device count and a
-        runtime call), onnxruntime-gpu (a graph run with the CUDA execution provider actually used). Others found
-        (flash-attn, xformers, vLLM, TensorRT, ...) are imported, and listed as not exercised with why.
+      - Probe every other GPU framework installed too, each in a process of its own with a hard deadline (killed,
+        not asked, so a call stuck in C is bounded too), each with its own smallest real GPU operation - jax (a
+        jitted operation placed on a GPU device, without preallocation, its peak memory reported), cupy (a kernel
+        compiled by NVRTC), numba-cuda (C(cuda.detect()) and a kernel), triton (a kernel JIT-compiled and run; on
+        a ptxas failure once more with C(TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas), saying which worked),
+        bitsandbytes (an 8-bit optimizer step on the GPU that must move the parameter by about its learning rate,
+        finite), cuda-python (a device buffer allocated, written and read back), onnxruntime (a model built
+        without the onnx package, run with the CUDA provider actually used). Others found (flash-attn, xformers,
+        vLLM, TensorRT, ...) are imported, and listed as not exercised with why.
+      - What forces a framework onto the CPU fails it, named - C(TRITON_INTERPRET), C(NUMBA_ENABLE_CUDASIM),
+        C(JAX_PLATFORMS=cpu), C(CUDA_VISIBLE_DEVICES) empty or C(-1), a CPU-only build (jax without a CUDA plugin,
+        onnxruntime without C(-gpu)).
       - A framework that runs on the CPU, fails or hangs fails the verdict (hypothesis C(a GPU framework failed)),
-        each with its stage, the library's own error and the fix.
+        each with its stage, the library's own error, the last lines of its stderr and the fix that follows the
+        cause (a missing shared object by its soname, a build for another CUDA major by its name).
       - Set false where the GPU is a test double (a simulated host).
     type: bool
     default: true
@@ -215,6 +224,7 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import (
+    MARGIN_SECONDS,
     PROBE,
     diagnose,
     killed_by,
@@ -244,7 +254,7 @@ def main() -> None:
             "python": {"type": "path"},
             "launcher": {"type": "path"},
             **DOCKER,
-            "timeout": {"type": "int", "default": 180},
+            "timeout": {"type": "int", "default": 300},
             "expected_cuda_major": {"type": "int", "default": 13},
             "spark": {"type": "bool", "default": True},
             "environment": {"type": "dict", "default": {}},
@@ -260,7 +270,9 @@ def main() -> None:
     extra = {str(k): str(v) for k, v in params["environment"].items()}
     env = dict(os.environ, LC_ALL="C", **extra)
     launch_error = None
-    flags = ["--frameworks"] if params["frameworks"] else []
+    # The frameworks' processes end within the module's timeout, less what starting and torch's part take.
+    flags = (["--frameworks", "--seconds", str(max(params["timeout"] - MARGIN_SECONDS, 1))]
+             if params["frameworks"] else [])
     if params["launcher"]:
         docker = module.get_bin_path(params["docker"], required=True)
         name = f"sparkfleet-verify-{uuid.uuid4().hex[:12]}"

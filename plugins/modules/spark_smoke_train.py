@@ -89,9 +89,19 @@ gpu_verified:
   returned: success
   type: bool
 stage:
-  description: Where a failed run stopped - headroom, import, build, quantize, lora, compile, step, learning.
+  description: Where a failed run stopped - headroom, import, build, quantize, lora, compile, step, learning (the
+    first of its C(blockers)).
   returned: success
   type: str
+blockers:
+  description:
+    - Every blocker the run met, in order, each with its stage, error and fix. Without the GPU asked for (O(device)
+      C(cuda)), without a 4-bit base or a Triton kernel that computes the right value, the rest still runs (on the
+      CPU where there is no GPU) and names what else blocks it (an old torchao at the LoRA attach); the verdict
+      stays failed.
+  returned: when the program printed a verdict
+  type: list
+  elements: dict
 error:
   description: The library's own error, or what the losses did.
   returned: success
@@ -135,7 +145,7 @@ mem_available_mb:
   type: dict
 parts:
   description: Which optional parts ran - versions of torch, transformers, peft, torchao, trl, bitsandbytes,
-    triton; quantized_4bit, triton_kernel, the loop.
+    triton; quantized_4bit, triton_kernel (the kernel computed the right value; false fails the run), the loop.
   returned: when the step got that far
   type: dict
 timed_out:

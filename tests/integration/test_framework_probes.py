@@ -1,60 +1,266 @@
-"""Every GPU framework installed is probed, with real wheels, on this machine without a GPU (issue 36).
+"""Every GPU framework installed is probed, with real wheels, on this machine without a GPU (issues 36 and 47).
 
-Ground truth: jax 0.10.2 with its CUDA 12 plugin falls back to the CPU (jax.devices() is [cpu:0]); numba-cuda
-finds no CUDA driver; cuda-python's cudaGetDeviceCount answers cudaErrorInsufficientDriver. Each is judged failed
-by its own probe, all in one start of the interpreter; without --frameworks they are listed, not probed.
+Ground truth, as the real wheels behave here: jax 0.10.2 with its CUDA 12 plugin, and jax without any plugin, fall
+back to the CPU (jax.devices() is [cpu:0]); numba-cuda finds no CUDA driver; cuda-python's cudaGetDeviceCount and
+cupy-cuda13x answer cudaErrorInsufficientDriver; onnxruntime-gpu 1.31.1 lists its CUDA provider (a list compiled
+in) but cannot load it (libcublasLt.so.13 is not here) and runs a session on the CPU; onnxruntime (not -gpu) has
+no CUDA provider; triton and bitsandbytes beside torch 2.14.1's CUDA build find torch without a GPU. Each is
+judged failed by its own probe, in a process of its own, with the fix that follows its cause.
+
+A stub cannot pass: CASES has one case for every framework FRAMEWORKS probes (a new entry without one fails
+test_every_probed_framework_has_a_case), each case fails on a probe replaced by one that reports success without
+work (test_a_probe_replaced_by_a_stub_fails_its_case).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import time
+
 import pytest
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import (
+    frameworks_probed,
+    parse_probe_output,
+)
 
 from conftest import run_module
 
 pytestmark = pytest.mark.network
 
 
-@pytest.fixture(scope="module")
-def venv():
+def _venv(kind: str):
     import wheels
 
     try:
-        return wheels.frameworks_venv()
+        if kind == "frameworks":
+            return wheels.frameworks_venv(), {}
+        if kind == "cpu builds":
+            return wheels.cpu_builds_venv(), {}
+        return wheels.torch_frameworks_venv(), {}
     except wheels.Unavailable as exc:
         pytest.skip(str(exc))
 
 
-def verify(venv, **args) -> dict:
-    result = run_module("spark_gpu_verify", {"python": str(venv / "bin" / "python"), "spark": False, "timeout": 120,
-                                             **args})
+@pytest.fixture(scope="module")
+def venvs():
+    return {}
+
+
+def venv_of(venvs, kind: str):
+    if kind not in venvs:
+        venvs[kind] = _venv(kind)
+    return venvs[kind]
+
+
+def verify(env, extra=None, **args) -> dict:
+    path, environment = env
+    result = run_module("spark_gpu_verify", {"python": str(path / "bin" / "python"), "spark": False, "timeout": 300,
+                                             "environment": {**environment, **(extra or {})}, **args})
     assert not result["failed"], result.get("msg")
     return result
 
 
-def test_each_framework_is_judged_by_its_own_probe_in_one_interpreter_start(venv):
-    result = verify(venv)
-    assert result["verdict"] == "failed"
-    assert result["hypothesis"] == "runtime/flags", "no nvidia-smi here: the first hypothesis holds"
+# framework -> (its venv, stage, the start of its error, the start of its fix). What each does on this machine.
+CASES = {
+    "jax": ("frameworks", "device", "jax runs on the CPU: jax.devices() is cpu:0",
+            "jax-cuda12-plugin 0.10.2 is a CUDA 12 build (its name says cuda12) on a CUDA 13 system: "
+            "install jax[cuda13]"),
+    "cupy": ("frameworks", "device", "CUDARuntimeError: cudaErrorInsufficientDriver",
+             "cupy-cuda13x 14.2.0, CUDA 13's build, is installed and finds no usable GPU"),
+    "cuda-python": ("frameworks", "device", "cudaGetDeviceCount() returned cudaErrorInsufficientDriver",
+                    "cuda-bindings 13.5.0, CUDA 13's build, is installed and finds no usable GPU"),
+    "numba-cuda": ("frameworks", "device", "CudaSupportError: Error at driver init: CUDA driver library cannot be "
+                   "found.", "numba-cuda is installed and finds no usable GPU"),
+    "onnxruntime": ("frameworks", "device", "onnxruntime 1.31.1's CUDA provider did not load: the session runs on "
+                    "CPUExecutionProvider",
+                    "libcublasLt.so.13 is not found where onnxruntime looks for it: install nvidia-cublas"),
+    "triton": ("torch", "device", "torch sees no GPU, so Triton has none to compile for",
+               "fix torch's GPU line first"),
+    "bitsandbytes": ("torch", "device", "torch sees no GPU, so bitsandbytes' optimizer would run on the CPU",
+                     "fix torch's GPU line first"),
+}
+PROBED = sorted(name for name, _pattern, _module, probe, _fix in _program_gpu_probe.FRAMEWORKS if probe)
+
+
+def case_holds(name: str, result: dict) -> None:
+    _kind, stage, error, fix = CASES[name]
+    assert (result["verdict"], result["stage"]) == ("failed", stage), result
+    assert result["error"].startswith(error), result["error"]
+    assert result["fix"].startswith(fix), result["fix"]
+
+
+def test_every_probed_framework_has_a_case():
+    assert sorted(CASES) == PROBED
+
+
+@pytest.fixture(scope="module")
+def results(venvs):
+    """One verification per venv: every framework there in one run of the module."""
+    found = {}
+    for kind in sorted({kind for kind, *_ in CASES.values()} | {"cpu builds"}):
+        result = verify(venv_of(venvs, kind))
+        assert result["verdict"] == "failed"
+        found[kind] = result
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_framework_is_judged_by_its_own_probe_with_the_fix_its_cause_calls_for(results, name):
+    result = results[CASES[name][0]]
     by_name = {r["name"]: r for r in result["frameworks"]["results"]}
-    assert sorted(by_name) == ["cuda-python", "jax", "numba-cuda"]
-    assert result["frameworks"]["probed"] == ["torch", "cuda-python", "jax", "numba-cuda"]
-    jax = by_name["jax"]
-    assert (jax["verdict"], jax["stage"], jax["error"]) == ("failed", "device",
-                                                            "jax runs on the CPU: jax.devices() is cpu:0")
-    assert jax["fix"].startswith("install jax's CUDA 13 build")
-    numba = by_name["numba-cuda"]
-    assert (numba["verdict"], numba["stage"]) == ("failed", "device")
-    assert "CUDA driver library cannot be found" in numba["error"]
-    cuda = by_name["cuda-python"]
-    assert (cuda["verdict"], cuda["stage"]) == ("failed", "device") and "cudaErrorInsufficientDriver" in cuda["error"]
+    case_holds(name, by_name[name])
+    assert by_name[name]["seconds"] < 60
+
+
+def test_the_library_s_own_stderr_is_kept_and_names_the_missing_library(results):
+    onnx = next(r for r in results["frameworks"]["frameworks"]["results"] if r["name"] == "onnxruntime")
+    assert "libcublasLt.so.13: cannot open shared object file" in onnx["stderr"]
+    assert "\x1b[" not in onnx["stderr"], "the library's colours are left out"
+    assert "IR version" not in onnx["error"], "the probe's model is one onnxruntime 1.31.1 reads"
+    jax = next(r for r in results["frameworks"]["frameworks"]["results"] if r["name"] == "jax")
+    assert "Could not find cuda drivers on your machine" in jax["stderr"]
+
+
+def test_one_verification_names_every_framework_and_its_line(results):
+    result = results["frameworks"]
+    assert result["hypothesis"] == "runtime/flags", "no nvidia-smi here: the first hypothesis holds"
+    assert result["frameworks"]["probed"] == ["torch", "cuda-python", "cupy", "jax", "numba-cuda", "onnxruntime"]
+    assert result["probe"]["frameworks"]["exercised"] is True
     assert any(n.startswith("frameworks: jax 0.10.2: failed at device - jax runs on the CPU") for n in
                result["notes"]), result["notes"]
-    assert result["probe"]["frameworks"]["exercised"] is True
-    assert all(r["seconds"] < 60 for r in by_name.values())
 
 
-def test_without_frameworks_they_are_listed_not_probed(venv):
-    result = verify(venv, frameworks=False)
+@pytest.mark.parametrize(("name", "fix"), [
+    ("jax", "jax without a CUDA plugin (jax-cuda13-plugin) is its CPU-only build: install jax[cuda13]"),
+    ("onnxruntime", "onnxruntime (not onnxruntime-gpu) is its CPU-only build: uninstall onnxruntime and install "
+                    "onnxruntime-gpu, its CUDA 13 build"),
+    ("cupy", "cupy-cuda12x 14.2.0 is a CUDA 12 build (its name says cuda12x) on a CUDA 13 system: install "
+             "cupy-cuda13x"),
+])
+def test_a_cpu_only_build_or_a_cuda_12_build_is_named_as_the_cause(results, name, fix):
+    by_name = {r["name"]: r for r in results["cpu builds"]["frameworks"]["results"]}
+    assert by_name[name]["verdict"] == "failed"
+    assert by_name[name]["fix"] == fix
+
+
+@pytest.mark.parametrize(("variables", "names"), [
+    ({"TRITON_INTERPRET": "1"}, {"triton": "TRITON_INTERPRET=1 is set: Triton's interpreter runs every kernel on "
+                                           "the CPU"}),
+    ({"NUMBA_ENABLE_CUDASIM": "1", "JAX_PLATFORMS": "cpu"},
+     {"numba-cuda": "NUMBA_ENABLE_CUDASIM=1 is set: numba's CUDA simulator runs every kernel on the CPU",
+      "jax": "JAX_PLATFORMS=cpu is set: jax uses only the platforms it names"}),
+    ({"CUDA_VISIBLE_DEVICES": "-1"}, {"cupy": "CUDA_VISIBLE_DEVICES='-1' hides every GPU",
+                                      "onnxruntime": "CUDA_VISIBLE_DEVICES='-1' hides every GPU"}),
+])
+def test_what_forces_the_cpu_is_named_as_the_cause(venvs, variables, names):
+    kind = "torch" if "TRITON_INTERPRET" in variables else "frameworks"
+    result = verify(venv_of(venvs, kind), variables)
+    by_name = {r["name"]: r for r in result["frameworks"]["results"]}
+    for name, error in names.items():
+        assert (by_name[name]["verdict"], by_name[name]["stage"], by_name[name]["error"]) == (
+            "failed", "environment", error)
+        assert by_name[name]["fix"].startswith(f"unset {next(iter(error.split('=')))} where {name} runs")
+
+
+def test_without_frameworks_they_are_listed_not_probed(venvs):
+    result = verify(venv_of(venvs, "frameworks"), frameworks=False)
     assert result["frameworks"]["results"] == []
-    assert [f["framework"] for f in result["frameworks"]["not_probed"]] == ["jax", "cuda-python", "numba-cuda"]
-    assert result["notes"][0].startswith("probed torch only; installed, not probed: jax (jax-cuda12-plugin 0.10.2)")
+    assert [f["framework"] for f in result["frameworks"]["not_probed"]] == [
+        "jax", "cupy", "cuda-python", "numba-cuda", "onnxruntime"]
+    assert result["notes"][0].startswith("probed torch only; installed, not probed: jax (jax 0.10.2, "
+                                         "jax-cuda12-plugin 0.10.2, jaxlib 0.10.2)")
+
+
+def _stubbed(name: str) -> str:
+    """The probe program with `name`'s probe replaced by one that reports success without work."""
+    import inspect
+
+    source = inspect.getsource(_program_gpu_probe)
+    stub = (f"\nFRAMEWORKS = tuple((n, p, m, (lambda: {{'value': SQUARES}}) if n == {name!r} else f, i)\n"
+            f"                   for n, p, m, f, i in FRAMEWORKS)\n")
+    head, tail = source.split('\nif __name__ == "__main__":', 1)
+    return _program_gpu_probe.wrapper(head + stub + '\nif __name__ == "__main__":' + tail)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_probe_replaced_by_a_stub_fails_its_case(venvs, name):
+    kind = CASES[name][0]
+    path, environment = venv_of(venvs, kind)
+    proc = subprocess.run([str(path / "bin" / "python"), "-", "--frameworks", "--seconds", "120"],
+                          input=_stubbed(name).encode(), capture_output=True, check=False, cwd="/",
+                          env={**os.environ, **environment}, timeout=300)
+    by_name = {r["name"]: r for r in frameworks_probed(parse_probe_output(proc.stdout.decode()))["results"]}
+    assert by_name[name]["verdict"] == "ok", "the stub reports success"
+    with pytest.raises(AssertionError):
+        case_holds(name, by_name[name])
+
+
+def test_the_probe_s_model_is_a_valid_onnx_model_that_onnxruntime_runs(venvs):
+    """The model the probe writes without onnx: onnx reads and checks it, onnxruntime 1.31.1 runs it (on its CPU
+    provider here) and it computes the squares' sum."""
+    path, _ = venv_of(venvs, "frameworks")
+    program = (
+        "import sys, json, onnx, onnxruntime, numpy\n"
+        "exec(compile(sys.stdin.read(), 'probe', 'exec'), g := {'__name__': 'probe'})\n"
+        "model = onnx.load_from_string(g['onnx_square_model']())\n"
+        "onnx.checker.check_model(model)\n"
+        "s = onnxruntime.InferenceSession(g['onnx_square_model'](), providers=['CPUExecutionProvider'])\n"
+        "(y,) = s.run(None, {'x': numpy.arange(1, 65, dtype=numpy.float32)})\n"
+        "print(json.dumps({'ir': model.ir_version, 'opset': model.opset_import[0].version, 'sum': float(y.sum())}))\n")
+    import inspect
+
+    proc = subprocess.run([str(path / "bin" / "python"), "-c", program], input=inspect.getsource(_program_gpu_probe),
+                          capture_output=True, text=True, check=False, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"ir": 7, "opset": 13, "sum": 89440.0}
+
+
+def _stand_in(tmp_path, body: str):
+    """A venv holding a stand-in for cupy-cuda13x whose import runs `body` (the vendor's library cannot be made to
+    hang on demand: this is where the test stands in for it, and says so)."""
+    env = tmp_path / "venv"
+    subprocess.run(["/usr/bin/python3.11", "-m", "venv", "--without-pip", str(env)], check=True)
+    [site] = env.glob("lib/python3*/site-packages")
+    (site / "cupy").mkdir()
+    (site / "cupy" / "__init__.py").write_text(body)
+    (site / "cupy_cuda13x-14.2.0.dist-info").mkdir()
+    (site / "cupy_cuda13x-14.2.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: cupy-cuda13x\nVersion: 14.2.0\n")
+    return env, {}
+
+
+# A call stuck in C that no signal reaches: the alarm the old probe relied on is blocked, as a driver call blocks it.
+STUCK_IN_C = """import ctypes, signal, sys
+sys.stderr.write("cupy stand-in: waiting on the driver\\n")
+sys.stderr.flush()
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM, signal.SIGTERM, signal.SIGINT})
+ctypes.CDLL(None).sleep(600)
+"""
+
+
+def test_a_framework_stuck_in_c_is_killed_at_its_deadline_with_its_last_words(tmp_path):
+    env = _stand_in(tmp_path, STUCK_IN_C)
+    started = time.monotonic()
+    result = verify(env, timeout=35)  # 15 s for the frameworks (the module keeps 20 s of its 35)
+    took = time.monotonic() - started
+    [cupy] = result["frameworks"]["results"]
+    assert not result["timed_out"], "the module's own timeout was never reached"
+    assert (cupy["verdict"], cupy["stage"], cupy["cause"]) == ("failed", "import", "timeout")
+    assert re.fullmatch(r"timed out after 1[45] s at import \(killed\)", cupy["error"]), cupy["error"]
+    assert cupy["stderr"] == "cupy stand-in: waiting on the driver"
+    assert 13 <= cupy["seconds"] < 20 and took < 35
+    assert cupy["fix"].startswith("cupy hung at import: a stuck process may hold the GPU")
+    left = subprocess.run(["pgrep", "-f", str(env[0])], capture_output=True, text=True, check=False).stdout
+    assert left == "", "the framework's process was killed, not left behind"
+
+
+def test_a_framework_the_timeout_leaves_no_time_for_is_not_started_and_says_so(tmp_path):
+    env = _stand_in(tmp_path, "raise SystemExit('never imported')\n")
+    result = verify(env, timeout=25)  # 5 s for the frameworks: below the 10 s one needs
+    [cupy] = result["frameworks"]["results"]
+    assert (cupy["verdict"], cupy["cause"]) == ("not exercised", "no time")
+    assert cupy["error"] == "not started: the probe's time (the module's timeout) was spent before it"

@@ -47,6 +47,18 @@ def test_1_an_old_torchao_fails_at_the_lora_attach_with_peft_s_words_and_the_fix
     assert result["gpu_verified"] is False
 
 
+def test_1b_every_blocker_in_one_run_the_gpu_s_and_the_old_torchao_s(venv):
+    """Issue 47, item 7: asked for the GPU where there is none, the step still runs what it can on the CPU and
+    names the torchao blocker beside the GPU's, in one round trip; the verdict stays failed."""
+    result = smoke(venv, device="cuda")
+    assert (result["verdict"], result["stage"], result["gpu_verified"]) == ("failed", "import", False)
+    assert [(b["stage"], b["error"]) for b in result["blockers"]] == [
+        ("import", "torch sees no GPU (torch.cuda.is_available() is False)"),
+        ("lora", "ImportError: Found an incompatible version of torchao. Found version 0.13.0, but only versions "
+                 "above 0.16.0 are supported")]
+    assert result["blockers"][1]["fix"].startswith("upgrade torchao last")
+
+
 def test_2_with_torchao_0_17_the_tiny_llama_learns_on_the_cpu_and_that_is_not_gpu_verification(venv):
     import wheels
 
@@ -76,10 +88,13 @@ def test_4_below_the_memory_headroom_it_refuses_to_start(venv):
     assert "losses" not in result
 
 
-def test_5_asked_for_the_gpu_where_there_is_none_it_says_so(venv):
+def test_5_asked_for_the_gpu_where_there_is_none_it_says_so_and_proves_the_rest_on_the_cpu(venv):
     result = smoke(venv, device="cuda")
     assert (result["verdict"], result["stage"]) == ("failed", "import")
     assert result["error"] == "torch sees no GPU (torch.cuda.is_available() is False)"
+    assert [b["stage"] for b in result["blockers"]] == ["import"], "the only blocker: the rest ran on the CPU"
+    assert (result["device"], len(result["losses"]), result["gpu_verified"]) == ("cpu", 40, False)
+    assert result["drop"] >= 0.05, "it learned on the CPU, and that is still no verification"
 
 
 def test_6_a_step_that_hangs_is_bounded_and_names_where_it_was(venv):

@@ -176,10 +176,19 @@ def uninstall(env: Path, *names: str) -> None:
 
 
 # GPU frameworks as a user's venv may hold them on a machine where none can run on a GPU: jax with its CUDA 12
-# plugin (a build for the wrong CUDA major: jax falls back to the CPU), numba-cuda and cuda-python (CUDA 13 builds;
-# here without a driver). Real wheels, for Debian's Python 3.11 like the smoke venv.
-FRAMEWORKS_STACK = ["jax==0.10.2", "jaxlib==0.10.2", "numpy", "ml_dtypes", "opt_einsum", "scipy", "numba-cuda==0.30.4"]
+# plugin (a build for the wrong CUDA major: jax falls back to the CPU), numba-cuda, cuda-python and cupy-cuda13x
+# (CUDA 13 builds; here without a driver), onnxruntime-gpu (its CUDA provider cannot find libcublasLt.so.13) with
+# onnx 1.23.2 (whose default IR version, 14, onnxruntime 1.31.1 refuses). Real wheels, for Debian's Python 3.11
+# like the smoke venv.
+FRAMEWORKS_STACK = ["jax==0.10.2", "jaxlib==0.10.2", "numpy", "ml_dtypes", "opt_einsum", "scipy", "numba-cuda==0.30.4",
+                    "cupy-cuda13x==14.2.0", "onnxruntime-gpu==1.31.1", "onnx==1.23.2"]
 FRAMEWORKS_NO_DEPS = ["jax-cuda12-plugin==0.10.2"]  # its pjrt (465 MB) left out: jax cannot load it either way
+# The CPU-only builds of frameworks that have GPU builds, and a build for CUDA 12: jax and jaxlib without a CUDA
+# plugin, onnxruntime (not -gpu), cupy-cuda12x.
+CPU_BUILDS_STACK = ["jax==0.10.2", "jaxlib==0.10.2", "onnxruntime==1.31.1", "cupy-cuda12x==14.2.0"]
+# Triton and bitsandbytes beside torch (the machine's CPU build of 2.13.0, for Debian's Python 3.11): torch sees no
+# GPU, and says so to both.
+TORCH_FRAMEWORKS = ["torch==2.13.0", "triton==3.8.0", "bitsandbytes==0.49.2"]
 
 
 def frameworks_venv() -> Path:
@@ -224,3 +233,13 @@ def smoke_index() -> Path:
     simple_pages(root)
     stamp.write_text(want)
     return root
+
+
+def cpu_builds_venv() -> Path:
+    """CPU_BUILDS_STACK (real wheels from PyPI), for Debian's Python 3.11."""
+    return _py311_venv("cpu-builds-venv", CPU_BUILDS_STACK)
+
+
+def torch_frameworks_venv() -> Path:
+    """TORCH_FRAMEWORKS (torch from the machine's store, the others from PyPI)."""
+    return _py311_venv("torch-frameworks-venv", TORCH_FRAMEWORKS)

@@ -18,9 +18,21 @@ import re
 import signal
 
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._cuda_abi import (
+    SONAME_TABLE,
+    cuda_link,
+    name_major,
+)
 
-# The program itself is _program_gpu_probe.py; this is its source, as the interpreter under test reads it.
-PROBE = inspect.getsource(_program_gpu_probe)
+# The program itself is _program_gpu_probe.py; this is what the interpreter under test reads on stdin: its source,
+# kept for the process each framework runs in.
+PROBE = _program_gpu_probe.wrapper(inspect.getsource(_program_gpu_probe))
+# Seconds of the module's timeout kept back from the program's own bound on its frameworks (starting the
+# interpreter or the container, torch's part, reading the result).
+MARGIN_SECONDS = 20
+_INSTALL = {name: install for name, _pattern, _module, _probe, install in _program_gpu_probe.FRAMEWORKS}
+_MODULES = {name: module for name, _pattern, module, _probe, _install in _program_gpu_probe.FRAMEWORKS}
+_MISSING = re.compile(r"(lib[A-Za-z0-9_+-]+\.so(?:\.\d+)*): cannot open shared object file")
 
 RUNTIME_FLAGS = "runtime/flags"
 VISIBILITY = "device visibility"
@@ -100,6 +112,77 @@ def _died_while(probe: dict[str, dict]) -> str:
     return f"finishing, after it printed {probe['cuda'].get('line')!r}"
 
 
+def _wheels_for(soname: str, major: int) -> list[str]:
+    link = cuda_link(soname)
+    if link is None:
+        return []
+    return [source.wheel for row in SONAME_TABLE if (row.library, row.soname_major) == (link.library, link.major)
+            for source in row.sources if source.cuda_major == major]
+
+
+def framework_advice(result: dict, expected_cuda_major: int = 13) -> str | None:
+    """The fix for a framework's result, from what the probe established, most specific first: a variable that
+    forces the CPU, a shared object not found (by its soname), a build for another CUDA major (by the
+    distribution's name), a CPU-only build, torch's own line, a hang, a crash, a failed import. The install
+    advice only where the build is missing or wrong; otherwise the library's own words (error, stderr) lead."""
+    if result.get("verdict") != "failed":
+        return None
+    name, cause, stage = result.get("name"), result.get("cause"), result.get("stage")
+    install = _INSTALL.get(name, f"reinstall {name}")
+    error = result.get("error") or ""
+    if cause == "forced":
+        variable = error.split("=", 1)[0]
+        return (f"unset {variable} where {name} runs (the inventory's environment, a shell profile, the image's "
+                f"ENV), or set it to name the GPU")
+    found = _MISSING.findall(f"{error}\n{result.get('stderr') or ''}")
+    if found:
+        soname = found[-1]
+        link = cuda_link(soname)
+        if link and link.cuda_majors is not None and expected_cuda_major not in link.cuda_majors:
+            majors = ", ".join(map(str, link.cuda_majors))
+            return (f"{name} asks for {soname}, a CUDA {majors} library: it is a build for CUDA {majors}, and this "
+                    f"system is CUDA {expected_cuda_major} - {install}")
+        wheels = _wheels_for(soname, expected_cuda_major)
+        provider = (f"install {' or '.join(wheels)} (CUDA {expected_cuda_major}'s {link.library})" if wheels else
+                    "install the package that provides it, or use the NGC container that ships it")
+        return f"{soname} is not found where {name} looks for it: {provider}"
+    for distribution in result.get("distributions") or []:
+        dist, _, version = distribution.partition(" ")
+        major = name_major(dist, version)
+        if major and major[0] != expected_cuda_major:
+            return (f"{dist} {version} is a CUDA {major[0]} build (its name says {major[1]}) on a CUDA "
+                    f"{expected_cuda_major} system: {install}")
+    if cause == "cpu build":
+        return f"{result.get('cpu_build')}: {install}"
+    if cause == "torch":
+        return "fix torch's GPU line first (above): this framework runs on torch's GPU"
+    if cause == "timeout":
+        return (f"{name} hung at {stage}: a stuck process may hold the GPU (nvidia-smi lists it), or {name} waits "
+                f"on the driver; its last words are in its stderr")
+    if cause == "signal":
+        return (f"{name} crashed at {stage} with no Python error, the ABI symptom: run spark_abi_scan on this "
+                f"environment (the verification does) for a wheel built for another CUDA major")
+    if cause == "import":
+        missing = re.search(r"No module named '([\w.]+)'", error)
+        top = (_MODULES.get(name) or "").split(".")[0]
+        if missing and missing.group(1).split(".")[0] != top:
+            return (f"{name} imports {missing.group(1)}, which is not installed: install the package that provides it "
+                    f"(pip check lists what each package needs and lacks)")
+        return install
+    if cause == "ptxas":
+        return (f"set TRITON_PTXAS_PATH={_program_gpu_probe.SYSTEM_PTXAS} (the CUDA {expected_cuda_major} ptxas, "
+                f"which knows sm_121) and retry")
+    if stage == "device":
+        built = [d for d in result.get("distributions") or [] if name_major(*(d.partition(" ")[::2]))]
+        have = f"{', '.join(built)}, CUDA {expected_cuda_major}'s build, is installed and" if built else \
+            f"{name} is installed and"
+        return (f"{have} finds no usable GPU: fix what torch's line and nvidia-smi say first (the runtime, the "
+                f"container's flags), not the packages")
+    if stage == "compute":
+        return "the GPU computed a wrong value: check dmesg and nvidia-smi for GPU errors"
+    return f"{name} failed at {stage} in its own words (its error and stderr): not a build sparkfleet can name"
+
+
 def frameworks_probed(probe: dict[str, dict]) -> dict:
     """Which GPU frameworks the probe exercised and how each did (C(results), one per framework, in the probe's
     order), and which others it found installed but did not exercise (C(not_probed): imported only, or the probe
@@ -108,6 +191,8 @@ def frameworks_probed(probe: dict[str, dict]) -> dict:
     line = probe.get("frameworks") or {}
     installed = line.get("installed")
     results = [dict(data, name=kind.split(":", 1)[1]) for kind, data in probe.items() if kind.startswith("framework:")]
+    for result in results:
+        result["fix"] = framework_advice(result)
     started = (probe.get("framework_start") or {}).get("name")
     ran = {r["name"] for r in results if r.get("verdict") in ("ok", "failed")}
     return {"probed": ["torch", *sorted(ran)],

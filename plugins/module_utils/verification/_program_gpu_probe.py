@@ -3,67 +3,124 @@
 """The GPU probe: a program of its own, run by the Python interpreter under test.
 
 spark_gpu_verify sends this file's source to that interpreter on stdin (on
-the host, or inside a container started with the container-workflow flags).
-It needs nothing but the standard library and prints one JSON object per line
-as it goes -- the environment evidence first, then what torch says, then, with
---frameworks, each other GPU framework installed (FRAMEWORKS: its own smallest
-real GPU operation, bounded in time) -- so a probe that hangs still leaves the
-evidence behind (_gpu_probe.diagnose reads the lines).
+the host, or inside a container started with the container-workflow flags),
+inside a two-line wrapper that keeps the source in SPARKFLEET_PROBE_SOURCE
+(_gpu_probe.PROBE). It needs nothing but the standard library and prints one
+JSON object per line as it goes -- the environment evidence first, then what
+torch says, then, with --frameworks, each other GPU framework installed
+(FRAMEWORKS) -- so a probe that hangs still leaves the evidence behind
+(_gpu_probe.diagnose reads the lines).
+
+Each framework runs in a process of its own (this program again, given the
+same source on stdin and --framework NAME), with a hard deadline: killed, not
+asked, when it passes it, so a call stuck in C is bounded too. That process
+says which stage it reached as it goes; what it printed on stderr (the
+library's own words: "Unable to load cuPTI", a missing libcublasLt.so.13) is
+kept. The program reports facts (stage, error, stderr, what forced the CPU);
+_gpu_probe.framework_advice turns them into the fix.
 
 Written for any Python 3 an image may carry: no f-strings, no annotations.
 """
 
+import contextlib
 import glob
 import json
-import math
 import os
+import signal
 import subprocess
 import sys
+import time
 
 # The ptxas the source document names for Triton on a Spark (TRITON_PTXAS_PATH), tried when Triton's own fails.
 SYSTEM_PTXAS = "/usr/local/cuda/bin/ptxas"
-# Seconds each framework's probe may take before it counts as hung (SIGALRM; the module's timeout bounds the rest).
+# Seconds one framework's process may take before it is killed; all of them together stay within --seconds (the
+# module's timeout less its margin). A framework left without MIN_SECONDS is not started, and says why.
 FRAMEWORK_SECONDS = 90
+MIN_SECONDS = 10
 # The value every probe computes on the GPU: the sum of the squares of 1..64.
 SQUARES = 89440.0
+# How much of a framework's own stderr its result keeps (the last lines: where the library said why).
+STDERR_LINES = 12
+STDERR_CHARS = 1500
 
 
 class Failed(Exception):
-    """A framework's probe failed at a stage, with the library's own words (str) and what to do (fix)."""
+    """A framework's probe failed at a stage, with the library's own words (str); `cause` what the program
+    established (a variable that forces the CPU, a CPU-only build), for the advice."""
 
-    def __init__(self, stage, error, fix=None):
+    def __init__(self, stage, error, cause=None):
         Exception.__init__(self, error)
         self.stage = stage
-        self.fix = fix
+        self.cause = cause
 
 
-def _cpu_only(name, found):
-    return Failed("device", "%s runs on the CPU: %s" % (name, found),
-                  "install %s's CUDA %s build (its cu13 wheels: a CUDA 12 build falls back to the CPU on a CUDA 13 "
-                  "driver) or use the NGC container that ships it" % (name, "13"))
+def stage(name):
+    """Where a framework's process is: the parent reports the last one when it has to kill it."""
+    emit("stage", stage=name)
+
+
+# What makes a framework run on the CPU although a GPU is there, read before it is imported: each a failure that
+# names the variable, never a pass (Triton's interpreter copies CUDA tensors to the host and gets the right sum).
+FORCING = {
+    "triton": (("TRITON_INTERPRET", "Triton's interpreter runs every kernel on the CPU"),),
+    "numba-cuda": (("NUMBA_ENABLE_CUDASIM", "numba's CUDA simulator runs every kernel on the CPU"),),
+    "jax": (("JAX_PLATFORMS", "jax uses only the platforms it names"),
+            ("JAX_PLATFORM_NAME", "jax uses only the platform it names")),
+}
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def forced_to_cpu(name, environ):
+    """Why `name` would run on the CPU in this environment (a sentence naming the variable), or None."""
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1", "none", "NoDevFiles", "void"):
+        return "CUDA_VISIBLE_DEVICES=%r hides every GPU" % visible
+    for variable, effect in FORCING.get(name, ()):
+        value = environ.get(variable)
+        if value is None or value.strip().lower() in _FALSE:
+            continue
+        if variable.startswith("JAX_") and any(p in value.lower() for p in ("cuda", "gpu")):
+            continue
+        return "%s=%s is set: %s" % (variable, value, effect)
+    return None
 
 
 def probe_jax():
+    # Without preallocation (jax takes 75% of the GPU's memory by default: the Spark's memory is the system's).
+    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     import jax
     import jax.numpy as jnp
+    stage("device")
     devices = jax.devices()
     gpus = [d for d in devices if d.platform in ("gpu", "cuda", "rocm")]
     if not gpus:
-        raise _cpu_only("jax", "jax.devices() is %s" % ", ".join(str(d) for d in devices))
+        raise Failed("device", "jax runs on the CPU: jax.devices() is %s" % ", ".join(str(d) for d in devices),
+                     "cpu")
+    stage("run")
     x = jax.device_put(jnp.arange(1, 65, dtype=jnp.float32), gpus[0])
     y = jax.jit(lambda v: (v * v).sum())(x)
     placed = sorted(str(d) for d in y.devices()) if hasattr(y, "devices") else [str(y.device())]
     if any("cpu" in p.lower() for p in placed):
-        raise _cpu_only("jax", "the jitted result is on %s" % ", ".join(placed))
-    return {"version": jax.__version__, "device": getattr(gpus[0], "device_kind", str(gpus[0])),
-            "value": float(y), "where": placed}
+        raise Failed("device", "jax runs on the CPU: the jitted result is on %s" % ", ".join(placed), "cpu")
+    found = {"version": jax.__version__, "device": getattr(gpus[0], "device_kind", str(gpus[0])),
+             "value": float(y), "where": placed}
+    try:
+        stats = gpus[0].memory_stats() or {}
+    except Exception:  # not every backend keeps them
+        stats = {}
+    if "peak_bytes_in_use" in stats:
+        found["peak_bytes"] = int(stats["peak_bytes_in_use"])
+    return found
 
 
 def probe_cupy():
     import cupy
+    stage("device")
     count = cupy.cuda.runtime.getDeviceCount()
     name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+    stage("compile")
     square = cupy.ElementwiseKernel("float32 x", "float32 y", "y = x * x", "sparkfleet_square")  # compiled by NVRTC
+    stage("run")
     value = float(square(cupy.arange(1, 65, dtype=cupy.float32)).sum())
     return {"version": cupy.__version__, "device": name.decode() if isinstance(name, bytes) else str(name),
             "devices": count, "value": value}
@@ -74,18 +131,15 @@ def probe_numba_cuda():
     import io
 
     from numba import cuda
+    stage("device")
     said = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(said):
-            found = cuda.detect()
-    except Exception as exc:  # numba's CudaSupportError: no driver reachable from this interpreter
-        raise Failed("device", "%s: %s" % (type(exc).__name__, " ".join(str(exc).split())[-400:]),
-                     "numba finds no CUDA driver here: check nvidia-smi (the runtime and the container's flags) "
-                     "before the packages") from exc
+    with contextlib.redirect_stdout(said):
+        found = cuda.detect()  # numba's own errors (no driver: CudaSupportError) are the failure, in its words
     if not found or not cuda.is_available():
-        raise Failed("device", "numba.cuda.detect() found no CUDA device: %s" % said.getvalue().strip()[-300:],
-                     "install numba-cuda's CUDA 13 build (numba-cuda[cu13]) and check nvidia-smi")
+        raise Failed("device", "numba.cuda.detect() found no CUDA device: %s" % said.getvalue().strip()[-300:])
     import numpy
+
+    stage("compile")
 
     @cuda.jit
     def square(a, out):
@@ -96,10 +150,12 @@ def probe_numba_cuda():
     host = numpy.arange(1, 65, dtype=numpy.float32)
     device_in = cuda.to_device(host)
     device_out = cuda.device_array_like(device_in)
+    stage("run")
     square[1, 64](device_in, device_out)
     import numba_cuda
-    return {"version": getattr(numba_cuda, "__version__", "?"), "device": cuda.get_current_device().name.decode()
-            if isinstance(cuda.get_current_device().name, bytes) else str(cuda.get_current_device().name),
+    name = cuda.get_current_device().name
+    return {"version": getattr(numba_cuda, "__version__", "?"),
+            "device": name.decode() if isinstance(name, bytes) else str(name),
             "value": float(device_out.copy_to_host().sum())}
 
 
@@ -142,92 +198,175 @@ def _triton_square(attempt):
 def probe_triton():
     import torch
     import triton
+    stage("device")
     if not torch.cuda.is_available():
-        raise Failed("device", "torch sees no GPU, so Triton has none to compile for",
-                     "fix torch's GPU line first (above)")
+        raise Failed("device", "torch sees no GPU, so Triton has none to compile for", "torch")
     ptxas = "Triton's own ptxas"
+    stage("compile")
     try:
         value = _triton_square(1)
     except Exception as exc:  # the source document's rule: once more with the system's ptxas
         if "ptxas" not in str(exc).lower() or os.environ.get("TRITON_PTXAS_PATH") or not os.path.exists(
                 SYSTEM_PTXAS):
-            raise Failed("compile", "%s: %s" % (type(exc).__name__, str(exc)[-600:]),
-                         "set TRITON_PTXAS_PATH=%s (the CUDA 13 ptxas, which knows sm_121) and retry"
-                         % SYSTEM_PTXAS) from exc
+            raise Failed("compile", "%s: %s" % (type(exc).__name__, str(exc)[-600:]), "ptxas"
+                         if "ptxas" in str(exc).lower() else None) from exc
         os.environ["TRITON_PTXAS_PATH"] = SYSTEM_PTXAS
         ptxas = "TRITON_PTXAS_PATH=%s (Triton's own failed: %s)" % (SYSTEM_PTXAS, str(exc).strip()[-200:])
         value = _triton_square(2)
     return {"version": triton.__version__, "device": torch.cuda.get_device_name(0), "value": value, "ptxas": ptxas}
 
 
+# An Adam step's first move is the learning rate (m/sqrt(v) is 1 for a constant gradient): the 8-bit state may
+# change it by a few percent, not by an order of magnitude, never to infinity or NaN.
+BNB_LR = 0.1
+BNB_MOVE = (0.5 * BNB_LR, 1.5 * BNB_LR)
+
+
 def probe_bitsandbytes():
     import bitsandbytes
     import torch
+    stage("device")
     if not torch.cuda.is_available():
-        raise Failed("device", "torch sees no GPU, so bitsandbytes' optimizer would run on the CPU",
-                     "fix torch's GPU line first (above)")
-    # bitsandbytes' own check: an 8-bit optimizer step on the GPU must change the parameter (4096 values: the
-    # smallest tensor that gets 8-bit state).
+        raise Failed("device", "torch sees no GPU, so bitsandbytes' optimizer would run on the CPU", "torch")
+    # bitsandbytes' own check: an 8-bit optimizer step on the GPU (4096 values: the smallest tensor that gets
+    # 8-bit state) must move each value down by about the learning rate.
+    stage("step")
     weight = torch.nn.Parameter(torch.ones(4096, device="cuda"))
-    optimizer = bitsandbytes.optim.Adam8bit([weight], lr=0.1)
+    optimizer = bitsandbytes.optim.Adam8bit([weight], lr=BNB_LR)
     weight.grad = torch.ones_like(weight)
     before = weight.detach().clone()
     optimizer.step()
     torch.cuda.synchronize()
-    moved = float((before - weight.detach()).abs().max().item())
-    if math.isnan(moved) or moved <= 0:
-        raise Failed("step", "an Adam8bit step on the GPU left the parameter unchanged",
-                     "reinstall bitsandbytes from a build for CUDA 13 (0.49.2 or later works out of the box)")
-    return {"version": bitsandbytes.__version__, "device": torch.cuda.get_device_name(0), "moved": moved}
+    moved = before - weight.detach()
+    if not bool(torch.isfinite(weight.detach()).all()):
+        raise Failed("step", "an Adam8bit step on the GPU left non-finite values in the parameter")
+    low, high = float(moved.min().item()), float(moved.max().item())
+    if low < BNB_MOVE[0] or high > BNB_MOVE[1]:
+        raise Failed("step", "an Adam8bit step (lr %s, gradient 1) moved the parameter by %.4g to %.4g, expected "
+                             "%.4g to %.4g" % (BNB_LR, low, high, BNB_MOVE[0], BNB_MOVE[1]))
+    return {"version": bitsandbytes.__version__, "device": torch.cuda.get_device_name(0), "moved": high}
+
+
+def _cuda_call(what, result):
+    """cuda.bindings returns (error, values...); an error is the failure, in the runtime's own name."""
+    error, rest = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
+    if int(error) != 0:
+        raise Failed("run", "%s returned %s" % (what, getattr(error, "name", error)))
+    return rest[0] if len(rest) == 1 else rest
 
 
 def probe_cuda_python():
+    import ctypes
     try:
         from cuda.bindings import runtime
     except ImportError:
         from cuda import cudart as runtime
+    stage("device")
     error, count = runtime.cudaGetDeviceCount()
-    if int(error) != 0 or count < 1:
-        raise Failed("device", "cudaGetDeviceCount() returned %s, %s device(s)" % (error, count),
-                     "check nvidia-smi, then install cuda-bindings for CUDA 13")
-    error, version = runtime.cudaRuntimeGetVersion()
     if int(error) != 0:
-        raise Failed("runtime", "cudaRuntimeGetVersion() returned %s" % error, "install cuda-bindings for CUDA 13")
-    return {"version": "runtime %d.%d" % (version // 1000, version % 1000 // 10), "devices": count}
+        raise Failed("device", "cudaGetDeviceCount() returned %s" % getattr(error, "name", error))
+    if count < 1:
+        raise Failed("device", "cudaGetDeviceCount() found no device")
+    version = _cuda_call("cudaRuntimeGetVersion()", runtime.cudaRuntimeGetVersion())
+    # Real work: the squares copied to the device and back through a device buffer of its own.
+    stage("run")
+    values = [float(i * i) for i in range(1, 65)]
+    host = (ctypes.c_float * 64)(*values)
+    back = (ctypes.c_float * 64)()
+    size = ctypes.sizeof(host)
+    pointer = _cuda_call("cudaMalloc(%d)" % size, runtime.cudaMalloc(size))
+    try:
+        _cuda_call("cudaMemcpy to the device", runtime.cudaMemcpy(
+            pointer, ctypes.addressof(host), size, runtime.cudaMemcpyKind.cudaMemcpyHostToDevice))
+        _cuda_call("cudaMemcpy from the device", runtime.cudaMemcpy(
+            ctypes.addressof(back), pointer, size, runtime.cudaMemcpyKind.cudaMemcpyDeviceToHost))
+    finally:
+        runtime.cudaFree(pointer)
+    name = ""
+    try:
+        name = _cuda_call("cudaGetDeviceProperties(0)", runtime.cudaGetDeviceProperties(0)).name
+        name = name.split(b"\0", 1)[0].decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # the name is for the line only
+        pass
+    return {"version": "runtime %d.%d" % (version // 1000, version % 1000 // 10), "devices": count,
+            "device": name or None, "value": float(sum(back))}
 
 
-def probe_onnxruntime_gpu():
+def _varint(number):
+    out = bytearray()
+    while True:
+        low = number & 0x7F
+        number >>= 7
+        if number:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
+
+
+def _field(number, value):
+    """One protobuf field: an int (varint) or bytes/str (length-delimited)."""
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    if not isinstance(value, bytes):
+        value = value.encode()
+    return _varint(number << 3 | 2) + _varint(len(value)) + value
+
+
+ONNX_IR_VERSION = 7  # IR 7 with opset 13: what every onnxruntime since 1.7 reads (onnx's own default, 14 in
+ONNX_OPSET = 13      # onnx 1.23, is refused by onnxruntime 1.31: "max supported IR version: 13")
+
+
+def onnx_square_model():
+    """The serialized ONNX model y = x * x over 64 floats, written without the onnx package (onnxruntime-gpu does
+    not depend on it): ModelProto{ir_version, graph{node Mul, input x, output y}, opset_import}."""
+    def tensor_value(name):
+        dim = _field(1, _field(1, 64))                      # TensorShapeProto.dim { dim_value: 64 }
+        tensor = _field(1, 1) + _field(2, dim)              # TypeProto.Tensor { elem_type: FLOAT, shape }
+        return _field(1, name) + _field(2, _field(1, tensor))  # ValueInfoProto { name, type { tensor_type } }
+    node = _field(1, "x") + _field(1, "x") + _field(2, "y") + _field(4, "Mul")
+    graph = _field(1, node) + _field(2, "square") + _field(11, tensor_value("x")) + _field(12, tensor_value("y"))
+    opset = _field(1, "") + _field(2, ONNX_OPSET)
+    return _field(1, ONNX_IR_VERSION) + _field(7, graph) + _field(8, opset)
+
+
+def probe_onnxruntime():
     import onnxruntime
+    stage("device")
     providers = onnxruntime.get_available_providers()
     if "CUDAExecutionProvider" not in providers:
-        raise _cpu_only("onnxruntime", "its providers are %s" % ", ".join(providers))
-    try:
-        from onnx import TensorProto, helper
-    except ImportError:
-        raise Failed("not exercised", "onnx is not installed, so no graph could be built to run", None) from None
-    graph = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["y"])], "square",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CUDAExecutionProvider"])
+        raise Failed("device", "onnxruntime %s runs on the CPU: its providers are %s"
+                     % (onnxruntime.__version__, ", ".join(providers)), "cpu")
+    # The providers above are a list compiled in: only a session shows whether the CUDA provider loads (its
+    # libraries are found) and is used.
+    stage("run")
+    session = onnxruntime.InferenceSession(onnx_square_model(), providers=["CUDAExecutionProvider"])
     used = session.get_providers()
     if used[:1] != ["CUDAExecutionProvider"]:
-        raise _cpu_only("onnxruntime", "the session runs on %s" % ", ".join(used))
-    import numpy
-    (out,) = session.run(None, {"x": numpy.arange(1, 65, dtype=numpy.float32)})
-    return {"version": onnxruntime.__version__, "device": used[0], "value": float(out.sum())}
+        raise Failed("device", "onnxruntime %s's CUDA provider did not load: the session runs on %s"
+                     % (onnxruntime.__version__, ", ".join(used)))
+    import array
+    try:
+        import numpy
+        feed = numpy.arange(1, 65, dtype=numpy.float32)
+    except ImportError:
+        feed = array.array("f", range(1, 65))
+    (out,) = session.run(None, {"x": feed})
+    return {"version": onnxruntime.__version__, "device": used[0], "value": float(sum(float(v) for v in out))}
 
 
 # The GPU frameworks: (name, the distributions that bring it (PEP 503 names, as a pattern), the module to import,
-# its probe (None: imported only, with why), the fix when it does not import). Torch's own probe is main().
-# Adding a framework is one entry here, one probe function and its test.
+# its probe (None: imported only, with why), the install advice when its build is missing or wrong). Torch's own
+# probe is main(); CPU_BUILDS names the distributions that are a framework's CPU-only build.
+# Adding a framework is one entry here, one probe function and its test (tests/integration/test_framework_probes.py
+# walks this table).
 FRAMEWORKS = (
-    ("jax", r"^jax-cuda\d+-(plugin|pjrt)$", "jax", probe_jax, "install jax[cuda13]"),
+    ("jax", r"^(jax|jaxlib|jax-cuda\d+-(plugin|pjrt))$", "jax", probe_jax, "install jax[cuda13]"),
     ("cupy", r"^cupy(-cuda\d+x?)?$", "cupy", probe_cupy, "install cupy-cuda13x"),
     ("cuda-python", r"^cuda-(bindings|python|core)$", "cuda", probe_cuda_python, "install cuda-python for CUDA 13"),
     ("numba-cuda", r"^numba-cuda$", "numba.cuda", probe_numba_cuda, "install numba-cuda[cu13]"),
-    ("onnxruntime-gpu", r"^onnxruntime-gpu$", "onnxruntime", probe_onnxruntime_gpu,
-     "install onnxruntime-gpu for CUDA 13"),
+    ("onnxruntime", r"^onnxruntime(-gpu)?$", "onnxruntime", probe_onnxruntime,
+     "uninstall onnxruntime and install onnxruntime-gpu, its CUDA 13 build"),
     ("triton", r"^triton$", "triton", probe_triton, "use the triton that comes with torch's cu130 wheels"),
     ("bitsandbytes", r"^bitsandbytes$", "bitsandbytes", probe_bitsandbytes, "install bitsandbytes 0.49.2 or later"),
     ("tensorflow", r"^(tensorflow|tensorflow-gpu|tf-nightly)$", "tensorflow", None, "not for this platform's CUDA 13"),
@@ -238,6 +377,11 @@ FRAMEWORKS = (
     ("xformers", r"^xformers$", "xformers", None, "build it from source with TORCH_CUDA_ARCH_LIST=12.1"),
     ("vllm", r"^vllm$", "vllm", None, "use vLLM's nightly wheels"),
 )
+# A framework installed only as its CPU build: (framework, what its GPU build brings that is missing, a sentence).
+CPU_BUILDS = {
+    "jax": (r"^jax-cuda\d+-(plugin|pjrt)$", "jax without a CUDA plugin (jax-cuda13-plugin) is its CPU-only build"),
+    "onnxruntime": (r"^onnxruntime-gpu$", "onnxruntime (not onnxruntime-gpu) is its CPU-only build"),
+}
 # Why a framework of FRAMEWORKS without a probe is only imported.
 IMPORTED_ONLY = "imported only: its smallest GPU operation needs a model or an engine sparkfleet does not build"
 GPU_FRAMEWORKS = tuple((name, pattern) for name, pattern, _module, _probe, _fix in FRAMEWORKS)
@@ -264,53 +408,133 @@ def installed_frameworks():
     return [{"framework": f, "distributions": sorted(found[f])} for f, _p in GPU_FRAMEWORKS if f in found]
 
 
-def _on_alarm(signum, frame):
-    raise Failed("hung", "did not finish within %d s" % FRAMEWORK_SECONDS,
-                 "a stuck process may hold the GPU: reopen the shell or restart the container")
+def cpu_build(name, distributions):
+    """The sentence saying `name` is installed only as its CPU build, or None."""
+    import re
+    if name not in CPU_BUILDS:
+        return None
+    pattern, sentence = CPU_BUILDS[name]
+    names = [d.split(" ", 1)[0] for d in distributions or []]
+    return None if any(re.match(pattern, n) for n in names) else sentence
 
 
-def probe_framework(name, module, probe, fix):
-    """One framework: imported, then its probe, bounded in time; one line out, whatever happens."""
+def run_one(name, distributions):
+    """In a framework's own process: its forcing variables, its import, its probe; one result line, whatever
+    happens short of a kill (the parent reports those)."""
     import importlib
-    import signal
-    import time
-    emit("framework_start", name=name)
-    started = time.time()
-    result = {"name": name, "verdict": "ok", "stage": None, "error": None, "fix": None}
-    previous = signal.signal(signal.SIGALRM, _on_alarm)
-    signal.alarm(FRAMEWORK_SECONDS)
+    entry = next(e for e in FRAMEWORKS if e[0] == name)
+    _name, _pattern, module, probe, _fix = entry
+    result = {"name": name, "verdict": "ok", "stage": None, "error": None, "cause": None}
     try:
+        stage("environment")
+        forced = forced_to_cpu(name, os.environ)
+        if forced:
+            raise Failed("environment", forced, "forced")
+        stage("import")
         try:
             imported = importlib.import_module(module)
             result["version"] = getattr(imported, "__version__", None)
         except Exception as exc:
-            raise Failed("import", "%s: %s" % (type(exc).__name__, str(exc)[-600:]), fix) from exc
+            raise Failed("import", "%s: %s" % (type(exc).__name__, str(exc)[-600:]), "import") from exc
         if probe is None:
             result.update(verdict="not exercised", stage="import", error=IMPORTED_ONLY)
         else:
             found = probe()
             result.update(found)
             if "value" in found and found["value"] != SQUARES:  # those that compute: the sum of the squares
-                raise Failed("compute", "the GPU computed %r, expected %r" % (found.get("value"), SQUARES),
-                             "check dmesg and nvidia-smi for GPU errors")
+                raise Failed("compute", "the GPU computed %r, expected %r" % (found.get("value"), SQUARES))
     except Failed as exc:
-        verdict = "not exercised" if exc.stage == "not exercised" else "failed"
-        result.update(verdict=verdict, stage=exc.stage, error=str(exc), fix=exc.fix)
-    except Exception as exc:  # the library's own words, at the stage it reached
-        result.update(verdict="failed", stage="run", error="%s: %s" % (type(exc).__name__, str(exc)[-600:]), fix=fix)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+        result.update(verdict="failed", stage=exc.stage, error=" ".join(str(exc).split()), cause=exc.cause)
+    except BaseException as exc:  # the library's own words, at the stage it reached (the parent knows which)
+        result.update(verdict="failed", stage=None,
+                      error="%s: %s" % (type(exc).__name__, " ".join(str(exc).split())[-600:]))
+    if result["verdict"] == "failed" and result["cause"] in (None, "cpu"):
+        sentence = cpu_build(name, distributions)
+        if sentence:
+            result["cause"], result["cpu_build"] = "cpu build", sentence
+    emit("result", **result)
+
+
+def _tail(text):
+    import re
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text or "")
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    return "\n".join(lines[-STDERR_LINES:])[-STDERR_CHARS:] or None
+
+
+def _decode(data):
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else (data or "")
+
+
+def own_source():
+    source = globals().get("SPARKFLEET_PROBE_SOURCE")
+    if source is None:  # run as a file (tests)
+        with open(os.path.abspath(__file__)) as handle:
+            source = handle.read()
+    return source
+
+
+def wrapper(source):
+    """What the interpreter under test reads on stdin: the program, keeping its own source for its children."""
+    return ("SPARKFLEET_PROBE_SOURCE = %r\nexec(compile(SPARKFLEET_PROBE_SOURCE, '<sparkfleet gpu probe>', "
+            "'exec'))\n" % source)
+
+
+def probe_framework(name, distributions, seconds):
+    """One framework in a process of its own, killed (its whole process group) after `seconds`."""
+    emit("framework_start", name=name)
+    started = time.time()
+    argv = [sys.executable, "-", "--framework", name, "--distributions", json.dumps(distributions or [])]
+    child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,  # pylint: disable=ansible-bad-function
+                             stderr=subprocess.PIPE, start_new_session=True)
+    killed = False
+    try:
+        out, err = child.communicate(wrapper(own_source()).encode(), timeout=seconds)
+    except subprocess.TimeoutExpired:
+        killed = True
+        with contextlib.suppress(OSError):
+            os.killpg(child.pid, signal.SIGKILL)
+        out, err = child.communicate()
+    lines = [json.loads(line) for line in _decode(out).splitlines() if line.startswith("{")]
+    reached = [line["stage"] for line in lines if line.get("kind") == "stage"]
+    results = [line for line in lines if line.get("kind") == "result"]
+    result = results[-1] if results else {"name": name, "verdict": "failed", "cause": None}
+    result.pop("kind", None)
+    where = reached[-1] if reached else "start"
+    if killed:
+        result.update(verdict="failed", stage=where, cause="timeout",
+                      error="timed out after %d s at %s (killed)" % (seconds, where))
+    elif not results:
+        if child.returncode is not None and child.returncode < 0:
+            try:
+                signame = signal.Signals(-child.returncode).name
+            except ValueError:
+                signame = "signal %d" % -child.returncode
+            result.update(stage=where, cause="signal", signal=-child.returncode,
+                          error="killed by %s at %s" % (signame, where))
+        else:
+            result.update(stage=where, error="exited %s at %s without a result" % (child.returncode, where))
+    if result.get("stage") is None and result.get("verdict") == "failed":
+        result["stage"] = where
+    result["stderr"] = _tail(_decode(err))
+    result["distributions"] = distributions or []
     result["seconds"] = round(time.time() - started, 2)
     emit("framework:" + name, **result)
 
 
-def probe_frameworks(installed):
-    """Every GPU framework installed, each with its own probe, in this one interpreter."""
-    names = set(f["framework"] for f in installed or [])
-    for name, _pattern, module, probe, fix in FRAMEWORKS:
-        if name in names:
-            probe_framework(name, module, probe, fix)
+def probe_frameworks(installed, deadline):
+    """Every GPU framework installed, each in its own process, all within `deadline` (time.time())."""
+    by_name = dict((f["framework"], f["distributions"]) for f in installed or [])
+    for name, _pattern, _module, _probe, _fix in FRAMEWORKS:
+        if name not in by_name:
+            continue
+        left = int(deadline - time.time())
+        if left < MIN_SECONDS:
+            emit("framework:" + name, name=name, verdict="not exercised", stage="start", cause="no time",
+                 error="not started: the probe's time (the module's timeout) was spent before it",
+                 distributions=by_name[name], seconds=0)
+            continue
+        probe_framework(name, by_name[name], min(FRAMEWORK_SECONDS, left))
 
 
 def emit(kind, **data):
@@ -319,7 +543,17 @@ def emit(kind, **data):
     sys.stdout.flush()  # each line out at once: a probe stuck in torch leaves the evidence
 
 
+def _option(name, default=None):
+    argv = sys.argv[1:]
+    return argv[argv.index(name) + 1] if name in argv and argv.index(name) + 1 < len(argv) else default
+
+
 def main():
+    started = time.time()
+    if "--framework" in sys.argv[1:]:
+        run_one(_option("--framework"), json.loads(_option("--distributions", "[]")))
+        return
+    seconds = float(_option("--seconds", 170))
     smi = {"found": False}
     for cand in ("nvidia-smi", "/usr/bin/nvidia-smi"):
         try:
@@ -350,7 +584,7 @@ def main():
         torch = None
     if torch is None:  # the other frameworks still say how they do (outside the except: no chained traceback)
         if exercise:
-            probe_frameworks(installed)
+            probe_frameworks(installed, started + seconds)
         return
     emit("torch", imported=True, version=str(torch.__version__), cuda=torch.version.cuda)
     info = {}
@@ -373,7 +607,7 @@ def main():
             result["compute_error"] = "%s: %s" % (type(exc).__name__, exc)
         emit("device", **result)
     if exercise:
-        probe_frameworks(installed)
+        probe_frameworks(installed, started + seconds)
 
 
 if __name__ == "__main__":

@@ -92,7 +92,20 @@ def compile_triton(torch):
     out = torch.empty_like(x)
     kernel.scale[(1,)](x, out, 64, BLOCK=64)
     torch.cuda.synchronize()
-    return float(out.sum().item()) == 128.0
+    return float(out.sum().item())
+
+
+TRITON_EXPECTED = 128.0  # the kernel doubles 64 ones
+
+
+BLOCKERS = []
+
+
+def blocked(stop):
+    """A blocker the rest of the run can go on past (no GPU, the 4-bit base, the Triton kernel): kept, named in
+    the verdict beside any other, and the verdict is failed."""
+    BLOCKERS.append({"stage": stop.stage, "error": str(stop), "fix": stop.fix})
+    emit("blocker", stage=stop.stage, error=str(stop))
 
 
 class Stop(Exception):
@@ -196,8 +209,10 @@ def run(opts):
                    "install the matrix's peft (role spark_venv's first step)") from exc
     cuda = opts["device"] != "cpu" and torch.cuda.is_available()
     if opts["device"] == "cuda" and not cuda:
-        raise Stop("import", "torch sees no GPU (torch.cuda.is_available() is False)",
-                   "fix the GPU line first (sparkfleet verify): the smoke step is asked to run on the GPU")
+        # Every blocker in one run: the rest runs on the CPU (the imports, the LoRA attach, the trainer, the steps),
+        # each blocker it meets named beside this one; the verdict stays failed.
+        blocked(Stop("import", "torch sees no GPU (torch.cuda.is_available() is False)",
+                     "fix the GPU line first (sparkfleet verify): the smoke step is asked to run on the GPU"))
     device = "cuda" if cuda else "cpu"
     parts = {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
              "torchao": installed("torchao"), "trl": installed("trl"), "bitsandbytes": installed("bitsandbytes"),
@@ -219,10 +234,10 @@ def run(opts):
                 load_in_4bit=True, bnb_4bit_compute_dtype=torch.float32), device_map={"": 0})
             quantized = True
         except Exception as exc:
-            raise Stop("quantize", "%s: %s" % (type(exc).__name__, str(exc)[-600:]),
-                       "bitsandbytes works out of the box from 0.49.2 (a CUDA 13 build); reinstall it from the "
-                       "matrix") from exc
-    else:
+            blocked(Stop("quantize", "%s: %s" % (type(exc).__name__, str(exc)[-600:]),
+                         "bitsandbytes works out of the box from 0.49.2 (a CUDA 13 build); reinstall it from the "
+                         "matrix"))
+    if not quantized:  # the rest goes on with the base in full precision
         model = LlamaForCausalLM(config).to(device)
     parts["quantized_4bit"] = quantized
     emit("stage", stage="lora")
@@ -237,11 +252,17 @@ def run(opts):
         raise Stop("lora", text, fix) from exc
     if cuda and parts["triton"]:
         emit("stage", stage="compile")
+        parts["triton_kernel"] = False
         try:
-            parts["triton_kernel"] = compile_triton(torch)
+            value = compile_triton(torch)
         except Exception as exc:
-            raise Stop("compile", "%s: %s" % (type(exc).__name__, str(exc)[-600:]),
-                       "set TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas and retry") from exc
+            blocked(Stop("compile", "%s: %s" % (type(exc).__name__, str(exc)[-600:]),
+                         "set TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas and retry"))
+        else:
+            parts["triton_kernel"] = value == TRITON_EXPECTED
+            if not parts["triton_kernel"]:
+                blocked(Stop("compile", "the Triton kernel computed %r, expected %r" % (value, TRITON_EXPECTED),
+                             "check dmesg and nvidia-smi for GPU errors, then the triton and torch pins"))
     emit("stage", stage="step")
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, config.vocab_size, (4, 32), generator=generator).to(device)
@@ -283,9 +304,17 @@ def main():
     try:
         result = run(opts)
     except Stop as stop:
-        emit("verdict", **dict(stop.data, verdict="failed", stage=stop.stage, error=str(stop), fix=stop.fix))
+        blockers = [*BLOCKERS, {"stage": stop.stage, "error": str(stop), "fix": stop.fix}]
+        first = blockers[0]
+        emit("verdict", **dict(stop.data, verdict="failed", stage=first["stage"], error=first["error"],
+                               fix=first["fix"], blockers=blockers))
         return
-    emit("verdict", verdict="ok", stage=None, error=None, fix=None, **result)
+    if BLOCKERS:  # it ran to its end past them: what it measured, and failed with each of them
+        first = BLOCKERS[0]
+        emit("verdict", **dict(result, verdict="failed", stage=first["stage"], error=first["error"],
+                               fix=first["fix"], blockers=BLOCKERS))
+        return
+    emit("verdict", verdict="ok", stage=None, error=None, fix=None, blockers=[], **result)
 
 
 if __name__ == "__main__":

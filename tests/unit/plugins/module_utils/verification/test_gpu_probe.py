@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import (
     diagnose,
+    framework_advice,
     killed_by,
     signal_name,
 )
@@ -61,14 +62,16 @@ def _exercised(*results, installed=None):
 
 
 JAX_ON_CPU = {"name": "jax", "verdict": "failed", "stage": "device", "error": "jax runs on the CPU: jax.devices() is "
-              "cpu:0", "fix": "install jax's CUDA 13 build", "seconds": 0.6}
+              "cpu:0", "cause": "cpu build", "cpu_build": "jax without a CUDA plugin (jax-cuda13-plugin) is its "
+              "CPU-only build", "distributions": ["jax 0.10.2", "jaxlib 0.10.2"], "seconds": 0.6}
 
 
 def test_a_framework_on_the_cpu_fails_the_verdict_though_torch_is_fine():
     result = diagnose(_exercised(JAX_ON_CPU))
     assert (result["verdict"], result["hypothesis"]) == ("failed", "a GPU framework failed")
     assert result["evidence"] == "torch is fine; jax: failed at device - jax runs on the CPU: jax.devices() is cpu:0"
-    assert result["fix"] == "jax: install jax's CUDA 13 build"
+    assert result["fix"] == ("jax: jax without a CUDA plugin (jax-cuda13-plugin) is its CPU-only build: install "
+                             "jax[cuda13]")
     assert result["line"] == "True 13.0", "torch's own line stays the user's line"
 
 
@@ -92,3 +95,70 @@ def test_a_probe_that_hung_in_a_framework_names_it():
     assert (result["verdict"], result["hypothesis"]) == ("failed", "stuck process")
     assert result["evidence"] == "torch is fine; the probe hung while probing cupy"
     assert result["frameworks"]["hung"] == "cupy"
+
+
+def _failed(name, stage, error, cause=None, distributions=(), stderr=None, **extra):
+    return {"name": name, "verdict": "failed", "stage": stage, "error": error, "cause": cause,
+            "distributions": list(distributions), "stderr": stderr, **extra}
+
+
+# Issue 47, item 4: the fix follows the cause, most specific first; the install advice only where the build is
+# missing or wrong. Each case is what the real wheels printed on this machine (tests/integration) or a Spark would.
+@pytest.mark.parametrize(("result", "fix"), [
+    (_failed("triton", "environment", "TRITON_INTERPRET=1 is set: Triton's interpreter runs every kernel on the CPU",
+             "forced", ["triton 3.8.0"]),
+     "unset TRITON_INTERPRET where triton runs (the inventory's environment, a shell profile, the image's ENV), or "
+     "set it to name the GPU"),
+    (_failed("onnxruntime", "device", "onnxruntime 1.31.1's CUDA provider did not load: the session runs on "
+             "CPUExecutionProvider", None, ["onnxruntime-gpu 1.31.1"],
+             "Failed to load library libonnxruntime_providers_cuda.so with error: libcublasLt.so.13: cannot open "
+             "shared object file: No such file or directory"),
+     "libcublasLt.so.13 is not found where onnxruntime looks for it: install nvidia-cublas (CUDA 13's cublasLt)"),
+    (_failed("cupy", "import", "ImportError: libcudart.so.12: cannot open shared object file: No such file or "
+             "directory", "import", ["cupy 14.2.0"]),
+     "cupy asks for libcudart.so.12, a CUDA 12 library: it is a build for CUDA 12, and this system is CUDA 13 - "
+     "install cupy-cuda13x"),
+    (_failed("cupy", "device", "CUDARuntimeError: cudaErrorInsufficientDriver", None, ["cupy-cuda12x 14.2.0"]),
+     "cupy-cuda12x 14.2.0 is a CUDA 12 build (its name says cuda12x) on a CUDA 13 system: install cupy-cuda13x"),
+    (_failed("cupy", "device", "CUDARuntimeError: cudaErrorNoDevice", None, ["cupy-cuda13x 14.2.0"]),
+     "cupy-cuda13x 14.2.0, CUDA 13's build, is installed and finds no usable GPU: fix what torch's line and "
+     "nvidia-smi say first (the runtime, the container's flags), not the packages"),
+    (_failed("onnxruntime", "device", "onnxruntime 1.31.1 runs on the CPU: its providers are CPUExecutionProvider",
+             "cpu build", ["onnxruntime 1.31.1"], cpu_build="onnxruntime (not onnxruntime-gpu) is its CPU-only build"),
+     "onnxruntime (not onnxruntime-gpu) is its CPU-only build: uninstall onnxruntime and install onnxruntime-gpu, "
+     "its CUDA 13 build"),
+    (_failed("bitsandbytes", "device", "torch sees no GPU", "torch", ["bitsandbytes 0.49.2"]),
+     "fix torch's GPU line first (above): this framework runs on torch's GPU"),
+    (_failed("cupy", "run", "timed out after 90 s at run (killed)", "timeout", ["cupy-cuda13x 14.2.0"]),
+     "cupy hung at run: a stuck process may hold the GPU (nvidia-smi lists it), or cupy waits on the driver; its "
+     "last words are in its stderr"),
+    (_failed("jax", "run", "killed by SIGSEGV at run", "signal", ["jax-cuda13-plugin 0.10.2"]),
+     "jax crashed at run with no Python error, the ABI symptom: run spark_abi_scan on this environment (the "
+     "verification does) for a wheel built for another CUDA major"),
+    (_failed("numba-cuda", "import", "ModuleNotFoundError: No module named 'numba'", "import", ["numba-cuda 0.30.4"]),
+     "install numba-cuda[cu13]"),
+    (_failed("bitsandbytes", "import", "ModuleNotFoundError: No module named 'typing_extensions'", "import",
+             ["bitsandbytes 0.49.2"]),
+     "bitsandbytes imports typing_extensions, which is not installed: install the package that provides it (pip "
+     "check lists what each package needs and lacks)"),
+    (_failed("triton", "compile", "RuntimeError: ptxas fatal: sm_121a is not defined", "ptxas", ["triton 3.6.0"]),
+     "set TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas (the CUDA 13 ptxas, which knows sm_121) and retry"),
+    (_failed("cupy", "compute", "the GPU computed 0.0, expected 89440.0", None, ["cupy-cuda13x 14.2.0"]),
+     "the GPU computed a wrong value: check dmesg and nvidia-smi for GPU errors"),
+    (_failed("jax", "run", "XlaRuntimeError: INTERNAL: Failed to launch", None, ["jax-cuda13-plugin 0.10.2"]),
+     "jax failed at run in its own words (its error and stderr): not a build sparkfleet can name"),
+])
+def test_the_fix_follows_the_cause(result, fix):
+    assert framework_advice(result) == fix
+
+
+def test_an_ok_or_unexercised_framework_has_no_fix():
+    assert framework_advice({"name": "cupy", "verdict": "ok"}) is None
+    assert framework_advice({"name": "vllm", "verdict": "not exercised", "stage": "import"}) is None
+
+
+def test_the_install_advice_comes_only_where_the_build_is_missing_or_wrong():
+    """A CUDA 13 build that fails after its import is never told to install itself (issue 47, item 4)."""
+    for stage in ("device", "run", "compute", "compile"):
+        fix = framework_advice(_failed("cupy", stage, "CUDARuntimeError: x", None, ["cupy-cuda13x 14.2.0"]))
+        assert "install cupy-cuda13x" not in fix, fix
