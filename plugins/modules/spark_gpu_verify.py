@@ -220,7 +220,7 @@ import tempfile
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_text
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._bounded import run_bounded
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import (
@@ -235,17 +235,10 @@ _DOCKER_LAUNCH_FAILED = 125  # docker run's own exit status when the container c
 
 
 def run_probe(argv: list[str], env: dict[str, str], timeout: int, on_timeout=None) -> tuple[int | None, str, str]:
-    try:
-        # subprocess: run_command has no timeout, and a wedged driver or image hangs the probe.
-        proc = subprocess.run(argv, input=PROBE.encode(), capture_output=True, timeout=timeout, env=env,  # pylint: disable=ansible-bad-function
-                              check=False)
-    except subprocess.TimeoutExpired as exc:
-        if on_timeout:
-            on_timeout()
-        return None, to_text(exc.stdout or b""), to_text(exc.stderr or b"")
-    except OSError as exc:
-        return 127, "", str(exc)
-    return proc.returncode, to_text(proc.stdout), to_text(proc.stderr)
+    rc, out, err, _seconds = run_bounded(argv, PROBE.encode(), env, timeout)
+    if rc is None and on_timeout:
+        on_timeout()
+    return rc, out, err
 
 
 def main() -> None:
@@ -300,7 +293,7 @@ def main() -> None:
         module.fail_json(msg=f"the probe could not run under {target.get('python') or target.get('launcher')} "
                              f"(rc {rc}): {(err or out).strip()[-1000:]}; expected a Python 3 interpreter there.",
                          rc=rc, stdout=out, stderr=err)
-    result = diagnose(probe, launch_error=launch_error, timed_out=rc is None,
+    result = diagnose(probe, launch_error=launch_error, timed_out=rc is None, timeout=params["timeout"],
                       expected_cuda_major=params["expected_cuda_major"], spark=params["spark"],
                       container=bool(params["launcher"]), signal_number=signal_number)
     module.exit_json(changed=False, target=target, probe=probe, timed_out=rc is None, rc=rc,

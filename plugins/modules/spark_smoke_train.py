@@ -162,6 +162,7 @@ import tempfile
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._bounded import run_bounded
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._smoke import SMOKE, judge
@@ -203,19 +204,14 @@ def main() -> None:
         argv = [p["launcher"], "python3", "-", *args]
     else:
         argv = [p["python"], "-", *args]
-    try:
-        # subprocess: run_command has no timeout, and a wedged GPU or image hangs the step.
-        proc = subprocess.run(argv, input=SMOKE.encode(), capture_output=True, timeout=p["timeout"], env=env,  # pylint: disable=ansible-bad-function
-                              check=False)
-        rc, out, err = proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
-    except subprocess.TimeoutExpired as exc:
-        if name:
-            docker = module.get_bin_path(p["docker"])
-            if docker:
-                subprocess.run([docker, "rm", "-f", name], capture_output=True, check=False)  # pylint: disable=ansible-bad-function
-        rc, out, err = None, (exc.stdout or b"").decode(errors="replace"), (exc.stderr or b"").decode(errors="replace")
-    except OSError as exc:
-        module.fail_json(msg=f"the smoke step could not start {argv[0]}: {exc}")
+    # The step and everything it started (a launcher's docker CLI, a trainer's workers) killed at its deadline.
+    rc, out, err, _seconds = run_bounded(argv, SMOKE.encode(), env, p["timeout"])
+    if rc is None and name:
+        docker = module.get_bin_path(p["docker"])
+        if docker:
+            subprocess.run([docker, "rm", "-f", name], capture_output=True, check=False)  # pylint: disable=ansible-bad-function
+    elif rc == 127 and not out:
+        module.fail_json(msg=f"the smoke step could not start {argv[0]}: {err}")
     module.exit_json(changed=False, **judge(out, err, rc, p["timeout"]))
 
 

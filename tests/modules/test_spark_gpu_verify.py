@@ -137,7 +137,7 @@ def test_a_hung_probe_is_a_stuck_process_not_a_stuck_play(host, where, stage):
     result = host.probe({**SPARK_TORCH, "hang": where}, timeout=5)
     assert result["timed_out"] is True
     assert result["hypothesis"] == "stuck process"
-    assert result["evidence"] == f"the probe hung while {stage}"
+    assert result["evidence"] == f"the probe hung while {stage} (killed after 5 s)"
     assert "reopen the shell" in result["fix"]
 
 

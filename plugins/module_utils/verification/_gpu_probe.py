@@ -216,7 +216,7 @@ def framework_line(result: dict) -> str:
 
 def diagnose(probe: dict[str, dict], *, launch_error: str | None = None, timed_out: bool = False,
              expected_cuda_major: int = 13, spark: bool = True, container: bool = False,
-             signal_number: int | None = None) -> dict:
+             signal_number: int | None = None, timeout: int | None = None) -> dict:
     """Verdict and, when not ok, the first of the user's hypotheses that holds.
 
     Order (spark-environment-setup.md, "Verification"): 1. nvidia-smi fails
@@ -265,7 +265,8 @@ def diagnose(probe: dict[str, dict], *, launch_error: str | None = None, timed_o
             result["notes"].append(f"compute capability {cap}: not a Spark ({device.get('name')})")
         if frameworks["hung"] and timed_out:
             return {**result, "hypothesis": STUCK,
-                    "evidence": f"torch is fine; the probe hung while probing {frameworks['hung']}",
+                    "evidence": f"torch is fine; the probe hung while probing {frameworks['hung']}"
+                                + (f" (killed after {timeout} s)" if timeout else ""),
                     "fix": f"a stuck process may hold the GPU, or {frameworks['hung']} waits on it: reopen the shell "
                            "or restart the container, then check nvidia-smi for leftover processes"}
         if broken:
@@ -316,7 +317,8 @@ def diagnose(probe: dict[str, dict], *, launch_error: str | None = None, timed_o
     if timed_out:
         stage = ("importing torch" if "torch" not in probe else
                  "asking torch for CUDA" if "cuda" not in probe else "querying the device")
-        return {**result, "hypothesis": STUCK, "evidence": f"the probe hung while {stage}",
+        killed = f" (killed after {timeout} s)" if timeout else ""
+        return {**result, "hypothesis": STUCK, "evidence": f"the probe hung while {stage}{killed}",
                 "fix": "a stuck process holds the GPU: reopen the shell or restart the container, then "
                        "check for leftover processes in nvidia-smi"}
     if torch and not torch.get("imported"):
