@@ -89,8 +89,8 @@ gpu_verified:
   returned: success
   type: bool
 stage:
-  description: Where a failed run stopped - headroom, import, build, quantize, lora, compile, step, learning (the
-    first of its C(blockers)).
+  description: Where a failed run stopped - headroom, import, unsloth, build, quantize, lora, compile, step, learning
+    (the first of its C(blockers)).
   returned: success
   type: str
 blockers:
@@ -145,8 +145,15 @@ mem_available_mb:
   type: dict
 parts:
   description: Which optional parts ran - versions of torch, transformers, peft, torchao, trl, bitsandbytes,
-    triton; quantized_4bit, triton_kernel (the kernel computed the right value; false fails the run), the loop.
+    triton, unsloth (null when it is not installed or did not import); quantized_4bit, triton_kernel (the kernel
+    computed the right value; false fails the run), the loop.
   returned: when the step got that far
+  type: dict
+unsloth:
+  description: Where Unsloth is installed, its own path on the same tiny model (loaded by its loader, its LoRA
+    attached, the same steps), judged as the peft path is - first_loss, last_loss, drop, losses. Its failure (its
+    own refusal without a GPU, a dependency its no-deps step left out) is a blocker at the C(unsloth) stage.
+  returned: when Unsloth's path ran
   type: dict
 timed_out:
   description: The step did not finish within O(timeout).

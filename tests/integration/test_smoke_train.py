@@ -10,6 +10,8 @@ third step does).
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from conftest import run_module
@@ -117,3 +119,19 @@ def test_7_where_trl_is_installed_the_steps_run_through_its_trainer_and_must_sti
     flat = smoke(venv, learning_rate=0.0)
     assert (flat["verdict"], flat["stage"], flat["parts"]["loop"]) == ("failed", "learning", "trl SFTTrainer 1.16.0")
     assert len(flat["losses"]) == 40 and flat["error"].startswith("the loss did not fall by 5%")
+
+
+def test_8_where_unsloth_is_installed_its_own_path_runs_and_a_missing_dependency_is_named_in_its_words(venv):
+    """Issue 48: the smoke step runs Unsloth where it is installed. Installed as the matrix's no-deps step installs
+    it (the real unsloth and unsloth_zoo 2026.10.9, --no-deps), its import stops at a dependency no step installed:
+    named in Python's words at the unsloth stage, with the fix; the peft path still runs and learns on the CPU, and
+    the verdict is failed (never verification)."""
+    import wheels
+
+    result = smoke(venv, environment={"PYTHONPATH": str(wheels.unsloth_site())})
+    assert (result["verdict"], result["stage"], result["gpu_verified"]) == ("failed", "unsloth", False), result
+    assert result["parts"]["unsloth"] is None, "it never imported"
+    [blocker] = result["blockers"]
+    assert re.fullmatch(r"ModuleNotFoundError: No module named '[\w.]+'", blocker["error"]), blocker
+    assert blocker["fix"].startswith("a package Unsloth imports is not installed (its step installs it --no-deps)")
+    assert len(result["losses"]) == 40 and result["drop"] >= 0.05, "the peft path ran past it"

@@ -243,3 +243,19 @@ def cpu_builds_venv() -> Path:
 def torch_frameworks_venv() -> Path:
     """TORCH_FRAMEWORKS (torch from the machine's store, the others from PyPI)."""
     return _py311_venv("torch-frameworks-venv", TORCH_FRAMEWORKS)
+
+
+# Unsloth as the matrix's no-deps step installs it: unsloth and unsloth_zoo without their dependencies.
+UNSLOTH = ["unsloth==2026.10.9", "unsloth_zoo==2026.10.9"]
+
+
+def unsloth_site() -> Path:
+    """UNSLOTH installed --no-deps into a folder of its own (cached), given to a venv through PYTHONPATH."""
+    site = CACHE / "sites" / "unsloth-2026.10.9-no-deps"
+    stamp = site / ".sparkfleet-installed"
+    if stamp.exists() and stamp.read_text() == repr(UNSLOTH):
+        return site
+    _pip("install", "-q", "--no-deps", "--upgrade", "--target", str(site), *UNSLOTH,
+         python=str(smoke_venv() / "bin" / "python"))
+    stamp.write_text(repr(UNSLOTH))
+    return site

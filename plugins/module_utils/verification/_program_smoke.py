@@ -8,7 +8,11 @@ this builds a tiny Llama from a config in code (random weights, a fixed seed: no
 LoRA with peft (where an old torchao makes peft refuse), quantizes the base to 4 bits through bitsandbytes where
 it is installed and a GPU is there, compiles one Triton kernel where Triton and a GPU are, and runs the steps on
 a fixed batch. It passes only when the loss falls by the stated margin, every gradient norm is finite and no
-value is NaN.
+value is NaN. Where Unsloth is installed it is imported first (it patches transformers, peft and trl) and its own
+path runs too (its loader on the same tiny model saved to a folder, its LoRA, the same steps), judged the same way.
+
+Every blocker in one run: without the GPU asked for, without a 4-bit base, a Triton kernel or Unsloth, the rest
+still runs (on the CPU where there is no GPU) and the verdict names each blocker it met; it stays failed.
 
 spark_smoke_train sends this file's source on stdin; options follow "-" on the command line. It prints one JSON
 object per line as it goes (the stage it reached first), so a run that hangs or dies leaves its stage behind.
@@ -21,7 +25,7 @@ import os
 import sys
 import time
 
-STAGES = ("headroom", "import", "build", "quantize", "lora", "compile", "step", "learning")
+STAGES = ("headroom", "import", "unsloth", "build", "quantize", "lora", "compile", "step", "learning")
 
 
 def emit(kind, **data):
@@ -141,6 +145,67 @@ def plain_steps(torch, model, tokens, opts, config, generator, device):
     return losses, norms
 
 
+def make_tokenizer():
+    """A tokenizer made here (nothing is downloaded): the dataset is tokens already, trl and Unsloth only ask for
+    one."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+    vocab = {str(i): i for i in range(256)}
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab=vocab, unk_token="0")),
+                                   pad_token="0", eos_token="1")
+
+
+def learned(losses, norms, opts):
+    """What the losses did ({first_loss, last_loss, drop}) and, when the run did not learn, (error, fix)."""
+    bad = [v for v in losses + norms if not math.isfinite(v)]
+    window = max(1, min(5, len(losses) // 3))
+    first, last = sum(losses[:window]) / window, sum(losses[-window:]) / window
+    summary = {"first_loss": round(first, 4), "last_loss": round(last, 4),
+               "drop": round(1 - last / first, 4) if first else None}
+    if bad:
+        return summary, ("a loss or gradient norm is not finite (%s) after %d steps" % (bad[0], len(losses)),
+                         "a run that diverges learns nothing: check the stack's versions against the matrix")
+    if not first or last > first * (1 - opts["min_drop"]):
+        return summary, ("the loss did not fall by %d%%: %.4f -> %.4f over %d steps (lr %s)" % (
+            round(opts["min_drop"] * 100), first, last, len(losses), opts["lr"]),
+            "a run that does not learn proves nothing: check the learning rate and the stack against the matrix "
+            "(NVIDIA/dgx-spark-playbooks#85 trained a broken model that ran to its end)")
+    return summary, None
+
+
+UNSLOTH_NO_GPU = "Unsloth cannot find any torch accelerator"
+
+
+def unsloth_fix(text):
+    if UNSLOTH_NO_GPU in text:
+        return "Unsloth runs only on a GPU: fix the GPU line first (sparkfleet verify); this is no verification"
+    if "No module named" in text:
+        return ("a package Unsloth imports is not installed (its step installs it --no-deps): install what the "
+                "venv's pip check lists as missing (the matrix's deps step), or use the Unsloth container")
+    return ("check unsloth and unsloth_zoo against the matrix's torch, transformers, peft and trl (their metadata "
+            "says which versions they support: sparkfleet matrix check)")
+
+
+def unsloth_steps(torch, config, tokens, opts, device):
+    """Unsloth's own path on the tiny model: saved from its config into a folder of its own, loaded by Unsloth's
+    loader, its LoRA attached, the steps in a plain loop; judged as the peft path is."""
+    import tempfile
+
+    from transformers import LlamaForCausalLM
+    from unsloth import FastLanguageModel
+    folder = tempfile.mkdtemp(prefix="sparkfleet-smoke-unsloth-")
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    make_tokenizer().save_pretrained(folder)
+    model, _tokenizer = FastLanguageModel.from_pretrained(model_name=folder, max_seq_length=64, dtype=None,
+                                                          load_in_4bit=False, local_files_only=True)
+    model = FastLanguageModel.get_peft_model(model, r=8, lora_alpha=16, lora_dropout=0, bias="none",
+                                             target_modules=["q_proj", "v_proj"], random_state=0,
+                                             use_gradient_checkpointing=False)
+    generator = torch.Generator().manual_seed(0)
+    return plain_steps(torch, model, tokens.to(device), opts, config, generator, device)
+
+
 def trl_steps(torch, model, tokens, opts, cuda, parts):
     """The steps through trl's SFTTrainer, as a fine-tuning job runs them: the same batch each step (a dataset of
     the fixed tokens), a constant learning rate, no clipping; its logs give each step's loss and gradient norm.
@@ -151,8 +216,7 @@ def trl_steps(torch, model, tokens, opts, cuda, parts):
     try:
         import trl
         from datasets import Dataset
-        from tokenizers import Tokenizer, models
-        from transformers import PreTrainedTokenizerFast, TrainerCallback
+        from transformers import TrainerCallback
     except Exception as exc:
         raise Stop("step", "trl's trainer cannot be imported: %s: %s" % (type(exc).__name__, str(exc)[-600:]),
                    "install trl with the versions of transformers and datasets it asks for (the matrix's stack "
@@ -167,10 +231,7 @@ def trl_steps(torch, model, tokens, opts, cuda, parts):
                 if logs.get("grad_norm") is not None:
                     norms.append(float(logs["grad_norm"]))
 
-    # A tokenizer made here (nothing is downloaded): the dataset is tokens already, trl only asks for one.
-    vocab = {str(i): i for i in range(256)}
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab=vocab, unk_token="0")),
-                                        pad_token="0", eos_token="1")
+    tokenizer = make_tokenizer()
     try:
         with contextlib.redirect_stdout(sys.stderr):  # the trainer's own logs: stdout is this program's
             config = trl.SFTConfig(output_dir=tempfile.mkdtemp(prefix="sparkfleet-smoke-trl-"),
@@ -195,6 +256,16 @@ def run(opts):
         raise Stop("headroom", "MemAvailable is %d MiB, below the %d MiB headroom the smoke step keeps" % (
             before, opts["headroom_mb"]), "free memory (a training job, a cached model) or lower the headroom")
     emit("stage", stage="import")
+    unsloth = installed("unsloth")
+    if unsloth:
+        # Before transformers, peft and trl: Unsloth patches them, as in a fine-tuning job that uses it.
+        emit("stage", stage="unsloth")
+        try:
+            import unsloth as _unsloth  # noqa: F401
+        except BaseException as exc:  # its own refusal (no GPU) is a NotImplementedError
+            text = "%s: %s" % (type(exc).__name__, " ".join(str(exc).split())[-600:])
+            blocked(Stop("unsloth", text, unsloth_fix(text)))
+            unsloth = None
     try:
         import torch
         import transformers
@@ -216,7 +287,7 @@ def run(opts):
     device = "cuda" if cuda else "cpu"
     parts = {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
              "torchao": installed("torchao"), "trl": installed("trl"), "bitsandbytes": installed("bitsandbytes"),
-             "triton": installed("triton") if cuda else None, "loop": "plain"}
+             "triton": installed("triton") if cuda else None, "loop": "plain", "unsloth": unsloth}
     emit("stage", stage="build", device=device, parts=parts)
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -282,19 +353,24 @@ def run(opts):
               "seconds_per_step": round(seconds / max(1, opts["steps"]), 4),
               "peak_gpu_memory_mb": round(torch.cuda.max_memory_allocated() / 2 ** 20, 1) if cuda else None,
               "mem_available_mb": {"before": before, "after": after}, "parts": parts}
-    bad = [v for v in losses + norms if not math.isfinite(v)]
-    window = max(1, min(5, len(losses) // 3))
-    first, last = sum(losses[:window]) / window, sum(losses[-window:]) / window
-    result.update(first_loss=round(first, 4), last_loss=round(last, 4), drop=round(1 - last / first, 4)
-                  if first else None)
-    if bad:
-        raise Stop("learning", "a loss or gradient norm is not finite (%s) after %d steps" % (bad[0], len(losses)),
-                   "a run that diverges learns nothing: check the stack's versions against the matrix", result)
-    if not first or last > first * (1 - opts["min_drop"]):
-        raise Stop("learning", "the loss did not fall by %d%%: %.4f -> %.4f over %d steps (lr %s)" % (
-            round(opts["min_drop"] * 100), first, last, len(losses), opts["lr"]),
-            "a run that does not learn proves nothing: check the learning rate and the stack against the matrix "
-            "(NVIDIA/dgx-spark-playbooks#85 trained a broken model that ran to its end)", result)
+    summary, problem = learned(losses, norms, opts)
+    result.update(summary)
+    if problem:
+        raise Stop("learning", problem[0], problem[1], result)
+    if unsloth:
+        emit("stage", stage="unsloth")
+        try:
+            unsloth_losses, unsloth_norms = unsloth_steps(torch, config, tokens, opts, device)
+        except Stop as stop:
+            blocked(Stop("unsloth", str(stop), unsloth_fix(str(stop))))
+        except Exception as exc:
+            text = "%s: %s" % (type(exc).__name__, " ".join(str(exc).split())[-600:])
+            blocked(Stop("unsloth", text, unsloth_fix(text)))
+        else:
+            summary, problem = learned(unsloth_losses, unsloth_norms, opts)
+            result["unsloth"] = dict(summary, losses=[round(v, 4) for v in unsloth_losses])
+            if problem:
+                blocked(Stop("unsloth", "Unsloth's path: " + problem[0], problem[1]))
     return result
 
 

@@ -105,7 +105,7 @@ def smoke_entry(kind: str, result: dict, images: dict[str, dict] | None = None) 
              "first_loss": result.get("first_loss"), "last_loss": result.get("last_loss"), "drop": result.get("drop"),
              "seconds_per_step": result.get("seconds_per_step"), "peak_gpu_memory_mb": result.get("peak_gpu_memory_mb"),
              "mem_available_mb": result.get("mem_available_mb"), "parts": result.get("parts"),
-             "blockers": result.get("blockers") or []}
+             "blockers": result.get("blockers") or [], "unsloth": result.get("unsloth")}
     if entry["verdict"] == "ok" and not entry["gpu_verified"]:
         entry.update(verdict="failed", stage="device",
                      error=f"it learned on the {entry['device'] or 'CPU'}, not on the GPU: that is no GPU "
@@ -121,8 +121,10 @@ def smoke_line(entry: dict) -> str:
         peak = f", peak {entry['peak_gpu_memory_mb']} MiB" if entry.get("peak_gpu_memory_mb") is not None else ""
         loop = (entry.get("parts") or {}).get("loop")
         through = f" through {loop}" if loop and loop != "plain" else ""
+        unsloth = entry.get("unsloth") or {}
+        also = (f"; Unsloth's path {unsloth.get('first_loss')} -> {unsloth.get('last_loss')}" if unsloth else "")
         return (f"{head} loss {entry.get('first_loss')} -> {entry.get('last_loss')} (-{drop}%) on "
-                f"{entry.get('device')}{through}, {entry.get('seconds_per_step')} s/step{peak}")
+                f"{entry.get('device')}{through}, {entry.get('seconds_per_step')} s/step{peak}{also}")
     others = "".join(f"; also at {b.get('stage')} - {b.get('error')}. Fix: {b.get('fix')}"
                      for b in (entry.get("blockers") or [])[1:])
     return f"{head} at {entry.get('stage')} - {entry.get('error')}. Fix: {entry.get('fix')}{others}"
