@@ -2,7 +2,8 @@
 CLI, as an owner runs it on a single box (tests/gpu/run.sh runs it there, without network). Skipped elsewhere.
 
 What it proves there: `sparkfleet verify` says True 13.x of the box's Python truthfully, with every GPU framework
-that Python holds probed by its own GPU operation (torch, jax, cupy, numba-cuda, triton, cuda-python: each ok);
+that Python holds probed by its own GPU operation (torch, jax, cupy, numba-cuda, triton, cuda-python, onnxruntime,
+bitsandbytes: each ok with its value); a CUDA 12 build (cupy-cuda12x) fails by its probe and by the ABI scan;
 `verify --smoke` trains the tiny Llama on the GPU and it learns (where transformers and peft are there);
 CUDA_VISIBLE_DEVICES='' is diagnosed as device visibility, in the user's order.
 """
@@ -19,6 +20,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "collections"))
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe  # noqa: E402
+
 # The box's Python with its frameworks (torch cu130, jax-cuda13, ...): the one under test.
 PYTHON = os.environ.get("SPARKFLEET_GPU_PYTHON") or shutil.which("python3") or sys.executable
 SPARKFLEET = shutil.which("sparkfleet") or str(REPO / ".venv" / "bin" / "sparkfleet")
@@ -53,14 +57,28 @@ def verify(tmp_path: Path, *extra: str, **env: str) -> tuple[subprocess.Complete
     return proc, host["verification"]
 
 
-def test_verify_says_true_13_and_every_framework_installed_is_ok(tmp_path):
+def test_verify_says_true_13_and_every_framework_installed_is_ok_with_its_value(tmp_path):
+    """Proves, not tolerates (issue 47): every framework with a probe that this Python holds ran its operation on
+    the GPU and got its value (the sum of the squares of 1..64; bitsandbytes: a step of about its learning rate)."""
     proc, verification = verify(tmp_path)
     (gpu,) = verification["gpu"]
     assert gpu["line"].startswith("True 13."), gpu
     assert (proc.returncode, verification["verdict"]) == (0, "ok"), verification["failures"]
-    exercised = {f["name"]: f["verdict"] for f in gpu["frameworks"]}
-    print("frameworks exercised:", exercised)
-    assert exercised and set(exercised.values()) <= {"ok", "not exercised"}, exercised
+    results = {f["name"]: f for f in gpu["frameworks"]}
+    print("frameworks:", json.dumps(results, indent=1))
+    probed = {name for name, _pattern, _module, probe, _fix in _program_gpu_probe.FRAMEWORKS if probe}
+    installed = probed & set(results)
+    assert installed, "run.sh carries the table's frameworks: none was found"
+    for name in sorted(installed):
+        result = results[name]
+        assert result["verdict"] == "ok", result
+        if name == "bitsandbytes":
+            low, high = _program_gpu_probe.BNB_MOVE
+            assert low <= result["moved"] <= high, result
+        else:
+            assert result["value"] == _program_gpu_probe.SQUARES, result
+    if "jax" in installed and "peak_bytes" in results["jax"]:
+        assert results["jax"]["peak_bytes"] < 2 ** 30, "jax ran without preallocating the GPU's memory"
 
 
 def test_the_smoke_step_learns_on_the_gpu(tmp_path):
@@ -72,6 +90,31 @@ def test_the_smoke_step_learns_on_the_gpu(tmp_path):
     assert (smoke["verdict"], smoke["device"], smoke["gpu_verified"]) == ("ok", "cuda", True), verification
     assert smoke["last_loss"] < smoke["first_loss"] and smoke["peak_gpu_memory_mb"] > 0
     assert proc.returncode == 0, verification["failures"]
+
+
+def _module(name: str, args: dict) -> dict:
+    """One of the collection's modules on this box, as `ansible localhost -m` runs it."""
+    proc = subprocess.run(["ansible", "localhost", "-c", "local", "-m", f"sparkfleet.spark.{name}", "-a",
+                           json.dumps(args), "-o"], capture_output=True, text=True, timeout=900, check=False,
+                          env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / "collections"),
+                               "ANSIBLE_LOCALHOST_WARNING": "false", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false"})
+    text = proc.stdout.split("=>", 1)[1] if "=>" in proc.stdout else "{}"
+    return json.loads(text)
+
+
+def test_a_cuda_12_build_fails_by_its_probe_and_by_the_abi_scan():
+    """cupy-cuda12x on a CUDA 13 machine (run.sh installs it in a site of its own): its probe fails, naming the
+    CUDA 12 build, and the ABI scan names its CUDA 12 libraries."""
+    site = os.environ.get("SPARKFLEET_GPU_CUDA12_SITE")
+    if not site or not Path(site).is_dir():
+        pytest.skip("no CUDA 12 build carried (tests/gpu/run.sh installs cupy-cuda12x into SPARKFLEET_GPU_CUDA12_SITE)")
+    result = _module("spark_gpu_verify", {"python": PYTHON, "spark": False, "environment": {"PYTHONPATH": site}})
+    cupy = next(f for f in result["frameworks"]["results"] if f["name"] == "cupy")
+    print("cupy-cuda12x:", cupy)
+    assert cupy["verdict"] == "failed" and "CUDA 12 build" in (cupy["fix"] or ""), cupy
+    scan = _module("spark_abi_scan", {"path": site})
+    print("abi:", scan.get("findings"))
+    assert scan["verdict"] == "mismatch" and any("cupy" in f for f in scan["findings"]), scan
 
 
 def test_an_empty_cuda_visible_devices_is_diagnosed_as_device_visibility(tmp_path):
