@@ -40,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from content_key import content_key  # bench/, the folder of this script
+
 from sparkfleet.runner import mitogen_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,7 +103,8 @@ def commit() -> dict:
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
                                 capture_output=True, text=True).stdout.strip())
-    return {"commit": head, "dirty": dirty, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return {"commit": head, "dirty": dirty, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "content_key": content_key()}
 
 
 def registry_log(port: int) -> Path:

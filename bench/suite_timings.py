@@ -50,10 +50,30 @@ def table(folder: Path) -> list[str]:
     return out
 
 
+def stale_benchmarks(results: Path, key: str) -> list[str]:
+    """A note for each benchmark of bench/results measured on other roles and plugins than these (issue 49)."""
+    notes = []
+    fleet = results / "fleet.json"
+    run = (json.loads(fleet.read_text()).get("run") or {}) if fleet.is_file() else {}
+    if run and run.get("content_key") != key:
+        measured = (f"measured at {str(run.get('commit'))[:12]} on {run.get('measured_at')}, on roles/ and plugins/ "
+                    f"whose content key was {run['content_key']}" if run.get("content_key") else
+                    f"measured at {str(run.get('commit'))[:12]} on {run.get('measured_at')}, before content keys")
+        notes.append(f"note: {fleet.relative_to(results.parents[1])} is stale: {measured}; they are {key} now. "
+                     f"Re-measure the converged run: python bench/fleet.py --only noop")
+    return notes
+
+
 def main() -> int:
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else ".cache/timings")
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo / "bench"))
+    from content_key import content_key
+
     lines = ["where make test's time went (wall seconds; a pytest file's in its worker, both workers at once):",
              "", *table(folder)]
+    notes = stale_benchmarks(repo / "bench" / "results", content_key(repo))
+    lines += ["", *notes] if notes else []
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "table.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

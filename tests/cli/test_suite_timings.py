@@ -19,3 +19,48 @@ def test_scenarios_run_at_once_are_shown_under_their_stage_and_counted_once(tmp_
     assert rows[2:] == ["| lint: ruff | 10 | 3% |", "| molecule: default and venv, at once (exit 1) | 290 | 97% |",
                         "| &nbsp;&nbsp;molecule: venv | 250 | |", "| &nbsp;&nbsp;molecule: default (exit 1) | 280 | |",
                         "| **all stages** | **300** | |"]
+
+
+def _suite_timings():
+    spec = importlib.util.spec_from_file_location("suite_timings", REPO / "bench" / "suite_timings.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_benchmark_measured_on_other_roles_and_plugins_is_named_stale(tmp_path):
+    """Issue 49: the converged run's figures (bench/results/fleet.json) say which roles/ and plugins/ they were
+    measured on; the timing table names them stale when those differ, and says how to re-measure."""
+    import json
+
+    results = tmp_path / "bench" / "results"
+    results.mkdir(parents=True)
+    run = {"commit": "e42ed1701c50f4462fa2745d8dd727a4724a9cb0", "measured_at": "2026-12-02T16:58:35Z"}
+    (results / "fleet.json").write_text(json.dumps({"run": {**run, "content_key": "0123456789abcdef"}}))
+    assert _suite_timings().stale_benchmarks(results, "0123456789abcdef") == []
+    [note] = _suite_timings().stale_benchmarks(results, "fedcba9876543210")
+    assert note == ("note: bench/results/fleet.json is stale: measured at e42ed1701c50 on 2026-12-02T16:58:35Z, on "
+                    "roles/ and plugins/ whose content key was 0123456789abcdef; they are fedcba9876543210 now. "
+                    "Re-measure the converged run: python bench/fleet.py --only noop")
+    (results / "fleet.json").write_text(json.dumps({"run": run}))
+    [note] = _suite_timings().stale_benchmarks(results, "fedcba9876543210")
+    assert "before content keys" in note
+
+
+def test_the_content_key_follows_the_roles_and_plugins_bytes(tmp_path):
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(REPO / "bench"))
+    from content_key import content_key
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "roles").mkdir()
+    (tmp_path / "roles" / "main.yml").write_text("a: 1\n")
+    (tmp_path / "README.md").write_text("x\n")
+    subprocess.run(["git", "-C", str(tmp_path), "add", "."], check=True)
+    first = content_key(tmp_path)
+    (tmp_path / "README.md").write_text("y\n")
+    assert content_key(tmp_path) == first, "only roles/ and plugins/ count"
+    (tmp_path / "roles" / "main.yml").write_text("a: 2\n")
+    assert content_key(tmp_path) != first
