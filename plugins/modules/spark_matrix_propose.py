@@ -19,6 +19,11 @@ description:
     matrix's name, no evidence until a proof writes it), one row per pin (old, new, moved) and the date each
     release was uploaded where the index says (PEP 691 JSON, C(upload-time); PyPI does, an index of plain pages
     does not).
+  - The set respects its declared closure (what every package of the steps declares, the C(--no-deps) step's
+    included) - a pin that violates a requirement another package declares, and the matrix does not accept, is
+    held within it and the set asked again (older than the matrix's pin if it must be), each hold said in
+    RV(lines) with who declared it. A set given (O(pins)) that violates one is kept as given, its violations shown
+    and written in the candidate as accepted deviations.
   - A step that does not resolve is named with pip's own account of the conflict and the pins to blame; the later
     steps are not asked. Nothing is written anywhere; playbooks/matrix_propose.yml builds, proves and writes.
 version_added: "0.4.0"
@@ -93,6 +98,18 @@ failure:
     words) and blame (the pins given or moved that the failure names); null when every step resolved.
   returned: success
   type: dict
+held:
+  description: Each pin held back by what another package of the set declares (the closure) - name, specifier
+    (what it was held within), declarer, version, requirement (as declared). The screen says each in RV(lines).
+  returned: success
+  type: list
+  elements: dict
+closure:
+  description: The candidate's declared closure - lines (each finding, accepted or not, and each requirement no
+    step installs) and clean (no violation but those the matrix accepts and those of a set given, which the
+    candidate carries as accepted deviations); null when a step did not resolve.
+  returned: success
+  type: dict
 """
 
 import datetime
@@ -105,12 +122,14 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _closure as closure
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_proposal import (
     blame,
     candidate,
     changes,
     diff_lines,
     given_pins,
+    held_lines,
     public,
     step_specs,
 )
@@ -168,10 +187,54 @@ def file_version(filename: str, name: str) -> str | None:
     return public(rest.split("-", 1)[0])
 
 
-def propose(module: AnsibleModule, matrix: dict, given: dict, overrides: dict, timeout: int) -> dict:
-    """Each step in order, as pip would choose: {chosen, failure}."""
+# How many times the set is asked again, each time held back by what the last one's closure found.
+CLOSURE_ROUNDS = 4
+
+
+def respecting_closure(module: AnsibleModule, matrix: dict, given: dict, overrides: dict, timeout: int) -> dict:
+    """The newest set in which no package's declared requirement is violated (but those the matrix accepts, and
+    those of a pin the user gave): asked, judged (module_utils/venv/_closure.py), and asked again with each
+    violated package held within what its declarer declares, until the closure is clean or nothing more can be
+    held. {chosen, failure, holds, closure}."""
+    holds: dict[str, list[dict]] = {}
+    for _round in range(CLOSURE_ROUNDS):
+        found = propose(module, matrix, given, overrides, timeout, holds)
+        if found["failure"]:
+            return {**found, "holds": holds, "closure": None}
+        judged = closure.judge(found["steps"], matrix["target"], matrix.get("accepted"))
+        new = []
+        for finding in judged["unaccepted"]:
+            key = normalize(finding["name"])
+            if key in given or normalize(finding["declarer"]) in given:
+                continue  # the user's own pin: shown and written as an accepted deviation, never moved
+            specifier = str(closure.Requirement(finding["requirement"]).specifier)
+            held = holds.setdefault(key, [])
+            if any(h["declarer"] == finding["declarer"] and h["specifier"] == specifier for h in held):
+                continue
+            if not any(h["specifier"] == specifier for h in held):
+                new.append(key)  # a new bound: ask again (a second declarer of the same one is only named)
+            held.append({**finding, "specifier": specifier})
+        if not new:
+            break
+    return {**found, "holds": holds, "closure": judged}
+
+
+def given_deviations(judged: dict | None, given: dict) -> list[dict]:
+    """The violations a set the user gave leaves, as the candidate's accepted deviations (written only with them)."""
+    return [{"declared_by": f"{f['declarer']}=={f['version']}", "requires": f["name"],
+             "reason": f"pinned as given to matrix propose, outside what {f['declarer']} {f['version']} declares "
+                       f"({f['requirement']})"}
+            for f in (judged or {}).get("unaccepted") or []
+            if normalize(f["name"]) in given or normalize(f["declarer"]) in given]
+
+
+def propose(module: AnsibleModule, matrix: dict, given: dict, overrides: dict, timeout: int,
+            holds: dict | None = None) -> dict:
+    """Each step in order, as pip would choose: {chosen, failure, steps (each with what it declares, for the
+    closure)}."""
     pip = [sys.executable, "-m", "pip"]
     chosen: dict[str, str] = {}
+    declared: list[dict] = []
     steps = matrix["steps"]
     for position, step in enumerate(steps):
         indexes = [override(step["index_url"], overrides)]
@@ -179,18 +242,23 @@ def propose(module: AnsibleModule, matrix: dict, given: dict, overrides: dict, t
                     if url not in indexes]
         constraints = [f"{parse_pin(spec)[0]}=={chosen[normalize(parse_pin(spec)[0])]}"
                        for earlier in steps[:position] for spec in earlier["packages"]]
-        proc, report = dry_run(pip, [*step.get("args", []), *step_specs(step, given)], matrix["target"], indexes,
-                               timeout, constraints)
+        proc, report = dry_run(pip, [*step.get("args", []), *step_specs(step, given, holds)], matrix["target"],
+                               indexes, timeout, constraints)
         if report is None:
-            return {"chosen": chosen, "failure": {"step": step["id"], **failure(proc.stdout, proc.stderr)}}
+            return {"chosen": chosen, "failure": {"step": step["id"], **failure(proc.stdout, proc.stderr)},
+                    "steps": declared}
         installs = {normalize(i["metadata"]["name"]): i["metadata"]["version"] for i in report["install"]}
+        declared.append({"step": step["id"], "resolved": True, "no_deps": "--no-deps" in step.get("args", []),
+                         "declared": [{"name": i["metadata"]["name"], "version": i["metadata"]["version"],
+                                       "requires_dist": i["metadata"].get("requires_dist") or []}
+                                      for i in report["install"]]})
         for spec in step["packages"]:
             name = normalize(parse_pin(spec)[0])
             if name not in installs:
                 module.fail_json(msg=f"pip's report for step {step['id']} does not install {name}, which the step "
                                      "pins; nothing was proposed")
             chosen[name] = installs[name]
-    return {"chosen": chosen, "failure": None}
+    return {"chosen": chosen, "failure": None, "steps": declared}
 
 
 def main() -> None:
@@ -214,7 +282,7 @@ def main() -> None:
         today = datetime.date.fromisoformat(p["today"]) if p["today"] else datetime.date.today()
     except (MatrixError, ValueError) as exc:
         module.fail_json(msg=str(exc))
-    found = propose(module, matrix, given, p["index_overrides"], p["timeout"])
+    found = respecting_closure(module, matrix, given, p["index_overrides"], p["timeout"])
     chosen = {**{normalize(parse_pin(s)[0]): parse_pin(s)[1] for st in matrix["steps"] for s in st["packages"]},
               **{name: public(version) for name, version in found["chosen"].items()}}
     for name, version in given.items():  # a step not reached keeps the given pin in the diff
@@ -222,6 +290,9 @@ def main() -> None:
         if found["failure"]:
             chosen[name] = version
     proposed = candidate(matrix, chosen, today)
+    deviations = given_deviations(found["closure"], given)
+    if deviations:
+        proposed["accepted"] = [*(proposed.get("accepted") or []), *deviations]
     rows = [{**row, "given": normalize(row["package"]) in given} for row in changes(matrix, proposed)]
     indexes = {parse_pin(spec)[0]: override(step["index_url"], p["index_overrides"])
                for step in matrix["steps"] for spec in step["packages"]}
@@ -229,9 +300,17 @@ def main() -> None:
     with ThreadPoolExecutor(max_workers=4) as pool:
         days = list(pool.map(lambda pv: released(indexes[pv[0]], pv[0], pv[1], p["timeout"]), asked))
     dates = {f"{normalize(package)}=={version}": day for (package, version), day in zip(asked, days, strict=True)}
-    result = {"changed": False, "rows": rows, "released": dates, "lines": diff_lines(rows, dates),
+    judged = found["closure"] or {}
+    result = {"changed": False, "rows": rows, "released": dates,
+              "lines": diff_lines(rows, dates) + held_lines(found["holds"]),
               "moved": sum(1 for r in rows if r["moved"]), "resolves": found["failure"] is None,
-              "candidate": proposed if found["failure"] is None else None, "failure": None}
+              "candidate": proposed if found["failure"] is None else None, "failure": None,
+              "held": [{k: f[k] for k in ("name", "specifier", "declarer", "version", "requirement")}
+                       for key in sorted(found["holds"]) for f in found["holds"][key]],
+              "closure": {"lines": judged.get("lines") or [], "clean": not [
+                  f for f in judged.get("unaccepted") or [] if not any(
+                      d["requires"] == f["name"] and d["declared_by"] == f"{f['declarer']}=={f['version']}"
+                      for d in deviations)]} if judged else None}
     if found["failure"]:
         fail = found["failure"]
         fail["blame"] = blame(rows, fail.get("detail") or "", fail["step"])

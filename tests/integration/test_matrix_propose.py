@@ -44,14 +44,21 @@ def propose(index, **args) -> dict:
                                                "today": "2026-12-04", **args})
 
 
-def test_the_newest_set_that_resolves_together_is_proposed_with_each_releases_day(index):
+def test_the_newest_set_that_respects_its_closure_is_proposed_with_each_releases_day_and_what_held_it(index):
     result = propose(index)
     assert not result["failed"], result.get("msg")
-    # trl's newest (1.10.0) asks for datasets>=4.7.0: pip moves both, together; nothing else is newer there.
+    # trl's newest (1.10.0) asks for datasets>=4.7.0, and pip alone would move both; but unsloth and unsloth_zoo
+    # 2026.7.2 (the --no-deps step) declare datasets<4.4.0 (their real metadata), which the matrix does not accept
+    # to break: datasets is held within it, and the newest trl that fits is 1.9.0 (issue 48).
     moved = {r["package"]: (r["old"], r["new"]) for r in result["rows"] if r["moved"]}
-    assert moved == {"datasets": ("4.3.0", "4.7.0"), "trl": ("1.8.0", "1.10.0")}
-    assert "stack   datasets     4.3.0 (2026-05-04) -> 4.7.0 (2026-10-28)" in result["lines"]
-    assert "stack   trl          1.8.0 (2026-07-02) -> 1.10.0 (2026-11-20)" in result["lines"]
+    assert moved == {"trl": ("1.8.0", "1.9.0")}
+    assert "stack   datasets     = 4.3.0 (2026-05-04)" in result["lines"]
+    assert "stack   trl          1.8.0 (2026-07-02) -> 1.9.0 (2026-09-15)" in result["lines"]
+    assert [line for line in result["lines"] if line.startswith("held back:")] == [
+        f"held back: datasets!=4.0.*,!=4.1.0,<4.4.0,>=3.4.1 - {who} 2026.7.2 declares datasets!=4.0.*,!=4.1.0,<4.4.0,"
+        ">=3.4.1" for who in ("unsloth", "unsloth_zoo")]
+    assert result["closure"]["clean"] is True
+    assert not [line for line in result["closure"]["lines"] if line.startswith("VIOLATION")], result["closure"]
     assert "torch   torch        = 2.10.0 (date unknown)" in result["lines"], "the cu130 index gives no dates"
     candidate = result["candidate"]
     assert (candidate["name"], candidate["last_verified"], candidate["proposed_from"]) == (
@@ -60,8 +67,22 @@ def test_the_newest_set_that_resolves_together_is_proposed_with_each_releases_da
     assert [(s["id"], s.get("args"), s["index_url"]) for s in candidate["steps"]] == [
         (s["id"], s.get("args"), s["index_url"]) for s in MATRIX["steps"]]
     assert candidate["steps"][1]["packages"] == ["transformers==5.13.1", "peft==0.19.1", "hf_transfer==0.1.9",
-                                                 "datasets==4.7.0", "trl==1.10.0"]
+                                                 "datasets==4.3.0", "trl==1.9.0"]
+    assert candidate["accepted"] == MATRIX["accepted"], "no deviation beyond the matrix's own"
     assert candidate["steps"][0]["packages"] == ["torch==2.10.0"], "the local label (+cu130) is not pinned"
+
+
+def test_a_given_set_that_breaks_a_declared_requirement_is_kept_and_written_with_it_as_an_accepted_deviation(index):
+    result = propose(index, pins=["datasets==4.7.0"])
+    assert not result["failed"] and result["resolves"] is True and result["held"] == []
+    assert {r["package"]: r["new"] for r in result["rows"] if r["moved"]} == {"datasets": "4.7.0", "trl": "1.10.0"}
+    assert "VIOLATION unsloth 2026.7.2 declares datasets<4.4.0 (of 4 clauses); step stack installs datasets 4.7.0" \
+        in result["closure"]["lines"]
+    given = [a for a in result["candidate"]["accepted"] if a["requires"] == "datasets"]
+    assert [a["declared_by"] for a in given] == ["unsloth==2026.7.2", "unsloth_zoo==2026.7.2"]
+    assert given[0]["reason"] == ("pinned as given to matrix propose, outside what unsloth 2026.7.2 declares "
+                                  "(datasets!=4.0.*,!=4.1.0,<4.4.0,>=3.4.1)")
+    assert result["closure"]["clean"] is True, "written only with them as accepted deviations"
 
 
 def test_a_given_set_that_does_not_resolve_names_pips_conflict_and_the_pins_to_blame(index):

@@ -49,14 +49,29 @@ def given_pins(matrix: dict, pins: list) -> dict[str, str]:
     return given
 
 
-def step_specs(step: dict, given: dict[str, str]) -> list[str]:
+def step_specs(step: dict, given: dict[str, str], holds: dict[str, list[dict]] | None = None) -> list[str]:
     """What pip is asked for one step: a pin the user gave exactly, every other pin at its version or newer
-    (never older), so that pip's resolver picks the newest set the step's other pins and the earlier steps accept."""
+    (never older), so that pip's resolver picks the newest set the step's other pins and the earlier steps accept;
+    a pin held back by what another package of the set declares (holds: the closure's findings for it) within
+    each such requirement instead, older than the matrix's if it must be."""
     specs = []
     for spec in step["packages"]:
         name, version = parse_pin(spec)
-        specs.append(f"{name}=={given[normalize(name)]}" if normalize(name) in given else f"{name}>={version}")
+        key = normalize(name)
+        if key in given:
+            specs.append(f"{name}=={given[key]}")
+        elif (holds or {}).get(key):
+            clauses = dict.fromkeys(c for h in holds[key] for c in h["specifier"].split(",") if c)
+            specs.append(f"{name}{','.join(clauses)}")
+        else:
+            specs.append(f"{name}>={version}")
     return specs
+
+
+def held_lines(holds: dict[str, list[dict]]) -> list[str]:
+    """'held back: datasets!=4.0.*,<4.4.0 - unsloth 2026.7.2 declares datasets!=4.0.*,...': what held each pin."""
+    return [f"held back: {finding['name']}{finding['specifier']} - {finding['declarer']} {finding['version']} "
+            f"declares {finding['requirement']}" for key in sorted(holds) for finding in holds[key]]
 
 
 def public(version: str) -> str:
