@@ -147,7 +147,7 @@ def framework_advice(result: dict, expected_cuda_major: int = 13) -> str | None:
                     "install the package that provides it, or use the NGC container that ships it")
         return f"{soname} is not found where {name} looks for it: {provider}"
     for distribution in result.get("distributions") or []:
-        dist, _, version = distribution.partition(" ")
+        dist, _sep, version = distribution.partition(" ")
         major = name_major(dist, version)
         if major and major[0] != expected_cuda_major:
             return (f"{dist} {version} is a CUDA {major[0]} build (its name says {major[1]}) on a CUDA "

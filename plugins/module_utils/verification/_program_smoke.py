@@ -292,7 +292,7 @@ def run(opts):
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
-    quantized = False
+    quantized, model = False, None
     if cuda and parts["bitsandbytes"]:
         emit("stage", stage="quantize")
         try:
@@ -308,7 +308,7 @@ def run(opts):
             blocked(Stop("quantize", "%s: %s" % (type(exc).__name__, str(exc)[-600:]),
                          "bitsandbytes works out of the box from 0.49.2 (a CUDA 13 build); reinstall it from the "
                          "matrix"))
-    if not quantized:  # the rest goes on with the base in full precision
+    if model is None:  # the rest goes on with the base in full precision
         model = LlamaForCausalLM(config).to(device)
     parts["quantized_4bit"] = quantized
     emit("stage", stage="lora")
