@@ -200,8 +200,11 @@ timed_out:
   description: The probe did not finish within O(timeout).
   returned: success
   type: bool
-rc:
-  description: The probe's exit status (negative - the signal - when a signal ended the interpreter; null when it hung).
+exit_status:
+  description:
+    - The probe's exit status (negative - the signal - when a signal ended the interpreter; null when it hung and
+      was killed). Not called C(rc) - ansible-core marks a result whose C(rc) is not 0 as failed ("Unknown error")
+      where the verdict is this module's to give.
   returned: success
   type: int
 killed_by:
@@ -296,7 +299,7 @@ def main() -> None:
     result = diagnose(probe, launch_error=launch_error, timed_out=rc is None, timeout=params["timeout"],
                       expected_cuda_major=params["expected_cuda_major"], spark=params["spark"],
                       container=bool(params["launcher"]), signal_number=signal_number)
-    module.exit_json(changed=False, target=target, probe=probe, timed_out=rc is None, rc=rc,
+    module.exit_json(changed=False, target=target, probe=probe, timed_out=rc is None, exit_status=rc,
                      killed_by=signal_number, **result)
 
 

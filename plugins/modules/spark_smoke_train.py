@@ -159,6 +159,11 @@ timed_out:
   description: The step did not finish within O(timeout).
   returned: success
   type: bool
+exit_status:
+  description: The step's exit status (negative when a signal ended it; null when it hung and was killed). Not
+    called C(rc) - ansible-core marks a result whose C(rc) is not 0 as failed, where the verdict is this module's.
+  returned: success
+  type: int
 """
 
 import atexit

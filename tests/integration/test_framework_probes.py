@@ -147,6 +147,34 @@ def test_a_cpu_only_build_or_a_cuda_12_build_is_named_as_the_cause(results, name
     assert by_name[name]["fix"] == fix
 
 
+# Each probe's own code run where its framework runs without a GPU (SPARKFLEET_PROBE_ON_CPU, a switch for the
+# tests that relaxes the device requirement and nothing else): framework -> (venv, what else its CPU path needs).
+ON_CPU = {
+    "jax": ("cpu builds", {}),
+    "onnxruntime": ("frameworks", {}),  # onnxruntime-gpu's own CPU provider runs the probe's model
+    "numba-cuda": ("frameworks", {"NUMBA_ENABLE_CUDASIM": "1"}),
+    "triton": ("torch", {"TRITON_INTERPRET": "1"}),
+}
+# Those whose work has no CPU path: cupy and cuda-python are CUDA itself; bitsandbytes 0.49.2's 8-bit optimizer
+# asks for tensors on a GPU ("All input tensors need to be on the same GPU").
+NO_CPU_PATH = {"cupy", "cuda-python", "bitsandbytes"}
+
+
+def test_every_probe_runs_its_own_code_on_the_cpu_or_says_why_it_cannot():
+    assert sorted(set(ON_CPU) | NO_CPU_PATH) == PROBED and not set(ON_CPU) & NO_CPU_PATH
+
+
+@pytest.mark.parametrize("name", sorted(ON_CPU))
+def test_each_probe_s_own_model_kernel_or_session_computes_its_value_on_the_cpu(venvs, name):
+    """Issue 47: the production probe, its device requirement relaxed and nothing else, gets the squares' sum
+    (a probe bug such as onnx's IR version 14 is caught here, without a GPU); the same run without the switch
+    stays failed (test_each_framework_is_judged_by_its_own_probe...)."""
+    kind, variables = ON_CPU[name]
+    result = verify(venv_of(venvs, kind), {**variables, "SPARKFLEET_PROBE_ON_CPU": "1"})
+    probed = {r["name"]: r for r in result["frameworks"]["results"]}[name]
+    assert (probed["verdict"], probed["value"]) == ("ok", _program_gpu_probe.SQUARES), probed
+
+
 @pytest.mark.parametrize(("variables", "names"), [
     ({"TRITON_INTERPRET": "1"}, {"triton": "TRITON_INTERPRET=1 is set: Triton's interpreter runs every kernel on "
                                            "the CPU"}),

@@ -59,6 +59,13 @@ def stage(name):
     emit("stage", stage=name)
 
 
+# Tests only (tests/integration/test_framework_probes.py), never set by the roles: each probe's own code - its
+# model, its kernel, its session - runs where its framework can run without a GPU (jax's CPU backend,
+# onnxruntime's CPU provider, numba's simulator, Triton's interpreter on torch's CPU tensors), so a bug in a probe
+# (an ONNX IR version onnxruntime refuses) is caught on a machine without one. It relaxes the device requirement
+# and nothing else; the same run without it fails.
+ON_CPU = os.environ.get("SPARKFLEET_PROBE_ON_CPU") == "1"
+
 # What makes a framework run on the CPU although a GPU is there, read before it is imported: each a failure that
 # names the variable, never a pass (Triton's interpreter copies CUDA tensors to the host and gets the right sum).
 FORCING = {
@@ -72,6 +79,8 @@ _FALSE = ("", "0", "false", "no", "off")
 
 def forced_to_cpu(name, environ):
     """Why `name` would run on the CPU in this environment (a sentence naming the variable), or None."""
+    if ON_CPU:
+        return None
     visible = environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1", "none", "NoDevFiles", "void"):
         return "CUDA_VISIBLE_DEVICES=%r hides every GPU" % visible
@@ -92,7 +101,7 @@ def probe_jax():
     import jax.numpy as jnp
     stage("device")
     devices = jax.devices()
-    gpus = [d for d in devices if d.platform in ("gpu", "cuda", "rocm")]
+    gpus = [d for d in devices if d.platform in ("gpu", "cuda", "rocm")] or (devices if ON_CPU else [])
     if not gpus:
         raise Failed("device", "jax runs on the CPU: jax.devices() is %s" % ", ".join(str(d) for d in devices),
                      "cpu")
@@ -100,7 +109,7 @@ def probe_jax():
     x = jax.device_put(jnp.arange(1, 65, dtype=jnp.float32), gpus[0])
     y = jax.jit(lambda v: (v * v).sum())(x)
     placed = sorted(str(d) for d in y.devices()) if hasattr(y, "devices") else [str(y.device())]
-    if any("cpu" in p.lower() for p in placed):
+    if any("cpu" in p.lower() for p in placed) and not ON_CPU:
         raise Failed("device", "jax runs on the CPU: the jitted result is on %s" % ", ".join(placed), "cpu")
     found = {"version": jax.__version__, "device": getattr(gpus[0], "device_kind", str(gpus[0])),
              "value": float(y), "where": placed}
@@ -126,6 +135,15 @@ def probe_cupy():
             "devices": count, "value": value}
 
 
+numba_cuda = None  # numba.cuda, once probe_numba_cuda imported it
+
+
+def _numba_square(a, out):
+    i = numba_cuda.grid(1)
+    if i < a.size:
+        out[i] = a[i] * a[i]
+
+
 def probe_numba_cuda():
     import contextlib
     import io
@@ -135,25 +153,20 @@ def probe_numba_cuda():
     said = io.StringIO()
     with contextlib.redirect_stdout(said):
         found = cuda.detect()  # numba's own errors (no driver: CudaSupportError) are the failure, in its words
-    if not found or not cuda.is_available():
+    if not cuda.is_available() or not (found or ON_CPU):  # the simulator's detect() answers None
         raise Failed("device", "numba.cuda.detect() found no CUDA device: %s" % said.getvalue().strip()[-300:])
     import numpy
 
     stage("compile")
-
-    @cuda.jit
-    def square(a, out):
-        i = cuda.grid(1)
-        if i < a.size:
-            out[i] = a[i] * a[i]
-
+    globals()["numba_cuda"] = cuda  # the kernel's `numba_cuda` is a global, as numba (and its simulator) read it
+    square = cuda.jit(_numba_square)
     host = numpy.arange(1, 65, dtype=numpy.float32)
     device_in = cuda.to_device(host)
     device_out = cuda.device_array_like(device_in)
     stage("run")
     square[1, 64](device_in, device_out)
     import numba_cuda
-    name = cuda.get_current_device().name
+    name = getattr(cuda.get_current_device(), "name", "the CUDA simulator")
     return {"version": getattr(numba_cuda, "__version__", "?"),
             "device": name.decode() if isinstance(name, bytes) else str(name),
             "value": float(device_out.copy_to_host().sum())}
@@ -188,10 +201,11 @@ def _triton_square(attempt):
         kernel = importlib.import_module(name)
     finally:
         sys.path.remove(folder)
-    x = torch.arange(1, 65, device="cuda", dtype=torch.float32)
+    x = torch.arange(1, 65, device="cpu" if ON_CPU else "cuda", dtype=torch.float32)
     out = torch.empty_like(x)
     kernel.square[(1,)](x, out, 64, BLOCK=64)
-    torch.cuda.synchronize()
+    if not ON_CPU:
+        torch.cuda.synchronize()
     return float(out.sum().item())
 
 
@@ -199,7 +213,7 @@ def probe_triton():
     import torch
     import triton
     stage("device")
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available() and not ON_CPU:
         raise Failed("device", "torch sees no GPU, so Triton has none to compile for", "torch")
     ptxas = "Triton's own ptxas"
     stage("compile")
@@ -213,7 +227,8 @@ def probe_triton():
         os.environ["TRITON_PTXAS_PATH"] = SYSTEM_PTXAS
         ptxas = "TRITON_PTXAS_PATH=%s (Triton's own failed: %s)" % (SYSTEM_PTXAS, str(exc).strip()[-200:])
         value = _triton_square(2)
-    return {"version": triton.__version__, "device": torch.cuda.get_device_name(0), "value": value, "ptxas": ptxas}
+    return {"version": triton.__version__, "device": "cpu" if ON_CPU else torch.cuda.get_device_name(0),
+            "value": value, "ptxas": ptxas}
 
 
 # An Adam step's first move is the learning rate (m/sqrt(v) is 1 for a constant gradient): the 8-bit state may
@@ -334,15 +349,16 @@ def probe_onnxruntime():
     import onnxruntime
     stage("device")
     providers = onnxruntime.get_available_providers()
-    if "CUDAExecutionProvider" not in providers:
+    if "CUDAExecutionProvider" not in providers and not ON_CPU:
         raise Failed("device", "onnxruntime %s runs on the CPU: its providers are %s"
                      % (onnxruntime.__version__, ", ".join(providers)), "cpu")
     # The providers above are a list compiled in: only a session shows whether the CUDA provider loads (its
     # libraries are found) and is used.
     stage("run")
-    session = onnxruntime.InferenceSession(onnx_square_model(), providers=["CUDAExecutionProvider"])
+    provider = "CPUExecutionProvider" if ON_CPU else "CUDAExecutionProvider"
+    session = onnxruntime.InferenceSession(onnx_square_model(), providers=[provider])
     used = session.get_providers()
-    if used[:1] != ["CUDAExecutionProvider"]:
+    if used[:1] != [provider]:
         raise Failed("device", "onnxruntime %s's CUDA provider did not load: the session runs on %s"
                      % (onnxruntime.__version__, ", ".join(used)))
     import array

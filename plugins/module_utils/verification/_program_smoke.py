@@ -375,6 +375,9 @@ def run(opts):
 
 
 def main():
+    # Whatever loads jax here (transformers does where it is installed) does not take 75% of the GPU's memory,
+    # which on a Spark is the memory the whole host lives on.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     opts = options(sys.argv[1:])
     emit("smoke", options=opts)
     try:

@@ -33,7 +33,8 @@ def judge(stdout: str, stderr: str, rc: int | None, timeout: int) -> dict:
     lines = _lines(stdout)
     stages = [line["stage"] for line in lines if line.get("kind") == "stage"]
     verdict = next((line for line in reversed(lines) if line.get("kind") == "verdict"), None)
-    base = {"timed_out": rc is None, "rc": rc}
+    # exit_status, not rc: ansible-core marks a result whose rc is not 0 (None, a signal) as failed.
+    base = {"timed_out": rc is None, "exit_status": rc}
     if verdict is not None:
         result = {k: v for k, v in verdict.items() if k != "kind"}
         result["gpu_verified"] = result.get("verdict") == "ok" and result.get("device") == "cuda"
