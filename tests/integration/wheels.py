@@ -259,3 +259,16 @@ def unsloth_site() -> Path:
          python=str(smoke_venv() / "bin" / "python"))
     stamp.write_text(repr(UNSLOTH))
     return site
+
+
+def triton_site() -> Path:
+    """Triton 3.8.0 (this machine's wheel store, cp311) --target'ed into a folder of its own, for the smoke venv
+    through PYTHONPATH (the smoke venv's torch is the CPU build, which does not bring it)."""
+    site = CACHE / "sites" / "triton-3.8.0-cp311"
+    stamp = site / ".sparkfleet-installed"
+    if stamp.exists():
+        return site
+    _pip("install", "-q", "--no-deps", "--target", str(site), "triton==3.8.0",
+         python=str(smoke_venv() / "bin" / "python"))
+    stamp.write_text("triton==3.8.0")
+    return site

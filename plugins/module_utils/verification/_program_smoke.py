@@ -81,6 +81,11 @@ def scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 """
 
 
+# Tests only, never set by the roles (as the GPU probe's): the compile stage's own kernel and judgement run on
+# torch's CPU tensors under Triton's interpreter (TRITON_INTERPRET=1), so the stage is tested without a GPU.
+ON_CPU = os.environ.get("SPARKFLEET_PROBE_ON_CPU") == "1"
+
+
 def compile_triton(torch):
     import importlib
     import tempfile
@@ -92,10 +97,11 @@ def compile_triton(torch):
         kernel = importlib.import_module("sparkfleet_smoke_kernel")
     finally:
         sys.path.remove(folder)
-    x = torch.ones(64, device="cuda")
+    x = torch.ones(64, device="cpu" if ON_CPU else "cuda")
     out = torch.empty_like(x)
     kernel.scale[(1,)](x, out, 64, BLOCK=64)
-    torch.cuda.synchronize()
+    if not ON_CPU:
+        torch.cuda.synchronize()
     return float(out.sum().item())
 
 
@@ -287,7 +293,7 @@ def run(opts):
     device = "cuda" if cuda else "cpu"
     parts = {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
              "torchao": installed("torchao"), "trl": installed("trl"), "bitsandbytes": installed("bitsandbytes"),
-             "triton": installed("triton") if cuda else None, "loop": "plain", "unsloth": unsloth}
+             "triton": installed("triton") if cuda or ON_CPU else None, "loop": "plain", "unsloth": unsloth}
     emit("stage", stage="build", device=device, parts=parts)
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -321,7 +327,7 @@ def run(opts):
                "\"torchao==0.17.0\" (the torchao in the NGC base image is too old for peft's LoRA attach)"
                if "torchao" in text else "check the versions of peft and transformers against the matrix")
         raise Stop("lora", text, fix) from exc
-    if cuda and parts["triton"]:
+    if (cuda or ON_CPU) and parts["triton"]:
         emit("stage", stage="compile")
         parts["triton_kernel"] = False
         try:
