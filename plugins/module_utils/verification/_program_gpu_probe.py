@@ -478,6 +478,21 @@ def _tail(text):
     return "\n".join(lines[-STDERR_LINES:])[-STDERR_CHARS:] or None
 
 
+def _json_lines(text):
+    """This program's own lines among what a framework printed on stdout (a line of its own that starts with "{"
+    is not one)."""
+    found = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                found.append(data)
+    return found
+
+
 def _decode(data):
     return data.decode("utf-8", "replace") if isinstance(data, bytes) else (data or "")
 
@@ -510,8 +525,12 @@ def probe_framework(name, distributions, seconds):
         killed = True
         with contextlib.suppress(OSError):
             os.killpg(child.pid, signal.SIGKILL)
-        out, err = child.communicate()
-    lines = [json.loads(line) for line in _decode(out).splitlines() if line.startswith("{")]
+        try:
+            out, err = child.communicate(timeout=10)
+        except subprocess.TimeoutExpired:  # a process that left the group still holds the pipes
+            child.kill()
+            out, err = b"", b""
+    lines = _json_lines(_decode(out))
     reached = [line["stage"] for line in lines if line.get("kind") == "stage"]
     results = [line for line in lines if line.get("kind") == "result"]
     result = results[-1] if results else {"name": name, "verdict": "failed", "cause": None}

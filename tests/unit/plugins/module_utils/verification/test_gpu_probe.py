@@ -162,3 +162,12 @@ def test_the_install_advice_comes_only_where_the_build_is_missing_or_wrong():
     for stage in ("device", "run", "compute", "compile"):
         fix = framework_advice(_failed("cupy", stage, "CUDARuntimeError: x", None, ["cupy-cuda13x 14.2.0"]))
         assert "install cupy-cuda13x" not in fix, fix
+
+
+def test_a_framework_s_own_brace_lines_on_stdout_do_not_break_the_probe():
+    """A library that prints `{...}` that is not JSON (a dict's repr) beside the probe's lines: skipped, not fatal."""
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._program_gpu_probe import _json_lines
+
+    text = "\n".join(["{'device': 0}", '{"kind": "stage", "stage": "run"}', "[1, 2]",
+                      '{"kind": "result", "verdict": "ok"}'])
+    assert _json_lines(text) == [{"kind": "stage", "stage": "run"}, {"kind": "result", "verdict": "ok"}]
