@@ -168,7 +168,8 @@ def canary(tmp_path_factory):
     inventory.mkdir()
     (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sparks": {"hosts": {"canary": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-        "spark_preflight_require_spark": False, "spark_venv_python": "/usr/bin/python3.11",
+        "spark_preflight_require_spark": False, "spark_preflight_min_docker_free_gib": 0,
+        "spark_venv_python": "/usr/bin/python3.11",
         "spark_venv_matrix_file": str(home / "matrix.yml"),
         "spark_venv_root": str(home / "venvs"), "spark_venv_link": str(home / "venv"),
         "spark_venv_index_overrides": {"https://pypi.org/simple": f"{url}/pypi",
