@@ -137,11 +137,20 @@ if _torchao is not None and tuple(int(p) for p in _torchao.split("+")[0].split("
 '''
 
 
+# What unsloth and unsloth_zoo declare and the shipped matrix's unsloth_deps step installs: (name, version, import
+# name, what the stand-in declares: the real package's requirements on what this index serves).
+UNSLOTH_DEPS = [("triton", "3.6.0", "triton", []), ("cut-cross-entropy", "25.1.1", "cut_cross_entropy",
+                                                   ["torch", 'triton; platform_system == "Linux"']),
+                ("diffusers", "0.42.1", "diffusers", ["Pillow"]), ("msgspec", "0.23.0", "msgspec", []),
+                ("nest-asyncio", "1.6.0", "nest_asyncio", []), ("pillow", "13.0.0", "PIL", []),
+                ("protobuf", "7.36.2", "google_protobuf_standin", []), ("sentencepiece", "0.2.3", "sentencepiece", []),
+                ("tyro", "1.0.17", "tyro", []), ("wheel", "0.48.0", "wheel", [])]
+
 # The real packages' METADATA (their headers), as PyPI publishes them: what a stand-in at the same pin declares.
 REAL_METADATA = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "metadata"
 # What this index serves (a requirement on anything else would be one pip cannot meet here).
 SERVED = {"torch", "transformers", "trl", "datasets", "peft", "torchao", "bitsandbytes", "hf-transfer", "unsloth",
-          "unsloth-zoo"}
+          "unsloth-zoo", "torchvision", *(name for name, _version, _module, _requires in UNSLOTH_DEPS)}
 # Declared by the real package and left out here, so that the shipped stack resolves on this index as on one that
 # holds the verified set: trl 1.8.0's datasets>=4.7.0 (advisory pypi-trl-1.8.0-datasets; on PyPI the stack step
 # does not resolve).
@@ -191,7 +200,15 @@ def packages(root: Path) -> list[Path]:
     made = [
         torch_wheel(cu130 / "torch", "2.10.0+cu130", "13.0"),
         torch_wheel(pypi / "torch", "2.9.1", "12.8"),
+        # The build made for torch 2.10.0 (the real one declares torch==2.10.0, numpy and pillow; the last two are
+        # not on this stand-in of torch's own index, so it declares torch alone).
+        build_wheel(cu130 / "torchvision", "torchvision", "0.25.0+cu130",
+                    {"torchvision/__init__.py": _module("torchvision", "0.25.0+cu130", "import torch  # noqa: F401\n")},
+                    ["torch==2.10.0"]),
     ]
+    for name, version, module, requires in UNSLOTH_DEPS:
+        made.append(build_wheel(pypi / name, name, version,
+                                {f"{module}/__init__.py": _module(name, version)}, requires))
     plain = [("transformers", "5.13.1", []), ("hf_transfer", "0.1.9", []), ("datasets", "4.3.0", []),
              ("datasets", "4.7.0", []), ("trl", "1.8.0", real("trl", "1.8.0")), ("trl", "1.8.1", ["torchao<0.14"]),
              ("trl", "1.9.0", []), ("trl", "1.10.0", ["datasets>=4.7.0"]),

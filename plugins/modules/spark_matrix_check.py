@@ -27,6 +27,10 @@ description:
     C(missing) (a dependency with no wheel for the target) or C(unreachable).
     A package a later step pins, installed at another version, is only a
     note, since the later step moves it on purpose (C(-U torchao) last).
+    A held step (C(hold) true, Unsloth's dependencies) is resolved after the
+    others, with every pin of the matrix and what the earlier steps resolved
+    to as constraints (what it would find installed); where an earlier step
+    does not resolve, it is C(unjudged).
   - Also reports the matrix's staleness against O(max_age_days).
   - With O(step), checks that one step (its pins and its place in the sequence); a loop over the steps
     shows a run's progress step by step (playbooks/matrix_check.yml).
@@ -64,6 +68,14 @@ options:
         results then hold that step's rows and sequence entry, and RV(table) its lines without the heading.
       - Default, every step.
     type: str
+  buildable:
+    description:
+      - Only whether a venv can be built from the matrix, asked before the build downloads anything (role
+        spark_venv) - the sequence resolved on its indexes (O(index_overrides) applied) and its declared closure
+        judged, no pin asked alone, no table. Fails naming each step that does not resolve and each violation the
+        matrix does not accept; an index this machine cannot ask is a warning and RV(checked) false.
+    type: bool
+    default: false
   closure_of:
     description:
       - The sequence this module resolved before (each step's RV(sequence) entry, with what it C(declared)). Judge
@@ -144,8 +156,17 @@ closure:
   returned: with O(closure_of)
   type: dict
 closure_lines:
-  description: With O(closure_of), one line per finding (or that the closure is clean), for the table.
-  returned: with O(closure_of)
+  description: With O(closure_of) or O(buildable), one line per finding (or that the closure is clean), for the table.
+  returned: with O(closure_of) or O(buildable)
+  type: list
+  elements: str
+checked:
+  description: With O(buildable), whether the matrix was checked (false when an index could not be asked from here).
+  returned: with O(buildable)
+  type: bool
+unaccepted:
+  description: With O(buildable), each violation of the declared closure the matrix does not accept.
+  returned: with O(buildable)
   type: list
   elements: str
 conflicts:
@@ -223,24 +244,82 @@ def resolve_step(pip: list[str], step: dict, constraints: list[str], indexes: li
 def resolve_sequence(pip: list[str], matrix: dict, overrides: dict, skip: list[str], timeout: int,
                      only: str | None = None) -> list[dict]:
     """Every step in order (or only the step `only`, after the earlier ones' pins); a skipped step's pins still
-    hold for the later ones, its index is not asked."""
-    results = []
+    hold for the later ones, its index is not asked. Each step's dry run depends on the earlier steps' pins, not on
+    their answers: they run side by side (four at a time), the results in the sequence's order. A held step (hold:
+    true) runs after them, with every pin of the matrix and everything the earlier steps resolved to as
+    constraints (pip keeps what is installed; a dry run, which installs nothing, must be told): where an earlier
+    step does not resolve, what the held step would find installed is not known, and it is not judged."""
+    jobs = []
     steps = matrix["steps"]
     for position, step in enumerate(steps):
         if only is not None and step["id"] != only:
             continue
         if step["id"] in skip:
-            results.append({"step": step["id"], "status": "skipped"})
+            jobs.append({"step": step["id"], "status": "skipped"})
             continue
         earlier = steps[:position]
         indexes = [override(step["index_url"], overrides)]
         indexes += [url for url in dict.fromkeys(override(e["index_url"], overrides) for e in earlier
                                                  if e["id"] not in skip) if url not in indexes]
-        constraints = [spec for e in earlier for spec in e["packages"]]
+        # A held step (hold: true) runs with every pin of the matrix as a constraint, the later steps' too.
+        constraints = [spec for e in (steps if step.get("hold") else earlier) for spec in e["packages"]
+                       if e is not step]
         later = {normalize(parse_pin(spec)[0]): (after["id"], parse_pin(spec)[1])
                  for after in steps[position + 1:] for spec in after["packages"]}
-        results.append(resolve_step(pip, step, constraints, indexes, later, matrix["target"], timeout))
+        jobs.append((step, constraints, indexes, later))
+    asked = [j for j in jobs if isinstance(j, tuple) and not j[0].get("hold")]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        answers = dict(zip([id(j) for j in asked], pool.map(
+            lambda job: resolve_step(pip, *job, matrix["target"], timeout), asked), strict=True))
+    results = []
+    for job in jobs:
+        if not isinstance(job, tuple):
+            results.append(job)
+            continue
+        if id(job) in answers:
+            results.append(answers[id(job)])
+            continue
+        step, constraints, indexes, later = job
+        unresolved = [r["step"] for r in results if r["status"] not in ("resolves", "skipped")]
+        if unresolved:
+            results.append({"step": step["id"], "constraints": constraints, "status": "unjudged", "detail": (
+                f"not resolved: it holds what step {', '.join(unresolved)} installs, which does not resolve")})
+            continue
+        # What is installed when the held step runs: the earliest step's version of each package (a later step
+        # keeps what satisfies it), the matrix's pins aside (they are constraints already).
+        installed: dict[str, str] = {}
+        for spec in (spec for r in results for spec in r.get("installs", [])):
+            installed.setdefault(normalize(spec.split("==")[0]), spec)
+        pinned = {normalize(parse_pin(c)[0]) for c in constraints}
+        results.append(resolve_step(pip, step, [*constraints, *(v for k, v in installed.items() if k not in pinned)],
+                                    indexes, later, matrix["target"], timeout))
     return results
+
+
+def buildable(module: AnsibleModule, matrix: dict, overrides: dict, timeout: int) -> None:
+    """Whether a venv can be built from the matrix, asked before anything is downloaded (spark_venv's build): every
+    step resolves on its indexes and the declared closure holds nothing the matrix does not accept. Fails naming
+    the conflict and the way forward; an index this machine cannot ask is a warning (the build, on the host, asks
+    it, and the venv's own pip check judges what it installed)."""
+    sequence = resolve_sequence([sys.executable, "-m", "pip"], matrix, overrides, [], timeout)
+    unasked = [s for s in sequence if s["status"] in ("unreachable",)]
+    if unasked:
+        module.warn("the matrix was not checked before the build: " + "; ".join(
+            f"step {s['step']}: {s.get('detail', 'unreachable')}" for s in unasked) + " from the controller")
+        module.exit_json(changed=False, checked=False, conflicts=[], closure_lines=[], unaccepted=[])
+    conflicts = [f"step {s['step']}: {s.get('detail', s['status'])}" for s in sequence if s["status"] != "resolves"]
+    judged = closure.judge(closure_steps(matrix, sequence), matrix["target"], matrix.get("accepted"))
+    unaccepted = [f["text"] for f in judged["unaccepted"]]
+    if conflicts or unaccepted:
+        said = ((["its steps do not resolve on its indexes: " + " | ".join(conflicts)] if conflicts else [])
+                + (["its packages declare what it does not accept: " + " | ".join(unaccepted)] if unaccepted else []))
+        module.fail_json(
+            msg=f"the matrix {matrix['name']} cannot be built: {'; '.join(said)}. Nothing was downloaded or built "
+                "and the active venv is untouched. Renew the set (sparkfleet matrix propose -i INVENTORY --canary "
+                "HOST), or accept a deviation in the matrix's accepted: list with its reason; sparkfleet matrix "
+                "check shows the whole table.",
+            conflicts=conflicts, unaccepted=unaccepted, closure_lines=judged["lines"])
+    module.exit_json(changed=False, checked=True, conflicts=[], unaccepted=[], closure_lines=judged["lines"])
 
 
 def closure_steps(matrix: dict, sequence: list[dict]) -> list[dict]:
@@ -273,6 +352,7 @@ def main() -> None:
             "timeout": {"type": "int", "default": 20},
             "step": {"type": "str"},
             "closure_of": {"type": "list", "elements": "dict"},
+            "buildable": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -291,6 +371,8 @@ def main() -> None:
         judged = closure.judge(closure_steps(matrix, p["closure_of"]), matrix["target"], matrix.get("accepted"))
         module.exit_json(changed=False, rows=[], table=[CLOSURE_HEADING, *judged["lines"]], closure=judged,
                          closure_lines=judged["lines"], closure_heading=CLOSURE_HEADING)
+    if p["buildable"]:
+        buildable(module, matrix, p["index_overrides"], p["timeout"])
     ids = [s["id"] for s in matrix["steps"]]
     unknown = sorted(set(p["skip_steps"]) - set(ids))
     if unknown:
@@ -305,6 +387,7 @@ def main() -> None:
             index = override(step["index_url"], p["index_overrides"])
             jobs.append({"step": step["id"], "package": name, "version": version, "index": index, "spec": spec})
     width = max(len(j["package"]) for j in jobs)  # the whole matrix's, so that steps checked apart align
+    step_width = max(8, *(len(i) for i in ids))
     if p["step"] is not None:
         jobs = [j for j in jobs if j["step"] == p["step"]]
     pip = [sys.executable, "-m", "pip"]
@@ -326,13 +409,13 @@ def main() -> None:
     heading = (f"matrix {matrix['name']} (last verified {stale['last_verified']}, {stale['age_days']} days ago; "
                f"{stale['proof']}), "
                f"target cp{target['python'].replace('.', '')} linux {target['arch']} glibc {target['glibc']}")
-    pin_lines = [f"{j['step']:<8} {j['package']:<{width}} {j['version']:<12} {j['status']:<11} "
+    pin_lines = [f"{j['step']:<{step_width}} {j['package']:<{width}} {j['version']:<12} {j['status']:<11} "
                  f"{j.get('wheel') or j.get('detail') or ''}" for j in jobs]
     sequence_lines = []
     for step in sequence:
         said = (f"{len(step['installs'])} packages" if step["status"] == "resolves" else step.get("detail", ""))
-        sequence_lines.append(f"{step['step']:<8} {step['status']:<11} {said}")
-        sequence_lines += [f"{'':<8} {'':<11} note: {note}" for note in step.get("notes", [])]
+        sequence_lines.append(f"{step['step']:<{step_width}} {step['status']:<11} {said}")
+        sequence_lines += [f"{'':<{step_width}} {'':<11} note: {note}" for note in step.get("notes", [])]
     # Checked step by step, the table is heading + every step's pin_lines + SEQUENCE_HEADING + every step's
     # sequence_lines (playbooks/matrix_check.yml, the CLI).
     table = (pin_lines + sequence_lines if p["step"] is not None

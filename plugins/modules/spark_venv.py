@@ -14,7 +14,11 @@ description:
     (C(<root>/<matrix name>-<fingerprint>); venvs cannot be moved, their
     scripts hold absolute paths) and runs the matrix's pip steps in order,
     exactly as written, then any extra packages by the matrix's policy, then
-    imports every module the matrix lists. The active venv (the O(link)) is
+    imports every module the matrix lists and runs the venv's own
+    C(pip check) (RV(dependencies) - what the matrix accepts, with its reason,
+    and what it does not, which the caller's verification fails on). A step
+    marked C(hold) runs with every pin of the matrix as a constraint (nothing
+    installed before it can move). The active venv (the O(link)) is
     not touched. A step that fails removes the half-built venv and fails
     with the step, its command and pip's own error.
   - Idempotent by fingerprint (the matrix's target, steps, environment and
@@ -184,6 +188,14 @@ packages:
   description: The venv's installed distributions (name -> version), as pip lists them.
   returned: when built
   type: dict
+dependencies:
+  description: >-
+    The venv's C(pip check), judged against the matrix's C(accepted:) deviations - C(checked), C(accepted) (each
+    problem the matrix accepts, with its reason) and C(unaccepted) (each it does not: the venv fails verification).
+  returned: when built or reused
+  type: dict
+  sample: {"checked": true, "accepted": ["unsloth 2026.7.2 declares transformers<=5.5.0,>=4.51.3; the venv has
+           transformers 5.13.1 (accepted: the source document's set ...)"], "unaccepted": []}
 staleness:
   description: C(last_verified), C(age_days), C(max_age_days), C(stale), C(message) of the matrix.
   returned: success
@@ -215,6 +227,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _tr
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host._listeners import listeners
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _closure as closure
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _program_imports
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _venv as venv_files
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
@@ -424,7 +437,8 @@ class Venv:
             self.module.exit_json(**self.result)
         marker = read_marker(self.path)
         if marker and marker.get("fingerprint") == self.fp and marker.get("status") in FINISHED:
-            self.result.update(action="reuse", imports=marker.get("imports", []), packages=marker.get("packages", {}))
+            self.result.update(action="reuse", imports=marker.get("imports", []), packages=marker.get("packages", {}),
+                               dependencies=marker.get("dependencies"))
             self.module.exit_json(**self.result)
         self.result.update(action="build", changed=True)
         if self.module.check_mode:
@@ -474,10 +488,11 @@ class Venv:
         if bad:
             self.fail_build("imports", "the built venv cannot import " + "; ".join(bad), imports=imports)
         packages = self.packages(vpy)
-        record.update(status="built", built_at=now(), imports=imports, packages=packages,
+        dependencies = self.check_dependencies(vpy)
+        record.update(status="built", built_at=now(), imports=imports, packages=packages, dependencies=dependencies,
                       steps=self.result["steps"])
         write_marker(self.path, record)
-        self.result.update(imports=imports, packages=packages)
+        self.result.update(imports=imports, packages=packages, dependencies=dependencies)
         self.module.exit_json(**self.result)
 
     def write_activate(self) -> None:
@@ -496,6 +511,20 @@ class Venv:
         except (ValueError, IndexError):
             self.fail_build("imports", f"the import check did not finish: {proc.stderr.strip()[-800:]}")
             return []
+
+    def check_dependencies(self, vpy: str) -> dict:
+        """The venv's own `pip check`: only the matrix's accepted deviations may remain (judged by the caller's
+        verification, module_utils/verification/_verification.py)."""
+        # subprocess: pip's environment of its own, as for the steps.
+        try:
+            proc = subprocess.run([vpy, "-m", "pip", "check"], env=self.pip_environment(),  # pylint: disable=ansible-bad-function
+                                  capture_output=True, text=True, check=False, timeout=300)
+        except subprocess.TimeoutExpired:
+            return {"checked": False, "accepted": [], "unaccepted": ["pip check did not finish within 300 s"]}
+        if proc.returncode not in (0, 1):
+            return {"checked": False, "accepted": [], "unaccepted": [
+                f"pip check did not run (exit {proc.returncode}): {(proc.stderr or proc.stdout).strip()[-400:]}"]}
+        return closure.pip_check(proc.stdout, self.matrix.get("accepted"))
 
     def packages(self, vpy: str) -> dict:
         proc = subprocess.run([vpy, "-m", "pip", "list", "--format=json"], env=self.pip_environment(),  # pylint: disable=ansible-bad-function

@@ -43,14 +43,16 @@ def here(matrix: dict) -> dict:
                                  "glibc": "2.36"}}
 
 
-def venv_fleet(workdir: Path, index: Index, hosts: int, wheelhouse: bool, own: dict | None = None):
+def venv_fleet(workdir: Path, index: Index, hosts: int, wheelhouse: bool, own: dict | None = None,
+               locked: bool = True, edit=None):
     """The role spark_venv run as site.yml runs it, from the hash lock, on `hosts` hosts driven locally (each its
     own venv root and link on this machine: a fleet's hosts, as far as the indexes can tell), through
     ansible-playbook. Returns (the process, how many wheels and bytes the index served during the run).
 
     The matrix is the real one retargeted at this machine (the test bed's stand-ins are pure Python), its lock
     written by the matrix check against the index; the hosts are simulated (their torch is the test bed's double,
-    so the other GPU frameworks are not exercised, as on a lab host). `own`: host name -> its host_vars."""
+    so the other GPU frameworks are not exercised, as on a lab host). `own`: host name -> its host_vars.
+    `locked` false: no lock, the venv built from the indexes; `edit`: changes the matrix (in place) first."""
     import subprocess
     import sys
 
@@ -60,19 +62,22 @@ def venv_fleet(workdir: Path, index: Index, hosts: int, wheelhouse: bool, own: d
     from conftest import BIN, REPO, ansible_env, run_module
 
     matrix = here(yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text()))
+    if edit is not None:
+        edit(matrix)
     (workdir / "matrix.yml").write_text(yaml.safe_dump(matrix))
-    checked = run_module("spark_matrix_check", {"matrix": matrix, "index_overrides": index.overrides})
     inventory = workdir / "inventory"
     (inventory / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
-    (inventory / "group_vars" / "all" / "spark_venv_lock.yml").write_text(yaml.safe_dump(
-        {"spark_venv_lock": lock_from_sequence(matrix, checked["sequence"])}))
+    if locked:
+        checked = run_module("spark_matrix_check", {"matrix": matrix, "index_overrides": index.overrides})
+        (inventory / "group_vars" / "all" / "spark_venv_lock.yml").write_text(yaml.safe_dump(
+            {"spark_venv_lock": lock_from_sequence(matrix, checked["sequence"])}))
     names = {f"venv-host-{n}": {"spark_venv_root": str(workdir / f"host-{n}" / "venvs"),
                                 "spark_venv_link": str(workdir / f"host-{n}" / "venv"),
                                 **(own or {}).get(f"venv-host-{n}", {})} for n in range(1, hosts + 1)}
     (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sparks": {"hosts": names}}, "vars": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
         "spark_preflight_require_spark": False, "spark_preflight_simulated": True,
-        "spark_venv_enabled": True, "spark_venv_require_hashes": True, "spark_venv_python": sys.executable,
+        "spark_venv_enabled": True, "spark_venv_require_hashes": locked, "spark_venv_python": sys.executable,
         "spark_venv_matrix_file": str(workdir / "matrix.yml"), "spark_venv_index_overrides": index.overrides,
         "spark_venv_wheelhouse": wheelhouse, "spark_venv_wheelhouse_cache": str(workdir / "controller-cache")}}}))
     play = workdir / "venv.yml"

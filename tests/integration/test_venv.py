@@ -54,13 +54,15 @@ def test_the_sequence_builds_a_venv_that_imports_and_reports_cuda_13(place, pyin
     built = run_module("spark_venv", place())
     assert not built["failed"], built.get("msg")
     assert built["changed"] is True and built["action"] == "build"
-    assert [s["id"] for s in built["steps"]] == ["torch", "stack", "unsloth", "torchao", "uv"]
-    assert [s["rc"] for s in built["steps"]] == [0, 0, 0, 0, 0]
+    assert [s["id"] for s in built["steps"]] == ["torch", "stack", "unsloth", "torchao", "unsloth_deps", "uv"]
+    assert [s["rc"] for s in built["steps"]] == [0] * 6
     pypi = f"--index-url {pyindex.url}/pypi"
     # uv (the matrix's installer step, the real program) ran the steps; pip installed uv beside the venvs.
     assert built["steps"][2]["command"].startswith(f"uv pip install {pypi} --no-deps ")
     assert built["steps"][3]["command"] == f'uv pip install {pypi} -U "torchao==0.17.0"'
-    assert built["steps"][4]["command"] == f'pip install {pypi} --no-deps "uv==0.13.9"'
+    # Unsloth's own dependencies, which its --no-deps step leaves out, with every pin of the matrix held.
+    assert built["steps"][4]["command"].startswith(f"uv pip install {pypi} --constraint ")
+    assert built["steps"][5]["command"] == f'pip install {pypi} --no-deps "uv==0.13.9"'
     assert (tmp_path / "venvs" / ".installer" / "uv-0.13.9" / "bin" / "uv").is_file()
     assert "uv" not in built["packages"], "the installer is not in the venv"
     path = Path(built["path"])
@@ -69,7 +71,15 @@ def test_the_sequence_builds_a_venv_that_imports_and_reports_cuda_13(place, pyin
     # accepted deviation), and the cu130 torch.
     assert built["packages"]["transformers"] == "5.13.1" and built["packages"]["torch"] == "2.10.0+cu130"
     assert built["packages"]["torchao"] == "0.17.0"
+    assert built["packages"]["torchvision"] == "0.25.0+cu130" and built["packages"]["tyro"] == "1.0.17"
     assert all(i["ok"] for i in built["imports"]), built["imports"]
+    # The venv's own pip check (real pip, on the stand-ins' declared requirements, the real ones where this index
+    # serves the package): Unsloth's transformers and trl ranges remain, each accepted by the matrix; nothing else.
+    assert built["dependencies"]["unaccepted"] == [], built["dependencies"]
+    assert sorted(line.split(" declares ")[0] + " " + line.split(" declares ")[1].split("<")[0].split("!")[0]
+                  for line in built["dependencies"]["accepted"]) == [
+        "unsloth 2026.7.2 transformers", "unsloth 2026.7.2 trl", "unsloth-zoo 2026.7.2 transformers",
+        "unsloth-zoo 2026.7.2 trl"], built["dependencies"]
     # torch came from the cu130 pyindex, the rest from the PyPI stand-in; no wheel was fetched twice.
     fetched = pyindex.wheels_fetched()
     assert "torch-2.10.0+cu130-py3-none-any.whl" in [f.replace("%2B", "+") for f in fetched]
@@ -104,6 +114,13 @@ def test_a_step_without_no_deps_that_asks_for_another_torch_replaces_the_cu130_o
     matrix = copy.deepcopy(MATRIX)
     matrix["steps"].insert(3, {"id": "extra", "why": "a package with its dependencies", "index_url":
                                matrix["steps"][2]["index_url"], "packages": ["axolotl==0.9.0"]})
+    # The matrix's held step (Unsloth's dependencies, every pin a constraint) is the first to see that torch moved:
+    # it cannot hold torch==2.10.0, and the build stops there.
+    held = run_module("spark_venv", place(matrix))
+    assert held["failed"] and held["failed_step"] == "unsloth_deps", held.get("msg")
+    assert "torch==2.10.0" in held["msg"] and not Path(held["path"]).exists()
+    # Without it, the install succeeds and only the GPU line tells.
+    matrix["steps"] = [s for s in matrix["steps"] if s["id"] != "unsloth_deps"]
     built = run_module("spark_venv", place(matrix))
     assert not built["failed"], built.get("msg")
     assert built["packages"]["torch"] == "2.9.1"  # re-resolved from PyPI: the trap --no-deps avoids
@@ -248,7 +265,7 @@ def test_pip_env_masks_its_secrets_and_no_short_value_of_its_own_in_the_result(p
 def test_check_mode_reports_the_build_and_creates_nothing(place, tmp_path):
     result = run_module("spark_venv", place(), "--check")
     assert (result["changed"], result["action"]) == (True, "build")
-    assert [s["command"].split(" --index-url ")[0] for s in result["steps"]] == ["uv pip install"] * 4 + [
+    assert [s["command"].split(" --index-url ")[0] for s in result["steps"]] == ["uv pip install"] * 5 + [
         "pip install"]
     assert not (tmp_path / "venvs").exists() and not (tmp_path / "venv").exists()
 
@@ -508,3 +525,28 @@ def test_a_fleets_venvs_from_the_lock_take_each_wheel_from_the_index_once(own_in
     again, served_again = venv_fleet(tmp_path, own_index, hosts=3, wheelhouse=True, own=own)
     assert again.returncode == 0 and served_again["wheels"] == 0, again.stdout[-3000:]
     assert "changed=0" in again.stdout and "changed=1" not in again.stdout, again.stdout[-3000:]
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    # trl 1.10.0 declares datasets>=4.7.0 (as the real trl 1.8.0 does on PyPI): the stack step does not resolve.
+    (lambda m: m["steps"][1]["packages"].__setitem__(4, "trl==1.10.0"),
+     "its steps do not resolve on its indexes: step stack: Cannot install datasets==4.3.0 and trl==1.10.0"),
+    # Unsloth's transformers and trl ranges, no longer accepted: the closure has what the matrix does not accept.
+    (lambda m: m.pop("accepted"),
+     "its packages declare what it does not accept: unsloth 2026.7.2 declares transformers<=5.5.0"),
+], ids=["steps-do-not-resolve", "closure-not-accepted"])
+def test_a_matrix_that_cannot_be_built_is_refused_before_any_wheel_is_fetched(own_index, tmp_path, edit, said):
+    """Issue 48: the role, built from the indexes (no lock), asks first whether the matrix can be built - its
+    steps resolved and its declared closure judged, on the controller - and refuses it before the first download,
+    naming the conflict and the way forward; nothing is built, nothing is active."""
+    from indexes import venv_fleet
+
+    proc, served = venv_fleet(tmp_path, own_index, hosts=1, wheelhouse=False, locked=False, edit=edit)
+    assert proc.returncode == 2, proc.stdout[-4000:]
+    assert said in proc.stdout, proc.stdout[-4000:]
+    assert "Nothing was downloaded or built and the active venv is untouched" in proc.stdout
+    assert "sparkfleet matrix propose -i INVENTORY --canary HOST" in proc.stdout
+    assert served["wheels"] == 0, "no wheel was fetched"
+    venvs = tmp_path / "host-1" / "venvs"
+    assert not venvs.exists() or not [p for p in venvs.iterdir() if not p.name.startswith(".")]
+    assert not (tmp_path / "host-1" / "venv").exists()

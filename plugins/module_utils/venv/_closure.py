@@ -161,3 +161,40 @@ def accepted_problems(accepted) -> list[str]:
             problems.append(f"accepted[{index}] is {entry!r}; expected declared_by (a package, or name==version), "
                             "requires (the package it declares) and reason (why the matrix pins outside it)")
     return problems
+
+
+# What `pip check` says of a built venv (pip's own wording, one line a problem): a requirement the installed version
+# does not meet, a requirement not installed, or a package that does not fit the platform.
+_PIP_CHECK_VIOLATION = re.compile(r"^(?P<declarer>\S+) (?P<version>\S+) has requirement (?P<requirement>.+), but you "
+                                  r"have (?P<name>\S+) (?P<installed>[^\s]+?)\.?$")
+_PIP_CHECK_MISSING = re.compile(r"^(?P<declarer>\S+) (?P<version>\S+) requires (?P<name>\S+?), which is not "
+                                r"installed\.?$")
+
+
+def pip_check(text: str, accepted: list[dict] | None = None) -> dict:
+    """The built venv's own check (`python -m pip check`'s output), judged as the closure is: each problem with the
+    matrix's reason where it accepts it (`accepted:`), and the ones it does not accept, which fail the venv's
+    verification. A line pip prints that is neither kind is a problem the matrix cannot accept."""
+    findings = []
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line or line.startswith("No broken requirements"):
+            continue
+        if found := _PIP_CHECK_VIOLATION.match(line):
+            f = found.groupdict()
+            findings.append({**f, "kind": "violation", "text": (
+                f"{f['declarer']} {f['version']} declares {f['requirement']}; the venv has {f['name']} "
+                f"{f['installed']}")})
+        elif found := _PIP_CHECK_MISSING.match(line):
+            f = found.groupdict()
+            findings.append({**f, "kind": "missing", "requirement": f["name"], "installed": None, "text": (
+                f"{f['declarer']} {f['version']} declares {f['name']}; the venv does not have it")})
+        else:
+            findings.append({"kind": "other", "declarer": "", "version": "", "name": "", "text": line})
+    for finding in findings:
+        finding["accepted"] = next((a.get("reason") for a in accepted or []
+                                    if isinstance(a, dict) and finding["kind"] != "other" and _matches(a, finding)),
+                                   None)
+    return {"checked": True,
+            "accepted": [f"{f['text']} (accepted: {f['accepted']})" for f in findings if f["accepted"]],
+            "unaccepted": [f["text"] for f in findings if not f["accepted"]]}

@@ -112,6 +112,12 @@ def validate(matrix) -> list[str]:
             continue
         if "installer" in step:
             errors += _installer_problems(step, where, index == len(steps))
+        if "hold" in step and not isinstance(step["hold"], bool):
+            errors.append(f"{where}: hold is {step['hold']!r}; expected true (every pin of the matrix held as a "
+                          "constraint while this step resolves its own dependencies) or false")
+        if step.get("hold") and "--no-deps" in args:
+            errors.append(f"{where}: hold and --no-deps together; hold is for a step that resolves its packages' "
+                          "dependencies (with every pin held), --no-deps for one that does not")
         for spec in packages:
             try:
                 name, _unused = parse_pin(str(spec))
@@ -121,6 +127,7 @@ def validate(matrix) -> list[str]:
             if normalize(name) in seen_pkgs:
                 errors.append(f"{where}: {name} is already pinned in step {seen_pkgs[normalize(name)]}")
             seen_pkgs[normalize(name)] = sid
+    errors += _held_components(steps, matrix.get("components"))
     imports = matrix.get("imports", [])
     if not isinstance(imports, list) or not all(isinstance(i, str) and i.isidentifier() for i in imports):
         errors.append(f"imports is {imports!r}; expected a list of module names")
@@ -145,6 +152,27 @@ def validate(matrix) -> list[str]:
         elif policy == "source_build" and not isinstance(comp.get("build_env", {}), dict):
             errors.append(f"components.{name}: build_env must be a mapping")
     return errors
+
+
+def _held_components(steps: list, components) -> list[str]:
+    """A held step (Unsloth's dependencies, installed with their own) installs plain wheels from its index: a
+    package whose component policy says otherwise (refused on Spark, built from source, from another index) is
+    refused there, the policy's note given."""
+    if not isinstance(components, dict):
+        return []
+    by_name = {normalize(name): (name, comp) for name, comp in components.items() if isinstance(comp, dict)}
+    problems = []
+    for step in steps:
+        if not isinstance(step, dict) or not step.get("hold") or not isinstance(step.get("packages"), list):
+            continue
+        for spec in step["packages"]:
+            name = str(spec).split("==", 1)[0]
+            _unused, comp = by_name.get(normalize(name), (None, {}))
+            if comp.get("policy") in ("refuse", "source_build", "index"):
+                problems.append(f"step {step.get('id')}: {name} is policy {comp['policy']} in components "
+                                f"({comp.get('note', 'no note')}); a held step installs plain wheels from its index, "
+                                "so install it as its policy says (spark_venv_extra_packages) or change the policy")
+    return problems
 
 
 def _installer_problems(step: dict, where: str, last: bool) -> list[str]:
@@ -284,8 +312,8 @@ def fingerprint(matrix, extras: list[dict], lock: dict | None = None) -> str:
     """
     content = {
         "target": matrix["target"],
-        "steps": [{"id": s["id"], "index_url": s["index_url"], "args": s.get("args", []), "packages": s["packages"]}
-                  for s in matrix["steps"]],
+        "steps": [{"id": s["id"], "index_url": s["index_url"], "args": s.get("args", []), "packages": s["packages"],
+                   **({"hold": True} if s.get("hold") else {})} for s in matrix["steps"]],
         "environment": matrix.get("environment", {}),
         "extras": [{k: e[k] for k in ("requirement", "args", "env", "index_url")} for e in extras],
     }
@@ -445,6 +473,9 @@ def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str
     """The pip install commands, in order: [{id, why, indexes, args, env}] (args after `python -m pip install`;
     the indexes reach pip through index_env, never its argv).
 
+    A step marked `hold` runs with the matrix's pins as constraints (`--constraint constraints_file`): it resolves
+    its packages' own dependencies, and torch, transformers or any other pin installed before it cannot move.
+
     With a hash lock, each step installs exactly its locked set (`--require-hashes --no-deps -r
     hashes-<id>.txt`, the file in `hashes_dir`) from the indexes the matrix check resolved it against (its own,
     then the earlier steps'): the sha256 of every file pip takes is the lock's, whichever index serves it.
@@ -456,6 +487,8 @@ def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str
     for position, step in enumerate(matrix["steps"]):
         indexes = [override(step["index_url"], overrides)]
         args = [*step.get("args", []), *step["packages"]]
+        if step.get("hold"):  # every pin of the matrix held: what the steps before installed cannot move
+            args = ["--constraint", constraints_file, *args]
         if lock is not None:
             indexes += [url for url in dict.fromkeys(override(e["index_url"], overrides)
                                                      for e in matrix["steps"][:position]) if url not in indexes]

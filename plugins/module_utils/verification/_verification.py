@@ -247,7 +247,8 @@ def recorded_lines(verification: dict) -> list[str]:
 
 
 def venv_verdict(build: dict, gpu: dict | None, abi: dict | None, simulated: bool = False) -> dict:
-    """Whether the venv spark_venv built (or found built) passed: the GPU line and the ABI scan must both be ok.
+    """Whether the venv spark_venv built (or found built) passed: the GPU line and the ABI scan must both be ok, and
+    its pip check may hold only what the matrix accepts.
 
     Returns C(passed), the C(verification) recorded in the venv's marker, and the C(failure) message that
     names both checks and what stays active.
@@ -257,17 +258,30 @@ def venv_verdict(build: dict, gpu: dict | None, abi: dict | None, simulated: boo
     if gpu.get("hypothesis"):
         gpu_text += f" ({gpu['hypothesis']}: {gpu.get('evidence')})"
     abi_text = f"{abi.get('verdict', 'error')} {'; '.join(abi.get('findings', []))}{abi.get('msg', '')}".rstrip()
+    # The venv's own pip check (spark_venv's `dependencies`): only the matrix's accepted deviations may remain. A
+    # venv built before sparkfleet ran it has none recorded: not judged, said in the notes.
+    dependencies = build.get("dependencies")
+    unaccepted = list((dependencies or {}).get("unaccepted") or [])
+    deps_text = ("ok" if not unaccepted else "broken: " + "; ".join(unaccepted[:6])
+                 + (f" (and {len(unaccepted) - 6} more)" if len(unaccepted) > 6 else "")
+                 + " - each must be installed by a step of the matrix or accepted in its accepted: list")
     active = build.get("active")
-    failure = (f"the new venv {build.get('path')} failed verification (gpu {gpu_text}; abi {abi_text}); "
+    failure = (f"the new venv {build.get('path')} failed verification (gpu {gpu_text}; abi {abi_text}; pip check "
+               f"{deps_text}); "
                + (f"the active venv {active['path']} is untouched" if active else "no venv is active"))
+    notes = [] if dependencies is not None else ["pip check: not recorded for this venv (built before sparkfleet "
+                                                 "ran it)"]
     return {
-        "passed": gpu.get("verdict") == "ok" and abi.get("verdict") == "ok",
+        "passed": gpu.get("verdict") == "ok" and abi.get("verdict") == "ok" and not unaccepted,
         "verification": {
             "line": gpu.get("line"), "gpu": gpu.get("verdict", "error"), "abi": abi.get("verdict", "error"),
+            "dependencies": "ok" if not unaccepted else "broken",
+            "accepted_deviations": list((dependencies or {}).get("accepted") or []),
+            "dependency_problems": unaccepted,
             "abi_findings": abi.get("findings", []), "torch": gpu.get("torch_version"), "simulated": bool(simulated),
             "verified_by": "stand-in torch on a simulated host (test bed)" if simulated else "GPU probe and ABI scan",
             # the GPU frameworks the probe did not exercise, and ABI evidence that is not a finding
-            "notes": [*gpu.get("notes", []), *abi.get("notes", [])],
+            "notes": [*gpu.get("notes", []), *abi.get("notes", []), *notes],
         },
         "failure": failure,
     }

@@ -5,7 +5,10 @@ from __future__ import annotations
 from ansible_collections.sparkfleet.spark.plugins.filter import sparkfleet_venv as venv
 
 ACTIVE = {"path": "/opt/sparkfleet/venvs/a", "status": "verified"}
-BUILD = {"path": "/opt/sparkfleet/venvs/b", "action": "build", "active": ACTIVE, "staleness": {"stale": False}}
+ACCEPTED = ("unsloth 2026.7.2 declares transformers<=5.5.0,>=4.51.3; the venv has transformers 5.13.1 (accepted: "
+            "the source document's set)")
+BUILD = {"path": "/opt/sparkfleet/venvs/b", "action": "build", "active": ACTIVE, "staleness": {"stale": False},
+         "dependencies": {"checked": True, "accepted": [ACCEPTED], "unaccepted": []}}
 GPU_OK = {"verdict": "ok", "line": "True 13.0", "torch_version": "2.9.0+cu130"}
 ABI_OK = {"verdict": "ok", "findings": []}
 
@@ -14,7 +17,8 @@ def test_a_venv_passes_only_when_the_gpu_line_and_the_abi_scan_are_both_ok():
     verdict = venv.spark_venv_verdict(BUILD, GPU_OK, ABI_OK, False)
     assert verdict["passed"] is True
     assert verdict["verification"] == {"line": "True 13.0", "gpu": "ok", "abi": "ok", "abi_findings": [],
-                                       "torch": "2.9.0+cu130", "simulated": False,
+                                       "dependencies": "ok", "accepted_deviations": [ACCEPTED],
+                                       "dependency_problems": [], "torch": "2.9.0+cu130", "simulated": False,
                                        "verified_by": "GPU probe and ABI scan", "notes": []}
     gpu_note = "probed torch only; installed, not probed: triton (triton 3.6.0)"
     abi_note = "x 1.0: its name or version says CUDA 12 (cu12), not 13"
@@ -32,7 +36,7 @@ def test_a_failure_names_both_checks_the_diagnosis_and_the_venv_that_stays_activ
     abi = {"verdict": "mismatch", "findings": ["torch links libcudart.so.12"]}
     failure = venv.spark_venv_verdict(BUILD, gpu, abi, False)["failure"]
     assert failure == ("the new venv /opt/sparkfleet/venvs/b failed verification (gpu fail: False (CUDA 12 wheel: "
-                       "libcudart.so.12); abi mismatch torch links libcudart.so.12); the active venv "
+                       "libcudart.so.12); abi mismatch torch links libcudart.so.12; pip check ok); the active venv "
                        "/opt/sparkfleet/venvs/a is untouched")
     alone = venv.spark_venv_verdict({**BUILD, "active": None}, gpu, abi, False)["failure"]
     assert alone.endswith("; no venv is active")
@@ -54,3 +58,16 @@ def test_the_active_venv_is_the_switched_one_and_a_failed_new_one_is_flagged():
     assert (kept["path"], kept["new_venv_failed"]) == (ACTIVE["path"], True)
     nothing_built = venv.spark_venv_active({**BUILD, "action": "none"}, {}, failed, "spark-stack.yml")
     assert nothing_built["new_venv_failed"] is False
+
+
+def test_a_venv_whose_pip_check_holds_what_the_matrix_does_not_accept_fails_and_says_what():
+    missing = "unsloth-zoo 2026.7.2 declares tyro; the venv does not have it"
+    broken = {**BUILD, "dependencies": {"checked": True, "accepted": [ACCEPTED], "unaccepted": [missing]}}
+    verdict = venv.spark_venv_verdict(broken, GPU_OK, ABI_OK, False)
+    assert verdict["passed"] is False, "the GPU line and the ABI scan pass; the venv's own pip check does not"
+    assert verdict["verification"]["dependency_problems"] == [missing]
+    assert f"pip check broken: {missing} - each must be installed by a step of the matrix or accepted" in \
+        verdict["failure"]
+    # A venv built before sparkfleet ran pip check: not judged on it, and said.
+    old = venv.spark_venv_verdict({**BUILD, "dependencies": None}, GPU_OK, ABI_OK, False)
+    assert old["passed"] is True and "pip check: not recorded" in old["verification"]["notes"][0]

@@ -90,3 +90,42 @@ def test_an_accepted_deviation_that_no_longer_happens_is_said_and_a_malformed_on
     assert "note: accepted deviation peft -> torch no longer happens; remove it from the matrix" in judged["lines"]
     assert closure.accepted_problems([{"declared_by": "unsloth"}])[0].startswith("accepted[0] is ")
     assert closure.accepted_problems(None) == [] and closure.accepted_problems(MATRIX["accepted"]) == []
+
+
+# What `pip check` listed in a fresh venv after the source document's four steps (issue 48: torch 2.13 CPU standing
+# for the cu130 build): what unsloth and unsloth_zoo declare and nothing installed.
+LEFT_OUT_BY_NO_DEPS = {"diffusers", "nest-asyncio", "protobuf", "sentencepiece", "torchvision", "triton", "tyro",
+                       "wheel", "cut-cross-entropy", "msgspec", "pillow"}
+
+
+def test_the_shipped_matrix_installs_each_dependency_unsloths_no_deps_step_left_out_every_pin_held():
+    steps = {s["id"]: s for s in MATRIX["steps"]}
+    pinned = {closure.normalize(p.split("==")[0]) for sid in ("torch", "unsloth_deps") for p in steps[sid]["packages"]}
+    assert pinned >= LEFT_OUT_BY_NO_DEPS
+    assert steps["unsloth_deps"]["hold"] is True and "--no-deps" not in steps["unsloth_deps"].get("args", [])
+    # Each of them is something unsloth or unsloth_zoo 2026.7.2 really declares for the Spark target.
+    declared = {closure.normalize(r.name) for name in ("unsloth", "unsloth_zoo")
+                for r in closure.declared(real(name, "2026.7.2")["requires_dist"], TARGET)}
+    assert LEFT_OUT_BY_NO_DEPS <= declared
+
+
+def test_pip_check_of_a_built_venv_keeps_only_what_the_matrix_accepts():
+    # pip's own wording (pip/_internal/commands/check.py), as a venv of the shipped set would print it.
+    said = ("unsloth 2026.7.2 has requirement transformers!=4.52.0,<=5.5.0,>=4.51.3, but you have transformers "
+            "5.13.1.\n"
+            "unsloth-zoo 2026.7.2 has requirement trl!=0.19.0,<=0.24.0,>=0.18.2, but you have trl 1.8.0.\n"
+            "trl 1.8.0 has requirement datasets>=4.7.0, but you have datasets 4.3.0.\n"
+            "unsloth-zoo 2026.7.2 requires tyro, which is not installed.\n"
+            "torch 2.10.0 is not supported on this platform\n")
+    judged = closure.pip_check(said, MATRIX["accepted"])
+    assert judged["accepted"] == [
+        "unsloth 2026.7.2 declares transformers!=4.52.0,<=5.5.0,>=4.51.3; the venv has transformers 5.13.1 "
+        "(accepted: the source document's set (NVIDIA's DGX Spark playbook) pins transformers 5.13.1 with this "
+        "Unsloth)",
+        "unsloth-zoo 2026.7.2 declares trl!=0.19.0,<=0.24.0,>=0.18.2; the venv has trl 1.8.0 (accepted: the source "
+        "document's set (NVIDIA's DGX Spark playbook) pins trl 1.8.0 with this Unsloth)"]
+    assert judged["unaccepted"] == ["trl 1.8.0 declares datasets>=4.7.0; the venv has datasets 4.3.0",
+                                    "unsloth-zoo 2026.7.2 declares tyro; the venv does not have it",
+                                    "torch 2.10.0 is not supported on this platform"]
+    assert closure.pip_check("No broken requirements found.\n", MATRIX["accepted"]) == {
+        "checked": True, "accepted": [], "unaccepted": []}

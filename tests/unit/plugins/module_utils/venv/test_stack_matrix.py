@@ -39,15 +39,20 @@ MATRIX = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())
 def test_the_shipped_matrix_is_valid_and_holds_the_users_sequence_verbatim():
     assert validate(MATRIX) == []
     steps = [(s["id"], s.get("args", []), s["packages"]) for s in MATRIX["steps"]]
-    assert steps == [
-        ("torch", [], ["torch==2.10.0"]),
+    assert steps[:4] == [
+        ("torch", [], ["torch==2.10.0", "torchvision==0.25.0"]),
         ("stack", [], ["transformers==5.13.1", "peft==0.19.1", "hf_transfer==0.1.9", "datasets==4.3.0",
                        "trl==1.8.0"]),
         ("unsloth", ["--no-deps"], ["unsloth==2026.7.2", "unsloth_zoo==2026.7.2", "bitsandbytes==0.49.2"]),
         ("torchao", ["-U"], ["torchao==0.17.0"]),
-        ("uv", ["--no-deps"], ["uv==0.13.9"]),
     ]
-    assert [s.get("installer", False) for s in MATRIX["steps"]] == [False] * 4 + [True]
+    # Then what Unsloth declares and --no-deps left out, every pin held; the installer last.
+    assert steps[4][:2] == ("unsloth_deps", []) and MATRIX["steps"][4]["hold"] is True
+    assert {normalize(p.split("==")[0]) for p in steps[4][2]} == {
+        "triton", "cut-cross-entropy", "diffusers", "msgspec", "nest-asyncio", "pillow", "protobuf", "sentencepiece",
+        "tyro", "wheel"}
+    assert steps[5] == ("uv", ["--no-deps"], ["uv==0.13.9"])
+    assert [s.get("installer", False) for s in MATRIX["steps"]] == [False] * 5 + [True]
     assert MATRIX["steps"][0]["index_url"] == "https://download.pytorch.org/whl/cu130"
     assert str(MATRIX["last_verified"]) == "2026-07-14"
     assert MATRIX["environment"] == {"TRITON_PTXAS_PATH": "/usr/local/cuda/bin/ptxas", "HF_XET_HIGH_PERFORMANCE": "1"}
@@ -70,7 +75,11 @@ def test_pins_are_by_normalized_name():
     (lambda m: m.update(steps=[]), "steps is missing or empty"),
     (lambda m: m["steps"].insert(0, m["steps"].pop()), "step 1 (uv): the installer step must be the last"),
     (lambda m: m["steps"][-1].update(packages=["pip==25.3"]), "pins pip==25.3; expected one pin of uv"),
-    (lambda m: m["steps"][-1].update(installer="yes"), "step 5 (uv): installer is 'yes'; expected true"),
+    (lambda m: m["steps"][-1].update(installer="yes"), "step 6 (uv): installer is 'yes'; expected true"),
+    (lambda m: m["steps"][4].update(hold="yes"), "step 5 (unsloth_deps): hold is 'yes'; expected true"),
+    (lambda m: m["steps"][4].update(args=["--no-deps"]), "step 5 (unsloth_deps): hold and --no-deps together"),
+    (lambda m: m["steps"][4]["packages"].append("flash-attn==2.8.3"),
+     "step unsloth_deps: flash-attn is policy refuse in components (skip the pip build on Spark"),
 ])
 def test_validation_names_what_is_wrong(change, error):
     matrix = copy.deepcopy(MATRIX)
@@ -148,8 +157,12 @@ def test_pip_steps_use_the_overrides_hold_the_pins_and_read_as_typed():
     overrides = {"https://pypi.org/simple/": "https://mirror.example/pypi",
                  "https://download.pytorch.org/whl/cu130": "http://127.0.0.1:5090/cu130"}
     steps = pip_steps(MATRIX, plan_extras(MATRIX, ["xformers"]), overrides, "/v/constraints.txt")
-    assert [s["id"] for s in steps] == ["torch", "stack", "unsloth", "torchao", "uv", "extra:xformers"]
-    assert steps[0]["args"] == ["torch==2.10.0"]
+    assert [s["id"] for s in steps] == ["torch", "stack", "unsloth", "torchao", "unsloth_deps", "uv",
+                                        "extra:xformers"]
+    assert steps[0]["args"] == ["torch==2.10.0", "torchvision==0.25.0"]
+    # The held step resolves its packages' dependencies with every pin of the matrix a constraint.
+    assert steps[4]["args"][:2] == ["--constraint", "/v/constraints.txt"] and "tyro==1.0.17" in steps[4]["args"]
+    assert "--no-deps" not in steps[4]["args"]
     assert index_env(steps[0]["indexes"]) == {"PIP_INDEX_URL": "http://127.0.0.1:5090/cu130",
                                               "PIP_TRUSTED_HOST": "127.0.0.1"}
     assert uv_env(steps[0]["indexes"]) == {"UV_DEFAULT_INDEX": "http://127.0.0.1:5090/cu130",
@@ -157,13 +170,13 @@ def test_pip_steps_use_the_overrides_hold_the_pins_and_read_as_typed():
     assert uv_env([*steps[1]["indexes"][:1], "http://127.0.0.1:5090/cu130"])["UV_INDEX"] == \
         "http://127.0.0.1:5090/cu130"
     assert steps[3]["args"] == ["-U", "torchao==0.17.0"] and steps[3]["indexes"] == ["https://mirror.example/pypi"]
-    assert "--constraint" in steps[5]["args"] and "/v/constraints.txt" in steps[5]["args"]
+    assert "--constraint" in steps[6]["args"] and "/v/constraints.txt" in steps[6]["args"]
     # uv runs the venv's steps and the extras; pip installs uv itself, beside the venvs.
-    assert [(s["tool"], s["installer"]) for s in steps] == [("uv", False)] * 4 + [("pip", True), ("uv", False)]
+    assert [(s["tool"], s["installer"]) for s in steps] == [("uv", False)] * 5 + [("pip", True), ("uv", False)]
     assert display(steps[2]) == ('uv pip install --index-url https://mirror.example/pypi --no-deps '
                                  '"unsloth==2026.7.2" "unsloth_zoo==2026.7.2" "bitsandbytes==0.49.2"')
-    assert display(steps[4]) == 'pip install --index-url https://mirror.example/pypi --no-deps "uv==0.13.9"'
-    assert display(steps[5]).startswith("TORCH_CUDA_ARCH_LIST=12.1 uv pip install ")
+    assert display(steps[5]) == 'pip install --index-url https://mirror.example/pypi --no-deps "uv==0.13.9"'
+    assert display(steps[6]).startswith("TORCH_CUDA_ARCH_LIST=12.1 uv pip install ")
     without = {**MATRIX, "steps": MATRIX["steps"][:-1]}
     assert {s["tool"] for s in pip_steps(without, [], {}, "/v/c.txt")} == {"pip"}, "no installer step: pip"
 
@@ -178,7 +191,7 @@ def test_an_index_token_reaches_pip_only_through_its_environment_and_is_masked_w
                                               "PIP_TRUSTED_HOST": "127.0.0.1"}, "the host, not 'ci:TOKEN@127.0.0.1'"
     shown = [display(s) for s in steps]
     assert not any(token in line for line in shown), shown
-    assert shown[0] == "uv pip install --index-url http://ci:***@127.0.0.1:5090/cu130 \"torch==2.10.0\""
+    assert shown[0] == "uv pip install --index-url http://ci:***@127.0.0.1:5090/cu130 \"torch==2.10.0\" \"torchvision==0.25.0\""
     assert "--index-url https://***@mirror.example/pypi" in shown[2]
     assert redact_url("https://pypi.org/simple/") == "https://pypi.org/simple/"
 
@@ -229,8 +242,9 @@ def test_the_lock_holds_each_steps_resolved_set_with_its_hashes_and_the_matrixs_
     assert list(lock["steps"]) == [s["id"] for s in matrix["steps"]]
     assert lock["steps"]["torch"][0]["name"] == "torch" and len(lock["steps"]["torch"][0]["sha256"]) == 64
     assert validate_lock(lock, matrix) == []
+    torch, torchvision = lock["steps"]["torch"]
     assert hashed_requirements(lock["steps"]["torch"]) == (
-        f"torch==2.10.0 --hash=sha256:{lock['steps']['torch'][0]['sha256']}\n")
+        f"torch==2.10.0 --hash=sha256:{torch['sha256']}\ntorchvision==0.25.0 --hash=sha256:{torchvision['sha256']}\n")
 
 
 def test_no_lock_from_a_step_that_did_not_resolve_or_a_wheel_without_a_hash():
