@@ -20,6 +20,10 @@ description:
     on the cache (a lock file), so none fetches what another is fetching.
   - pip runs isolated from this machine's pip configuration; an index URL (a mirror's token) reaches pip through its
     environment, never its argv, and is masked in the result.
+  - With O(bundle), the lock's wheels are also put in one uncompressed tar (RV(bundle), C(<cache>/bundles/<key>.tar),
+    the key from the lock's sha256s; made once, reused by every host), so that a host gets them in one transfer
+    (C(ansible.builtin.unarchive)) instead of one task per wheel. A bundle unused for a day is removed when another
+    is made.
 version_added: "0.4.0"
 author: sparkfleet contributors (@sparkfleet)
 options:
@@ -35,6 +39,10 @@ options:
     description: Upstream index URL -> the URL to use instead (a mirror).
     type: dict
     default: {}
+  bundle:
+    description: Also put the lock's wheels in one tar (RV(bundle)) for the hosts to unpack; see the description.
+    type: bool
+    default: false
   cache:
     description: The folder the wheels are kept in, shared by every host of the fleet.
     type: path
@@ -95,6 +103,10 @@ bytes_fetched:
   description: The bytes of the wheels this call fetched.
   returned: success
   type: int
+bundle:
+  description: With O(bundle), the tar holding every wheel of the lock (flat, by file name); null in check mode.
+  returned: success
+  type: str
 """
 
 import contextlib
@@ -104,7 +116,9 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _trusted as trusted
@@ -187,6 +201,7 @@ def main() -> None:
             "cache": {"type": "path", "required": True},
             "timeout": {"type": "int", "default": 60},
             "pip_env": {"type": "dict", "default": {}, "no_log": False},
+            "bundle": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -233,10 +248,47 @@ def main() -> None:
                 result["fetched"] += [e.get("wheel") or e["name"] for e in missing]
             result["changed"] = result["changed"] or bool(missing)
             result["files"] += [cached(cache, e) or "" for e in entries]
-    if not module.check_mode and "" in result["files"]:
-        module.fail_json(msg="pip fetched the step's wheels but the cache lacks one the lock names (its sha256 "
-                             "differs); nothing on the hosts changed.", **result)
+        if not module.check_mode and "" in result["files"]:
+            module.fail_json(msg="pip fetched the step's wheels but the cache lacks one the lock names (its sha256 "
+                                 "differs); nothing on the hosts changed.", **result)
+        result["bundle"] = None
+        if p["bundle"] and not module.check_mode:
+            result["bundle"] = bundle(cache, p["lock"], result["files"])
     module.exit_json(**result)
+
+
+BUNDLE_KEEP_SECONDS = 86400
+
+
+def bundle(cache: str, lock: dict, files: list[str]) -> str:
+    """The lock's wheels in one uncompressed tar (wheels are zip files already), flat by file name: made once per
+    lock (its key is the lock's sha256s), under the cache's lock, written whole or not at all. A bundle of
+    another lock unused for a day is removed (the wheels stay in the cache)."""
+    key = hashlib.sha256("\n".join(sorted(e["sha256"] for entries in lock["steps"].values()
+                                            for e in entries)).encode()).hexdigest()[:16]
+    folder = os.path.join(cache, "bundles")
+    trusted.make_dir(folder, 0o755, "the wheel cache's bundles")
+    path = os.path.join(folder, f"{key}.tar")
+    if not os.path.isfile(path):
+        with tempfile.NamedTemporaryFile(dir=folder, suffix=".part", delete=False) as handle, \
+                tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT) as archive:
+            for wheel in dict.fromkeys(files):
+                info = archive.gettarinfo(wheel, arcname=os.path.basename(wheel))
+                info.uid = info.gid = 0
+                info.uname = info.gname = "root"
+                info.mode = 0o644
+                with open(wheel, "rb") as data:
+                    archive.addfile(info, data)
+        os.chmod(handle.name, 0o644)
+        os.replace(handle.name, path)
+    os.utime(path)
+    now = time.time()
+    for name in os.listdir(folder):
+        other = os.path.join(folder, name)
+        if other != path and (name.endswith(".part") or name.endswith(".tar")) and \
+                now - os.stat(other, follow_symlinks=False).st_mtime > BUNDLE_KEEP_SECONDS:
+            os.unlink(other)
+    return path
 
 
 if __name__ == "__main__":

@@ -522,6 +522,13 @@ def test_a_fleets_venvs_from_the_lock_take_each_wheel_from_the_index_once(own_in
         assert sorted(p.name for p in (tmp_path / f"host-{n}" / "venvs" / ".wheelhouse").iterdir()) == sorted(
             p.name for p in (tmp_path / "controller-cache").glob("*/*.whl"))
     assert not (tmp_path / "host-3" / "venvs" / ".wheelhouse").exists() and not (tmp_path / "unused-cache").exists()
+    # Issue 49: the hosts got the lock's wheels in one archive (one transfer, not a task per wheel), made once.
+    import tarfile
+
+    [bundle] = (tmp_path / "controller-cache" / "bundles").glob("*.tar")
+    with tarfile.open(bundle) as archive:
+        assert sorted(archive.getnames()) == sorted(p.name for p in (tmp_path / "controller-cache").glob("*/*.whl"))
+    assert "Copy the lock's wheels to the host in one archive" in proc.stdout
     again, served_again = venv_fleet(tmp_path, own_index, hosts=3, wheelhouse=True, own=own)
     assert again.returncode == 0 and served_again["wheels"] == 0, again.stdout[-3000:]
     assert "changed=0" in again.stdout and "changed=1" not in again.stdout, again.stdout[-3000:]
