@@ -191,6 +191,12 @@ ansible_facts:
               sparkfleet (C(sparkfleet), its first line says so); role spark_cluster removes only such a file from
               a node that left its cluster.
           type: dict
+        cluster_trust:
+          description:
+            - Whether the node holds a cluster's trust (C(exists), the record spark_cluster_trust writes when it joins,
+              C(/var/lib/sparkfleet/cluster.json)); role spark_cluster takes it back only from such a node, so a node
+              that never joined costs no call.
+          type: dict
 """
 
 import os
@@ -199,6 +205,7 @@ import subprocess
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster._netplan import NETPLAN_FILE, NETPLAN_MARK
+from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster._trust import RECORD as TRUST_RECORD
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _docker_api as docker_api
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_daemon import (
     DAEMON_JSON,
@@ -337,6 +344,7 @@ class PreflightFacts:
             "memory_available_bytes": mem.get("MemAvailable"),
             "cx7_netplan": {"exists": os.path.lexists(NETPLAN_FILE),
                             "sparkfleet": (_read(NETPLAN_FILE) or "").startswith(NETPLAN_MARK)},
+            "cluster_trust": {"exists": os.path.lexists(TRUST_RECORD)},
         }
 
 
