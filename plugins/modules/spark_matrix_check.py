@@ -248,11 +248,14 @@ def resolve_sequence(pip: list[str], matrix: dict, overrides: dict, skip: list[s
     their answers: they run side by side (four at a time), the results in the sequence's order. A held step (hold:
     true) runs after them, with every pin of the matrix and everything the earlier steps resolved to as
     constraints (pip keeps what is installed; a dry run, which installs nothing, must be told): where an earlier
-    step does not resolve, what the held step would find installed is not known, and it is not judged."""
+    step does not resolve, what the held step would find installed is not known, and it is not judged. A held step
+    asked alone (`only`, the playbook's loop) asks the steps before it again: their answers are its constraints."""
     jobs = []
     steps = matrix["steps"]
+    ids = [s["id"] for s in steps]
+    held_alone = only is not None and only in ids and steps[ids.index(only)].get("hold")
     for position, step in enumerate(steps):
-        if only is not None and step["id"] != only:
+        if only is not None and step["id"] != only and not (held_alone and position < ids.index(only)):
             continue
         if step["id"] in skip:
             jobs.append({"step": step["id"], "status": "skipped"})
@@ -293,7 +296,7 @@ def resolve_sequence(pip: list[str], matrix: dict, overrides: dict, skip: list[s
         pinned = {normalize(parse_pin(c)[0]) for c in constraints}
         results.append(resolve_step(pip, step, [*constraints, *(v for k, v in installed.items() if k not in pinned)],
                                     indexes, later, matrix["target"], timeout))
-    return results
+    return [r for r in results if only is None or r["step"] == only]
 
 
 def buildable(module: AnsibleModule, matrix: dict, overrides: dict, timeout: int) -> None:

@@ -252,3 +252,11 @@ def test_on_real_pypi_with_a_stack_that_resolves_nothing_unsloth_declares_is_mis
     assert not [line for line in judged["lines"] if line.startswith("MISSING")], judged["lines"]
     assert sorted(f["text"].split(" (of")[0] for f in judged["unaccepted"]) == [
         "unsloth 2026.7.2 declares datasets<4.4.0", "unsloth_zoo 2026.7.2 declares datasets<4.4.0"]
+    # Asked alone (the playbook asks step by step, for its progress), the held step asks the steps before it again
+    # and holds what they installed: the same answer, not PyPI's newest huggingface_hub 2.x (which transformers
+    # 5.13.1 and datasets refuse).
+    alone = run_module("spark_matrix_check", {"matrix": matrix, "skip_steps": ["torch"], "timeout": 60,
+                                              "step": "unsloth_deps"})
+    assert [s["step"] for s in alone["sequence"]] == ["unsloth_deps"]
+    assert alone["sequence"][0]["installs"] == held["installs"]
+    assert not any(i.startswith("huggingface-hub==2.") for i in held["installs"]), held["installs"]
