@@ -264,14 +264,15 @@ def bundle(cache: str, lock: dict, files: list[str]) -> str:
     """The lock's wheels in one uncompressed tar (wheels are zip files already), flat by file name: made once per
     lock (its key is the lock's sha256s), under the cache's lock, written whole or not at all. A bundle of
     another lock unused for a day is removed (the wheels stay in the cache)."""
-    key = hashlib.sha256("\n".join(sorted(e["sha256"] for entries in lock["steps"].values()
-                                            for e in entries)).encode()).hexdigest()[:16]
+    hashes = sorted(e["sha256"] for entries in lock["steps"].values() for e in entries)
+    key = hashlib.sha256("\n".join(hashes).encode()).hexdigest()[:16]
     folder = os.path.join(cache, "bundles")
     trusted.make_dir(folder, 0o755, "the wheel cache's bundles")
     path = os.path.join(folder, f"{key}.tar")
     if not os.path.isfile(path):
-        with tempfile.NamedTemporaryFile(dir=folder, suffix=".part", delete=False) as handle, \
-                tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        descriptor, part = tempfile.mkstemp(dir=folder, suffix=".part")
+        os.close(descriptor)
+        with tarfile.open(part, mode="w", format=tarfile.PAX_FORMAT) as archive:
             for wheel in dict.fromkeys(files):
                 info = archive.gettarinfo(wheel, arcname=os.path.basename(wheel))
                 info.uid = info.gid = 0
@@ -279,8 +280,8 @@ def bundle(cache: str, lock: dict, files: list[str]) -> str:
                 info.mode = 0o644
                 with open(wheel, "rb") as data:
                     archive.addfile(info, data)
-        os.chmod(handle.name, 0o644)
-        os.replace(handle.name, path)
+        os.chmod(part, 0o644)
+        os.replace(part, path)
     os.utime(path)
     now = time.time()
     for name in os.listdir(folder):
