@@ -212,8 +212,11 @@ class Fleet:
             return next((list(r["lines"]) for r in self.check_results if r.get("upstream") and "lines" in r), [])
         if kind == "proposal":  # matrix propose: the candidate against the matrix in use, pin by pin
             found = next((r for r in self.check_results if "moved" in r and "lines" in r), None)
+            closure = list(((found or {}).get("closure") or {}).get("lines") or [])
             return [f"candidate: {found['moved']} of {len(found['rows'])} pins move",
-                    *(f"  {line}" for line in found["lines"])] if found else []
+                    *(f"  {line}" for line in found["lines"]),
+                    *(["  its declared closure:", *(f"    {line}" for line in closure)] if closure else [])
+                    ] if found else []
         # The declared closure, judged after the steps (a result of its own): its lines close the table.
         closure = [line for r in self.check_results if "closure_lines" in r for line in r["table"]]
         parts = [r for r in self.check_results if "rows" in r and "table" in r and "closure_lines" not in r]

@@ -116,3 +116,17 @@ def test_the_doctors_report_json_names_hosts_as_its_doctor_md_does():
     redacted = doctor.redacted(data, fleet)
     assert "spark-07" not in repr(redacted)
     assert redacted["hosts"]["host-1"]["failures"][0]["msg"] == "nvidia-smi failed on host-1"
+
+
+def test_matrix_propose_at_a_terminal_shows_the_candidates_declared_closure_after_its_pins():
+    """The README's promise (each pin old -> new, what held each back, then the candidate's closure): the CLI's
+    summary carried the pins and the holds but left the closure out (found running matrix propose against pypi.org,
+    issue 48)."""
+    from sparkfleet.events import Fleet
+
+    fleet = Fleet()
+    fleet._check_result({"rows": [{}, {}], "moved": 1, "lines": ["stack trl 1.8.0 -> 1.9.0", "held back: x"],
+                         "closure": {"lines": ["clean: the 9 packages the steps install meet every requirement"]}})
+    assert fleet.check_lines("proposal") == [
+        "candidate: 1 of 2 pins move", "  stack trl 1.8.0 -> 1.9.0", "  held back: x", "  its declared closure:",
+        "    clean: the 9 packages the steps install meet every requirement"]
