@@ -288,11 +288,12 @@ def resolve_sequence(pip: list[str], matrix: dict, overrides: dict, skip: list[s
             results.append({"step": step["id"], "constraints": constraints, "status": "unjudged", "detail": (
                 f"not resolved: it holds what step {', '.join(unresolved)} installs, which does not resolve")})
             continue
-        # What is installed when the held step runs: the earliest step's version of each package (a later step
-        # keeps what satisfies it), the matrix's pins aside (they are constraints already).
+        # What is installed when the held step runs: the last step's version of each package (as the closure
+        # counts it: datasets' fsspec<=2026.2.0 moves the fsspec torch's step brought), the matrix's pins aside
+        # (they are constraints already).
         installed: dict[str, str] = {}
         for spec in (spec for r in results for spec in r.get("installs", [])):
-            installed.setdefault(normalize(spec.split("==")[0]), spec)
+            installed[normalize(spec.split("==")[0])] = spec
         pinned = {normalize(parse_pin(c)[0]) for c in constraints}
         results.append(resolve_step(pip, step, [*constraints, *(v for k, v in installed.items() if k not in pinned)],
                                     indexes, later, matrix["target"], timeout))

@@ -235,8 +235,8 @@ def propose(module: AnsibleModule, matrix: dict, given: dict, overrides: dict, t
     pip = [sys.executable, "-m", "pip"]
     chosen: dict[str, str] = {}
     declared: list[dict] = []
-    # What the steps so far installed, each package at the earliest step's version (a later step keeps what
-    # satisfies it): a held step (hold: true) resolves with it as constraints, as matrix check asks it.
+    # What the steps so far installed, each package at the last step's version (as the closure counts it): a held
+    # step (hold: true) resolves with it as constraints, as matrix check asks it.
     installed: dict[str, str] = {}
     steps = matrix["steps"]
     for position, step in enumerate(steps):
@@ -254,8 +254,7 @@ def propose(module: AnsibleModule, matrix: dict, given: dict, overrides: dict, t
             return {"chosen": chosen, "failure": {"step": step["id"], **failure(proc.stdout, proc.stderr)},
                     "steps": declared}
         installs = {normalize(i["metadata"]["name"]): i["metadata"]["version"] for i in report["install"]}
-        for name, version in installs.items():
-            installed.setdefault(name, version)
+        installed.update(installs)
         declared.append({"step": step["id"], "resolved": True, "no_deps": "--no-deps" in step.get("args", []),
                          "declared": [{"name": i["metadata"]["name"], "version": i["metadata"]["version"],
                                        "requires_dist": i["metadata"].get("requires_dist") or []}
