@@ -399,7 +399,7 @@ def test_the_readmes_matrix_check_at_a_terminal_shows_each_step_as_it_is_asked(h
     (home / "ansible.cfg").write_text("[defaults]\ninventory = inv\n")
     screen = Screen(argv[1:], home, columns=100, timeout=600).wait()
     assert screen.rc == 0, screen.text[-4000:]
-    counted = set(re.findall(r"task: Ask the indexes, a step at a time \(\d+ s, (\d) of 5 items done\)", screen.text))
+    counted = set(re.findall(r"task: Ask the indexes, a step at a time \(\d+ s, (\d) of 6 items done\)", screen.text))
     assert {"1", "2", "3", "4"} <= counted, screen.text[-4000:]
     # The table after the live display's last frame, read as text (a line may carry the terminal's padding).
     text = screen.text
