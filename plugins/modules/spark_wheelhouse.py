@@ -104,7 +104,9 @@ bytes_fetched:
   returned: success
   type: int
 bundle:
-  description: With O(bundle), the tar holding every wheel of the lock (flat, by file name); null in check mode.
+  description: >-
+    With O(bundle), the tar holding every wheel of the lock (flat, by file name) and, last, an empty
+    C(<its name>.done) a host has only once all were unpacked; null in check mode.
   returned: success
   type: str
 """
@@ -112,6 +114,7 @@ bundle:
 import contextlib
 import fcntl
 import hashlib
+import io
 import os
 import shutil
 import subprocess
@@ -265,7 +268,7 @@ def bundle(cache: str, lock: dict, files: list[str]) -> str:
     lock (its key is the lock's sha256s), under the cache's lock, written whole or not at all. A bundle of
     another lock unused for a day is removed (the wheels stay in the cache)."""
     hashes = sorted(e["sha256"] for entries in lock["steps"].values() for e in entries)
-    key = hashlib.sha256("\n".join(hashes).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\n".join(["bundle-2", *hashes]).encode()).hexdigest()[:16]  # 2: with its .done
     folder = os.path.join(cache, "bundles")
     trusted.make_dir(folder, 0o755, "the wheel cache's bundles")
     path = os.path.join(folder, f"{key}.tar")
@@ -280,6 +283,11 @@ def bundle(cache: str, lock: dict, files: list[str]) -> str:
                 info.mode = 0o644
                 with open(wheel, "rb") as data:
                     archive.addfile(info, data)
+            # Last, so a host has it only once every wheel was unpacked: the role's unarchive `creates` it, and a
+            # re-run after a failed build sends no byte again.
+            done = tarfile.TarInfo(f"{key}.tar.done")
+            done.mode, done.mtime = 0o644, int(time.time())
+            archive.addfile(done, io.BytesIO(b""))
         os.chmod(part, 0o644)
         os.replace(part, path)
     os.utime(path)

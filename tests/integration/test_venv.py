@@ -519,7 +519,7 @@ def test_a_fleets_venvs_from_the_lock_take_each_wheel_from_the_index_once(own_in
     for n in (1, 2, 3):
         assert (tmp_path / f"host-{n}" / "venv" / "bin" / "python").exists()
     for n in (1, 2):
-        assert sorted(p.name for p in (tmp_path / f"host-{n}" / "venvs" / ".wheelhouse").iterdir()) == sorted(
+        assert sorted(p.name for p in (tmp_path / f"host-{n}" / "venvs" / ".wheelhouse").glob("*.whl")) == sorted(
             p.name for p in (tmp_path / "controller-cache").glob("*/*.whl"))
     assert not (tmp_path / "host-3" / "venvs" / ".wheelhouse").exists() and not (tmp_path / "unused-cache").exists()
     # Issue 49: the hosts got the lock's wheels in one archive (one transfer, not a task per wheel), made once.
@@ -527,7 +527,11 @@ def test_a_fleets_venvs_from_the_lock_take_each_wheel_from_the_index_once(own_in
 
     [bundle] = (tmp_path / "controller-cache" / "bundles").glob("*.tar")
     with tarfile.open(bundle) as archive:
-        assert sorted(archive.getnames()) == sorted(p.name for p in (tmp_path / "controller-cache").glob("*/*.whl"))
+        wheels = sorted(p.name for p in (tmp_path / "controller-cache").glob("*/*.whl"))
+        assert sorted(archive.getnames()[:-1]) == wheels
+        assert archive.getnames()[-1] == f"{bundle.name}.done", "last: there only once every wheel was unpacked"
+    for n in (1, 2):
+        assert (tmp_path / f"host-{n}" / "venvs" / ".wheelhouse" / f"{bundle.name}.done").is_file()
     assert "Copy the lock's wheels to the host in one archive" in proc.stdout
     again, served_again = venv_fleet(tmp_path, own_index, hosts=3, wheelhouse=True, own=own)
     assert again.returncode == 0 and served_again["wheels"] == 0, again.stdout[-3000:]
