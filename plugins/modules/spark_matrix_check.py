@@ -186,7 +186,12 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _closure as closure
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_dry_run import dry_run, failure, locked_entries
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_dry_run import (
+    dry_run,
+    failure,
+    held_constraints,
+    locked_entries,
+)
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
     MatrixError,
     check,
@@ -288,15 +293,9 @@ def resolve_sequence(pip: list[str], matrix: dict, overrides: dict, skip: list[s
             results.append({"step": step["id"], "constraints": constraints, "status": "unjudged", "detail": (
                 f"not resolved: it holds what step {', '.join(unresolved)} installs, which does not resolve")})
             continue
-        # What is installed when the held step runs: the last step's version of each package (as the closure
-        # counts it: datasets' fsspec<=2026.2.0 moves the fsspec torch's step brought), the matrix's pins aside
-        # (they are constraints already).
-        installed: dict[str, str] = {}
-        for spec in (spec for r in results for spec in r.get("installs", [])):
-            installed[normalize(spec.split("==")[0])] = spec
-        pinned = {normalize(parse_pin(c)[0]) for c in constraints}
-        results.append(resolve_step(pip, step, [*constraints, *(v for k, v in installed.items() if k not in pinned)],
-                                    indexes, later, matrix["target"], timeout))
+        installed = [tuple(spec.split("==", 1)) for r in results for spec in r.get("installs", [])]
+        held = held_constraints(constraints, installed, step["packages"])
+        results.append(resolve_step(pip, step, held, indexes, later, matrix["target"], timeout))
     return [r for r in results if only is None or r["step"] == only]
 
 

@@ -133,7 +133,11 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_prop
     public,
     step_specs,
 )
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_dry_run import dry_run, failure
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_dry_run import (
+    dry_run,
+    failure,
+    held_constraints,
+)
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
     MatrixError,
     check,
@@ -235,9 +239,9 @@ def propose(module: AnsibleModule, matrix: dict, given: dict, overrides: dict, t
     pip = [sys.executable, "-m", "pip"]
     chosen: dict[str, str] = {}
     declared: list[dict] = []
-    # What the steps so far installed, each package at the last step's version (as the closure counts it): a held
-    # step (hold: true) resolves with it as constraints, as matrix check asks it.
-    installed: dict[str, str] = {}
+    # What the steps so far installed, in order: a held step (hold: true) resolves with it as constraints, as matrix
+    # check asks it.
+    installed: list[tuple[str, str]] = []
     steps = matrix["steps"]
     for position, step in enumerate(steps):
         indexes = [override(step["index_url"], overrides)]
@@ -246,15 +250,14 @@ def propose(module: AnsibleModule, matrix: dict, given: dict, overrides: dict, t
         constraints = [f"{parse_pin(spec)[0]}=={chosen[normalize(parse_pin(spec)[0])]}"
                        for earlier in steps[:position] for spec in earlier["packages"]]
         if step.get("hold"):
-            pinned = {normalize(parse_pin(spec)[0]) for earlier in steps for spec in earlier["packages"]}
-            constraints += [f"{name}=={version}" for name, version in installed.items() if name not in pinned]
+            constraints = held_constraints(constraints, installed, step["packages"])
         proc, report = dry_run(pip, [*step.get("args", []), *step_specs(step, given, holds)], matrix["target"],
                                indexes, timeout, constraints)
         if report is None:
             return {"chosen": chosen, "failure": {"step": step["id"], **failure(proc.stdout, proc.stderr)},
                     "steps": declared}
         installs = {normalize(i["metadata"]["name"]): i["metadata"]["version"] for i in report["install"]}
-        installed.update(installs)
+        installed += list(installs.items())
         declared.append({"step": step["id"], "resolved": True, "no_deps": "--no-deps" in step.get("args", []),
                          "declared": [{"name": i["metadata"]["name"], "version": i["metadata"]["version"],
                                        "requires_dist": i["metadata"].get("requires_dist") or []}

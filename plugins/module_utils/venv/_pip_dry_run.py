@@ -89,3 +89,14 @@ def locked_entries(report: dict) -> list[dict]:
                         "wheel": urllib.parse.unquote(download.get("url", "").rsplit("/", 1)[-1].split("#")[0])
                         or None})
     return sorted(entries, key=lambda e: e["name"])
+
+
+def held_constraints(pins: list[str], installed: list[tuple[str, str]], own: list[str]) -> list[str]:
+    """A held step's constraints (hold: true): the other steps' `pins`, then what the steps before it installed
+    (`installed`, (name, version) in the steps' order), each package at the last step's version as the closure
+    counts it (datasets' fsspec<=2026.2.0 moves the fsspec torch's step brought), the pinned packages and the
+    step's `own` pins aside (it moves them on purpose: pillow, which torchvision brought). A dry run installs
+    nothing, so it must be told what pip, installing, would keep."""
+    pinned = {normalize(pin.split("==", 1)[0]) for pin in [*pins, *own]}
+    last = {normalize(name): f"{name}=={version}" for name, version in installed}
+    return [*pins, *(spec for name, spec in last.items() if name not in pinned)]
