@@ -72,7 +72,8 @@ candidate:
   returned: success
   type: dict
 rows:
-  description: One per pin - step, package, old, new, moved, given (the pin was in O(pins)).
+  description: One per pin of the candidate - step, package, old (null for a pin added to the held step), new,
+    moved, added, given (the pin was in O(pins)).
   returned: success
   type: list
   elements: dict
@@ -81,12 +82,18 @@ released:
   returned: success
   type: dict
 lines:
-  description: The diff as the screen shows it, one line per pin (C(old (date) -> new (date)) or C(= old (date))).
+  description: The diff as the screen shows it, one line per pin (C(old (date) -> new (date)), C(= old (date)) or
+    C(new version (date)) for a pin added), then what held a pin back, what was added and which accepted
+    deviation was left out, and why.
   returned: success
   type: list
   elements: str
 moved:
-  description: How many pins the candidate moves.
+  description: How many of the matrix's pins the candidate moves.
+  returned: success
+  type: int
+added:
+  description: How many pins the candidate adds to the held step.
   returned: success
   type: int
 resolves:
@@ -124,6 +131,7 @@ from ansible.module_utils.urls import open_url
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _closure as closure
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_proposal import (
+    added_lines,
     blame,
     candidate,
     changes,
@@ -197,14 +205,19 @@ CLOSURE_ROUNDS = 4
 
 def respecting_closure(module: AnsibleModule, matrix: dict, given: dict, overrides: dict, timeout: int) -> dict:
     """The newest set in which no package's declared requirement is violated (but those the matrix accepts, and
-    those of a pin the user gave): asked, judged (module_utils/venv/_closure.py), and asked again with each
-    violated package held within what its declarer declares, until the closure is clean or nothing more can be
-    held. {chosen, failure, holds, closure}."""
+    those of a pin the user gave), and, where the matrix has a held step (hold: true), none is missing: asked,
+    judged (module_utils/venv/_closure.py), and asked again with each violated package held within what its
+    declarer declares and each missing one added to the held step, until the closure is clean or nothing more can
+    be held or added. {chosen, failure, holds, additions, closure}."""
     holds: dict[str, list[dict]] = {}
+    # What the set declares and no step installs (a --no-deps step's packages: what a newer Unsloth newly asks
+    # for), by normalized name: {name, specifiers, declared_by}, asked of the held step.
+    additions: dict[str, dict] = {}
+    takes_additions = any(step.get("hold") for step in matrix["steps"])
     for _round in range(CLOSURE_ROUNDS):
-        found = propose(module, matrix, given, overrides, timeout, holds)
+        found = propose(module, matrix, given, overrides, timeout, holds, additions)
         if found["failure"]:
-            return {**found, "holds": holds, "closure": None}
+            return {**found, "holds": holds, "additions": additions, "closure": None}
         judged = closure.judge(found["steps"], matrix["target"], matrix.get("accepted"))
         new = []
         for finding in judged["unaccepted"]:
@@ -218,9 +231,22 @@ def respecting_closure(module: AnsibleModule, matrix: dict, given: dict, overrid
             if not any(h["specifier"] == specifier for h in held):
                 new.append(key)  # a new bound: ask again (a second declarer of the same one is only named)
             held.append({**finding, "specifier": specifier})
+        for finding in judged["findings"] if takes_additions else []:
+            if finding["kind"] != "missing":
+                continue
+            # The name as declared, within what each declarer asks (extras are not pinned: a held step installs
+            # each package with its own dependencies, not its extras').
+            specifier = str(closure.Requirement(finding["requirement"]).specifier)
+            entry = additions.setdefault(normalize(finding["name"]), {"name": finding["name"], "specifiers": [],
+                                                                      "declared_by": []})
+            entry["declared_by"] = list(dict.fromkeys([*entry["declared_by"],
+                                                       f"{finding['declarer']} {finding['version']}"]))
+            if specifier not in entry["specifiers"]:
+                entry["specifiers"].append(specifier)
+                new.append(normalize(finding["name"]))
         if not new:
             break
-    return {**found, "holds": holds, "closure": judged}
+    return {**found, "holds": holds, "additions": additions, "closure": judged}
 
 
 def given_deviations(judged: dict | None, given: dict) -> list[dict]:
@@ -233,7 +259,7 @@ def given_deviations(judged: dict | None, given: dict) -> list[dict]:
 
 
 def propose(module: AnsibleModule, matrix: dict, given: dict, overrides: dict, timeout: int,
-            holds: dict | None = None) -> dict:
+            holds: dict | None = None, additions: dict | None = None) -> dict:
     """Each step in order, as pip would choose: {chosen, failure, steps (each with what it declares, for the
     closure)}."""
     pip = [sys.executable, "-m", "pip"]
@@ -251,7 +277,8 @@ def propose(module: AnsibleModule, matrix: dict, given: dict, overrides: dict, t
                        for earlier in steps[:position] for spec in earlier["packages"]]
         if step.get("hold"):
             constraints = held_constraints(constraints, installed, step["packages"])
-        proc, report = dry_run(pip, [*step.get("args", []), *step_specs(step, given, holds)], matrix["target"],
+        proc, report = dry_run(pip, [*step.get("args", []), *step_specs(step, given, holds, additions)],
+                               matrix["target"],
                                indexes, timeout, constraints)
         if report is None:
             return {"chosen": chosen, "failure": {"step": step["id"], **failure(proc.stdout, proc.stderr)},
@@ -262,8 +289,8 @@ def propose(module: AnsibleModule, matrix: dict, given: dict, overrides: dict, t
                          "declared": [{"name": i["metadata"]["name"], "version": i["metadata"]["version"],
                                        "requires_dist": i["metadata"].get("requires_dist") or []}
                                       for i in report["install"]]})
-        for spec in step["packages"]:
-            name = normalize(parse_pin(spec)[0])
+        for spec in step["packages"] + [e["name"] for e in (additions or {}).values() if step.get("hold")]:
+            name = normalize(spec.split("==", 1)[0])
             if name not in installs:
                 module.fail_json(msg=f"pip's report for step {step['id']} does not install {name}, which the step "
                                      "pins; nothing was proposed")
@@ -299,21 +326,31 @@ def main() -> None:
         chosen.setdefault(name, version)
         if found["failure"]:
             chosen[name] = version
-    proposed = candidate(matrix, chosen, today)
+    judged = found["closure"] or {}
     deviations = given_deviations(found["closure"], given)
-    if deviations:
-        proposed["accepted"] = [*(proposed.get("accepted") or []), *deviations]
+    accepted, stale = None, []
+    if judged:
+        # The matrix's deviations the candidate's closure still has, then the given set's own; one that no longer
+        # happens is left out of the candidate (said), and its closure judged with what the candidate carries.
+        kept, stale = closure.still_accepted(matrix.get("accepted"), judged["findings"])
+        accepted = [*kept, *deviations]
+        judged = closure.judge(found["steps"], matrix["target"], kept)
+    added = [entry["name"] for entry in found["additions"].values()]
+    proposed = candidate(matrix, chosen, today, added, accepted)
     rows = [{**row, "given": normalize(row["package"]) in given} for row in changes(matrix, proposed)]
     indexes = {parse_pin(spec)[0]: override(step["index_url"], p["index_overrides"])
-               for step in matrix["steps"] for spec in step["packages"]}
-    asked = sorted({(row["package"], version) for row in rows for version in (row["old"], row["new"])})
+               for step in proposed["steps"] for spec in step["packages"]}
+    asked = sorted({(row["package"], version) for row in rows for version in (row["old"], row["new"]) if version})
     with ThreadPoolExecutor(max_workers=4) as pool:
         days = list(pool.map(lambda pv: released(indexes[pv[0]], pv[0], pv[1], p["timeout"]), asked))
     dates = {f"{normalize(package)}=={version}": day for (package, version), day in zip(asked, days, strict=True)}
-    judged = found["closure"] or {}
     result = {"changed": False, "rows": rows, "released": dates,
-              "lines": diff_lines(rows, dates) + held_lines(found["holds"]),
-              "moved": sum(1 for r in rows if r["moved"]), "resolves": found["failure"] is None,
+              "lines": diff_lines(rows, dates) + held_lines(found["holds"])
+              + added_lines({k: e for k, e in found["additions"].items() if not found["failure"]})
+              + [f"left out: accepted deviation {a['declared_by']} -> {a['requires']} (the candidate's closure no "
+                 "longer has it)" for a in stale],
+              "moved": sum(1 for r in rows if r["moved"] and not r["added"]),
+              "added": sum(1 for r in rows if r["added"]), "resolves": found["failure"] is None,
               "candidate": proposed if found["failure"] is None else None, "failure": None,
               "held": [{k: f[k] for k in ("name", "specifier", "declarer", "version", "requirement")}
                        for key in sorted(found["holds"]) for f in found["holds"][key]],

@@ -213,7 +213,9 @@ class Fleet:
         if kind == "proposal":  # matrix propose: the candidate against the matrix in use, pin by pin
             found = next((r for r in self.check_results if "moved" in r and "lines" in r), None)
             closure = list(((found or {}).get("closure") or {}).get("lines") or [])
-            return [f"candidate: {found['moved']} of {len(found['rows'])} pins move",
+            added = (found or {}).get("added") or 0
+            return [f"candidate: {found['moved']} of {len(found['rows']) - added} pins move"
+                    + (f", {added} added" if added else ""),
                     *(f"  {line}" for line in found["lines"]),
                     *(["  its declared closure:", *(f"    {line}" for line in closure)] if closure else [])
                     ] if found else []

@@ -306,3 +306,37 @@ def test_a_host_list_inventory_is_refused_before_any_index_is_asked(tmp_path):
     assert proc.returncode == 2, proc.stdout[-3000:]
     [failure] = json.loads((report / "report.json").read_text())["hosts"]["localhost"]["failures"]
     assert "is a host list, which has no directory for the proposed matrix" in failure["msg"]
+
+
+def test_what_the_set_declares_and_no_step_installs_is_added_to_the_held_step_and_a_stale_deviation_left_out(index):
+    # As a newer Unsloth does (2026.10.9 newly declares json5 and structlog): here the matrix's held step lacks
+    # tyro, which unsloth and unsloth_zoo declare, and accepts a deviation that does not happen (peft declares
+    # torch>=1.13.0; torch 2.10.0 meets it).
+    matrix = copy.deepcopy(MATRIX)
+    held = next(step for step in matrix["steps"] if step.get("hold"))
+    held["packages"] = [pin for pin in held["packages"] if not pin.startswith("tyro==")]
+    stale = {"declared_by": "peft", "requires": "torch", "reason": "no longer needed"}
+    matrix["accepted"] = [*matrix["accepted"], stale]
+    result = run_module("spark_matrix_propose", {"matrix": matrix, "index_overrides": index.overrides,
+                                                 "today": "2026-12-04"})
+    assert not result["failed"], result.get("msg")
+    candidate = next(step for step in result["candidate"]["steps"] if step.get("hold"))
+    assert candidate["packages"][-1] == "tyro==1.0.17", "pinned in the held step at what the index resolves"
+    assert (result["moved"], result["added"]) == (1, 1)
+    assert {r["package"]: (r["old"], r["new"]) for r in result["rows"] if r["added"]} == {"tyro": (None, "1.0.17")}
+    lines = [" ".join(line.split()) for line in result["lines"]]
+    assert "unsloth_deps tyro new 1.0.17 (2026-06-01)" in lines
+    assert "added: tyro - unsloth 2026.7.2, unsloth_zoo 2026.7.2 declare it and no step installed it" in lines
+    assert "left out: accepted deviation peft -> torch (the candidate's closure no longer has it)" in lines
+    assert stale not in result["candidate"]["accepted"] and result["candidate"]["accepted"] == MATRIX["accepted"]
+    assert not [line for line in result["closure"]["lines"] if line.startswith(("MISSING", "note:"))], \
+        result["closure"]["lines"]
+
+    # Without a held step the matrix keeps its package lists: what is missing is said, not added.
+    matrix["steps"] = [step for step in matrix["steps"] if not step.get("hold")]
+    result = run_module("spark_matrix_propose", {"matrix": matrix, "index_overrides": index.overrides,
+                                                 "today": "2026-12-04"})
+    assert not result["failed"] and result["added"] == 0, result.get("msg")
+    assert [line for line in result["closure"]["lines"] if line.startswith("MISSING unsloth 2026.7.2")] == [
+        "MISSING unsloth 2026.7.2 declares, and no step installs: wheel>=0.42.0, tyro, protobuf, triton>=3.0.0, "
+        "sentencepiece>=0.2.0, diffusers, nest-asyncio"]

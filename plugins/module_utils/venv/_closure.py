@@ -140,11 +140,19 @@ def judge(steps: list[dict], target: dict, accepted: list[dict] | None = None) -
     lines += [f"MISSING {who} declares, and no step installs: {', '.join(needs)}" for who, needs in missing.items()]
     if not findings:
         lines = [f"clean: the {len(installed)} packages the steps install meet every requirement they declare"]
-    stale = [a for a in accepted or [] if isinstance(a, dict) and not any(_matches(a, f) for f in findings)]
+    _kept, stale = still_accepted(accepted, findings)
     lines += [f"note: accepted deviation {a.get('declared_by')} -> {a.get('requires')} no longer happens; remove it "
               "from the matrix" for a in stale]
     return {"checked": True, "packages": len(installed), "findings": findings, "unaccepted": unaccepted,
             "lines": lines}
+
+
+def still_accepted(accepted: list[dict] | None, findings: list[dict]) -> tuple[list[dict], list[dict]]:
+    """A matrix's accepted deviations split by a closure's findings: those that still happen, and those that no
+    longer do (a newer set meets the requirement: a candidate leaves them out)."""
+    entries = [a for a in accepted or [] if isinstance(a, dict)]
+    kept = [a for a in entries if any(_matches(a, f) for f in findings)]
+    return kept, [a for a in entries if a not in kept]
 
 
 def accepted_problems(accepted) -> list[str]:

@@ -49,11 +49,18 @@ def given_pins(matrix: dict, pins: list) -> dict[str, str]:
     return given
 
 
-def step_specs(step: dict, given: dict[str, str], holds: dict[str, list[dict]] | None = None) -> list[str]:
+def step_specs(step: dict, given: dict[str, str], holds: dict[str, list[dict]] | None = None,
+               additions: dict[str, dict] | None = None) -> list[str]:
     """What pip is asked for one step: a pin the user gave exactly, every other pin at its version or newer
     (never older), so that pip's resolver picks the newest set the step's other pins and the earlier steps accept;
     a pin held back by what another package of the set declares (holds: the closure's findings for it) within
-    each such requirement instead, older than the matrix's if it must be."""
+    each such requirement instead, older than the matrix's if it must be. A held step (hold: true) is asked too for
+    what the set declares and no step installs (additions: {name: {name, specifiers, declared_by}}), within what
+    its declarers declare."""
+    def within(key: str, clauses: list[str]) -> str:
+        clauses = [*clauses, *(c for h in (holds or {}).get(key) or [] for c in h["specifier"].split(","))]
+        return ",".join(dict.fromkeys(c for c in clauses if c))
+
     specs = []
     for spec in step["packages"]:
         name, version = parse_pin(spec)
@@ -61,10 +68,13 @@ def step_specs(step: dict, given: dict[str, str], holds: dict[str, list[dict]] |
         if key in given:
             specs.append(f"{name}=={given[key]}")
         elif (holds or {}).get(key):
-            clauses = dict.fromkeys(c for h in holds[key] for c in h["specifier"].split(",") if c)
-            specs.append(f"{name}{','.join(clauses)}")
+            specs.append(f"{name}{within(key, [])}")
         else:
             specs.append(f"{name}>={version}")
+    if step.get("hold"):
+        own = {normalize(parse_pin(spec)[0]) for spec in step["packages"]}
+        specs += [f"{entry['name']}{within(key, entry['specifiers'])}" for key, entry in (additions or {}).items()
+                  if key not in own]
     return specs
 
 
@@ -74,45 +84,69 @@ def held_lines(holds: dict[str, list[dict]]) -> list[str]:
             f"declares {finding['requirement']}" for key in sorted(holds) for finding in holds[key]]
 
 
+def added_lines(additions: dict[str, dict]) -> list[str]:
+    """'added: json5>=0.9.25 - unsloth 2026.10.9 declares it and no step installed it': why a pin is new."""
+    return [f"added: {entry['name']}{','.join(entry['specifiers'])} - {', '.join(entry['declared_by'])} declare"
+            f"{'s' if len(entry['declared_by']) == 1 else ''} it and no step installed it"
+            for _key, entry in sorted(additions.items())]
+
+
 def public(version: str) -> str:
     """A version without its local label (2.10.0+cu130 -> 2.10.0), as the matrix pins it."""
     return version.split("+", 1)[0]
 
 
-def candidate(matrix: dict, chosen: dict[str, str], today: datetime.date) -> dict:
+def candidate(matrix: dict, chosen: dict[str, str], today: datetime.date, added: list[str] | tuple = (),
+              accepted: list[dict] | None = None) -> dict:
     """The matrix with each pin at the version chosen for it ({normalized name: version}), named and dated for
-    today, proposed_from the matrix's name; its evidence (the old matrix's) removed until a proof writes its own."""
+    today, proposed_from the matrix's name; its evidence (the old matrix's) removed until a proof writes its own.
+    What the set declares and no step installed (added, names as declared) is pinned in its held step, at the version
+    chosen; accepted (when given) replaces the matrix's deviations."""
     new = copy.deepcopy(matrix)
     for step in new["steps"]:
         pins = [parse_pin(spec) for spec in step["packages"]]
         step["packages"] = [f"{name}=={public(chosen.get(normalize(name), version))}" for name, version in pins]
+        if step.get("hold"):
+            own = {normalize(name) for name, _version in pins}
+            step["packages"] += [f"{name}=={public(chosen[normalize(name)])}" for name in added
+                                 if normalize(name) not in own and normalize(name) in chosen]
     new["name"] = f"spark-stack-{today.isoformat()}"
     new["last_verified"] = today.isoformat()
     new["proposed_from"] = matrix["name"]
     new.pop("evidence", None)
+    if accepted is not None:
+        new["accepted"] = accepted
+        if not accepted:
+            new.pop("accepted")
     return check(new)
 
 
 def changes(matrix: dict, proposed: dict) -> list[dict]:
-    """Every pin, old and new, in the matrix's order: {step, package, old, new, moved}."""
-    new_pins = {normalize(parse_pin(spec)[0]): parse_pin(spec)[1] for step in proposed["steps"]
+    """Every pin of the candidate, old and new, in its order: {step, package, old, new, moved, added}; a pin the
+    matrix did not have (added to the held step) has old None."""
+    old_pins = {normalize(parse_pin(spec)[0]): parse_pin(spec)[1] for step in matrix["steps"]
                 for spec in step["packages"]}
-    return [{"step": step["id"], "package": parse_pin(spec)[0], "old": parse_pin(spec)[1],
-             "new": new_pins[normalize(parse_pin(spec)[0])],
-             "moved": new_pins[normalize(parse_pin(spec)[0])] != parse_pin(spec)[1]}
-            for step in matrix["steps"] for spec in step["packages"]]
+    rows = []
+    for step in proposed["steps"]:
+        for spec in step["packages"]:
+            name, version = parse_pin(spec)
+            old = old_pins.get(normalize(name))
+            rows.append({"step": step["id"], "package": name, "old": old, "new": version, "moved": old != version,
+                         "added": old is None})
+    return rows
 
 
 def diff_lines(rows: list[dict], released: dict[str, str | None]) -> list[str]:
-    """One line per pin: `step package old (date) -> new (date)`, or `= old (date)` when it did not move.
-    released: {"name==version": YYYY-MM-DD or None (the index gives no date)}."""
+    """One line per pin: `step package old (date) -> new (date)`, `= old (date)` when it did not move, or
+    `new version (date)` for a pin the matrix did not have. released: {"name==version": YYYY-MM-DD or None (the index gives no date)}."""
     def dated(name: str, version: str) -> str:
         return f"{version} ({released.get(f'{normalize(name)}=={version}') or 'date unknown'})"
 
     width = max((len(r["package"]) for r in rows), default=0)
     step_width = max((len(r["step"]) for r in rows), default=0)
     return [f"{r['step']:<{step_width}} {r['package']:<{width}} "
-            + (f"{dated(r['package'], r['old'])} -> {dated(r['package'], r['new'])}" if r["moved"]
+            + (f"new {dated(r['package'], r['new'])}" if r.get("added")
+               else f"{dated(r['package'], r['old'])} -> {dated(r['package'], r['new'])}" if r["moved"]
                else f"= {dated(r['package'], r['old'])}")
             for r in rows]
 
@@ -140,7 +174,9 @@ def blame(rows: list[dict], text: str, step: str | None = None) -> list[str]:
     def label(row: dict) -> str:
         # Where the failure names none of them, each is only a suspect: said so.
         notes = ([] if row["moved"] else ["given"]) + ([] if named else ["not named by the failure"])
-        text = f"{row['package']} {row['old']} -> {row['new']}" if row["moved"] else f"{row['package']}=={row['new']}"
+        notes = (["new"] if row.get("added") else []) + notes
+        text = (f"{row['package']} {row['old']} -> {row['new']}" if row["moved"] and not row.get("added")
+                else f"{row['package']}=={row['new']}")
         return text + (f" ({', '.join(notes)})" if notes else "")
 
     return [label(r) for r in chosen]
