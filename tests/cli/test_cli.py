@@ -130,3 +130,8 @@ def test_matrix_propose_at_a_terminal_shows_the_candidates_declared_closure_afte
     assert fleet.check_lines("proposal") == [
         "candidate: 1 of 2 pins move", "  stack trl 1.8.0 -> 1.9.0", "  held back: x", "  its declared closure:",
         "    clean: the 9 packages the steps install meet every requirement"]
+    # A pin added to the held step is counted apart: the matrix's pins that move, then the pins new to it.
+    fleet = Fleet()
+    fleet._check_result({"rows": [{}, {}, {}], "moved": 1, "added": 1, "lines": ["unsloth_deps json5 new 0.17.3"],
+                         "closure": None})
+    assert fleet.check_lines("proposal") == ["candidate: 1 of 2 pins move, 1 added", "  unsloth_deps json5 new 0.17.3"]
