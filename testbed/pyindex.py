@@ -189,16 +189,23 @@ def _marker_holds(marker: str, env: dict[str, str]) -> bool:
                                     "python_full_version": "3.12.0", **env})
 
 
-def torch_wheel(out: Path, version: str, cuda: str | None) -> Path:
+def torch_wheel(out: Path, version: str, cuda: str | None, requires: list[str] = ()) -> Path:
     double = TORCH_DOUBLE.read_bytes()
     defaults = json.dumps({"version": version, "cuda": cuda}).encode()
-    return build_wheel(out, "torch", version, {"torch/__init__.py": double, "torch/_standin.json": defaults})
+    return build_wheel(out, "torch", version, {"torch/__init__.py": double, "torch/_standin.json": defaults},
+                       requires)
 
 
 def packages(root: Path) -> list[Path]:
     pypi, cu130 = root / "pypi", root / "cu130"
     made = [
-        torch_wheel(cu130 / "torch", "2.10.0+cu130", "13.0"),
+        # PyTorch's CUDA aarch64 wheels declare the triton they were built with, on every Linux machine
+        # (pytorch/pytorch#165013: `Requires-Dist: triton==3.5.0; platform_system == "Linux"` for 2.9); its own
+        # index serves that triton beside it, as this one does.
+        torch_wheel(cu130 / "torch", "2.10.0+cu130", "13.0", ['triton==3.6.0; platform_system == "Linux"']),
+        build_wheel(cu130 / "triton", "triton", "3.6.0", {"triton/__init__.py": _module("triton", "3.6.0")}),
+        # A newer triton on PyPI than the torch build declares: a held step must not take it (matrix propose).
+        build_wheel(pypi / "triton", "triton", "3.7.0", {"triton/__init__.py": _module("triton", "3.7.0")}),
         torch_wheel(pypi / "torch", "2.9.1", "12.8"),
         # The build made for torch 2.10.0 (the real one declares torch==2.10.0, numpy and pillow; the last two are
         # not on this stand-in of torch's own index, so it declares torch alone).

@@ -61,6 +61,9 @@ def test_the_newest_set_that_respects_its_closure_is_proposed_with_each_releases
     assert result["closure"]["clean"] is True
     assert not [line for line in result["closure"]["lines"] if line.startswith("VIOLATION")], result["closure"]
     assert "torch torch = 2.10.0 (date unknown)" in lines, "the cu130 index gives no dates"
+    # PyPI has triton 3.7.0, but the torch build declares triton==3.6.0 (as PyTorch's CUDA aarch64 wheels declare
+    # theirs): the held step's triton follows the torch pin, not the newest.
+    assert "unsloth_deps triton = 3.6.0 (2026-06-01)" in lines
     candidate = result["candidate"]
     assert (candidate["name"], candidate["last_verified"], candidate["proposed_from"]) == (
         "spark-stack-2026-12-04", "2026-12-04", "unsloth-2026.7.2")
@@ -338,5 +341,5 @@ def test_what_the_set_declares_and_no_step_installs_is_added_to_the_held_step_an
                                                  "today": "2026-12-04"})
     assert not result["failed"] and result["added"] == 0, result.get("msg")
     assert [line for line in result["closure"]["lines"] if line.startswith("MISSING unsloth 2026.7.2")] == [
-        "MISSING unsloth 2026.7.2 declares, and no step installs: wheel>=0.42.0, tyro, protobuf, triton>=3.0.0, "
-        "sentencepiece>=0.2.0, diffusers, nest-asyncio"]
+        "MISSING unsloth 2026.7.2 declares, and no step installs: wheel>=0.42.0, tyro, protobuf, "
+        "sentencepiece>=0.2.0, diffusers, nest-asyncio"], "triton comes with torch's build (it declares it)"
