@@ -12,7 +12,9 @@ sparkfleet adds, through environment variables (which Ansible ranks above
 any file), only what it needs:
 - REQUIRED always: its collection first on the collections path (the user's
   path after it), a typo in an inventory is an error, an inventory's files/
-  and matrix/ folders are not inventory sources;
+  and matrix/ folders are not inventory sources, its callback that loads its
+  filters once per run (plugins/callback/filters_preload.py) beside the
+  user's own callbacks;
 - DEFAULTS only where the user's file and environment say nothing:
   pipelining, and no interpreter-discovery warning.
 """
@@ -38,6 +40,8 @@ DEFAULTS = (
     ((("defaults", "interpreter_python"),), ("ANSIBLE_PYTHON_INTERPRETER",), "auto_silent"),
 )
 DEFAULT_COLLECTIONS_PATH = ("~/.ansible/collections", "/usr/share/ansible/collections")
+# Loads the collection's filters once, in the main process, not once per task's worker (issue 49).
+PRELOAD_CALLBACK = "sparkfleet.spark.filters_preload"
 
 
 def find_user_config(cwd: Path, environ: Mapping[str, str]) -> Path | None:
@@ -97,6 +101,12 @@ def resolve(cwd: Path, environ: Mapping[str, str], own_config: Path, own_collect
                                                                          fallback="")
     env["ANSIBLE_INVENTORY_IGNORE_REGEX"] = ",".join(dict.fromkeys([p.strip() for p in ignore.split(",") if p.strip()]
                                                                    + list(IGNORE_PATTERNS)))
+    enabled = environ.get("ANSIBLE_CALLBACKS_ENABLED") or environ.get("ANSIBLE_CALLBACK_WHITELIST")
+    if enabled is None:
+        enabled = parser.get("defaults", "callbacks_enabled", fallback=None) or parser.get(
+            "defaults", "callback_whitelist", fallback="")
+    env["ANSIBLE_CALLBACKS_ENABLED"] = ",".join(dict.fromkeys([c.strip() for c in enabled.split(",") if c.strip()]
+                                                              + [PRELOAD_CALLBACK]))
     for keys, variables, value in DEFAULTS:
         said = any(v in environ for v in variables) or any(parser.has_option(s, k) for s, k in keys
                                                            if parser.has_section(s))
