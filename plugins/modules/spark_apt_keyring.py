@@ -25,6 +25,7 @@ description:
     the key passed its check.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_converged]
 options:
   url:
     description: Where the key is published (ASCII-armored or binary).
@@ -120,6 +121,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import fetch_url
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _converged as converged
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host._gpg import (
     normalize_fingerprint,
     primary_fingerprints,
@@ -156,6 +158,15 @@ class Keyring:
 
     def fingerprints_of(self, path: str) -> list[str]:
         return primary_fingerprints(self.gpg_run("--with-colons", "--show-keys", path))
+
+    def described(self, path: str) -> str:
+        """The installed keyring's fingerprints, for the diff: a file gpg cannot read (damaged, truncated) is said
+        so and replaced, never a reason to fail."""
+        cmd = [self.gpg, "--batch", "--no-tty", "--no-autostart", "--homedir", self.home, "--with-colons",
+               "--show-keys", path]
+        rc, out, _err = self.module.run_command(cmd, environ_update={"LC_ALL": "C"})
+        found = primary_fingerprints(out) if rc == 0 else []
+        return ", ".join(found) if found else "(not a keyring gpg can read)"
 
     def run(self) -> dict:
         params = self.module.params
@@ -195,7 +206,7 @@ class Keyring:
                 old = handle.read()
         result = {"changed": old != new, "fingerprints": found, "changes": [], "diff": []}
         if result["changed"]:
-            before = ", ".join(self.fingerprints_of(dest)) if old else "(absent)"
+            before = self.described(dest) if old else "(absent)"
             result["changes"].append("keyring")
             result["diff"].append({"before": f"{dest}: {before}\n", "after": f"{dest}: {', '.join(found)}\n"})
             if not self.module.check_mode:
@@ -243,6 +254,9 @@ def _text(path: str) -> str:
         return f"({exc.strerror})\n"
 
 
+NAME = "spark_apt_keyring"
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -254,6 +268,7 @@ def main() -> None:
             "source_path": {"type": "path"},
             "source": {"type": "str"},
             "replaces": {"type": "list", "elements": "path", "default": []},
+            "converged_key": {"type": "str", "no_log": False},
         },
         required_together=[("source_path", "source")],
         supports_check_mode=True,
@@ -271,7 +286,16 @@ def main() -> None:
     home = tempfile.mkdtemp(prefix="spark-keyring-")
     try:
         os.chmod(home, 0o700)
-        module.exit_json(**Keyring(module, gpg, home).run())
+        if not module.check_mode:
+            converged.forget(NAME, module.params["converged_key"])
+        result = Keyring(module, gpg, home).run()
+        if not module.check_mode:
+            # What a converged re-run returns; the keyring, the source and the files it replaces hold the state.
+            p = module.params
+            converged.remember(NAME, p["converged_key"],
+                               [p["dest"], *([p["source_path"]] if p["source_path"] else []), *p["replaces"]],
+                               {"changed": False, "fingerprints": result["fingerprints"], "changes": []})
+        module.exit_json(**result)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 

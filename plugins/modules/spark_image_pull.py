@@ -26,7 +26,7 @@ description:
     says what the others did.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_docker]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_docker, sparkfleet.spark.sparkfleet_converged]
 options:
   images:
     description:
@@ -75,6 +75,12 @@ options:
     type: list
     elements: str
     default: []
+  docker_data_root:
+    description:
+      - Docker's data root (spark_preflight_facts' C(docker_data_root)). With O(converged_key), the image store's
+        C(repositories.json) under it is the state a converged run is recorded by; Docker's containerd image
+        store has none, and nothing is recorded.
+    type: path
   record:
     description: The file listing the images (C(REPO@DIGEST)) this project pulled.
     type: path
@@ -142,12 +148,14 @@ repo_digests:
   elements: str
 """
 
+import glob
 import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _converged as converged
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _docker_api as docker_api
 from ansible_collections.sparkfleet.spark.plugins.module_utils.images._oci import is_digest
 from ansible_collections.sparkfleet.spark.plugins.module_utils.images._pinned import pinned
@@ -318,6 +326,9 @@ class Puller:
         return {"changed": True, "pulled": True, "ref": ref, "repo_digests": after}
 
 
+NAME = "spark_image_pull"
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -331,6 +342,8 @@ def main() -> None:
             "headroom_bytes": {"type": "int", "default": 0},
             "record": {"type": "path", "default": "/var/lib/sparkfleet/pulled-images.json"},
             "docker_config": {"type": "path"},
+            "docker_data_root": {"type": "path"},
+            "converged_key": {"type": "str", "no_log": False},
             **DOCKER,
         },
         mutually_exclusive=[("images", "repository"), ("images", "digest")],
@@ -339,6 +352,8 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
+    if not module.check_mode:
+        converged.forget(NAME, module.params["converged_key"])
     puller = Puller(module)
     if params["images"] is None:  # one image, its result at the top level
         try:
@@ -365,6 +380,16 @@ def main() -> None:
         entry.pop("changed", None)
     if failed:
         module.fail_json(msg="; ".join(failed), changed=changed, images=results, pinned=records)
+    store = sorted(glob.glob(os.path.join(params["docker_data_root"] or "/nonexistent", "image", "*",
+                                          "repositories.json")))
+    if not module.check_mode and store and not any(entry.get("local_fallback") for entry in results):
+        # What a converged re-run returns: each image there, none pulled. Docker rewrites its image store's
+        # repositories.json on every pull, tag and removal: the state is there. (A blessed tag used in place of
+        # the locked digest is not recorded: the next run tries the digest again. Docker's containerd image store
+        # has no such file: not recorded.)
+        converged.remember(NAME, params["converged_key"], store,
+                           {"changed": False, "pinned": records,
+                            "images": [{**entry, "pulled": False, "present_before": True} for entry in results]})
     module.exit_json(changed=changed, images=results, pinned=records)
 
 

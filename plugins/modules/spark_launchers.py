@@ -24,7 +24,7 @@ description:
     removed).
 version_added: "0.2.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes, sparkfleet.spark.sparkfleet_converged]
 options:
   dir:
     description: The directory of the launchers.
@@ -109,6 +109,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _converged as converged
 from ansible_collections.sparkfleet.spark.plugins.module_utils.images._launchers import (
     UNBUILT,
     problems,
@@ -129,6 +130,9 @@ def _read(module: AnsibleModule, path: str) -> str | None:
         raise AssertionError("unreachable") from exc
 
 
+NAME = "spark_launchers"
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -137,10 +141,13 @@ def main() -> None:
             "workdir": {"type": "str", "default": "finetuning"},
             "run_flags": {"type": "list", "elements": "str", "default": []},
             "environment": {"type": "dict", "default": {}},
+            "converged_key": {"type": "str", "no_log": False},
         },
         supports_check_mode=True,
     )
     p = module.params
+    if not module.check_mode:
+        converged.forget(NAME, module.params["converged_key"])
     images, workdir, environment, flags = p["images"], p["workdir"], p["environment"], p["run_flags"]
     said = [f"image {i + 1}: {problem}" for i, image in enumerate(images)
             for problem in problems(image, workdir, environment, flags, module.check_mode)]
@@ -172,6 +179,12 @@ def main() -> None:
         launchers.append({"name": image["launcher"], "path": path, "ref": image["ref"], "changed": changed,
                           "present": before is not None, "running": running(before)})
     result = {"changed": any(entry["changed"] for entry in launchers), "launchers": launchers}
+    if not module.check_mode:
+        # What a converged re-run returns: each launcher there, running its image; the launchers hold the state.
+        converged.remember(NAME, p["converged_key"], [entry["path"] for entry in launchers],
+                           {"changed": False, "launchers": [{**entry, "changed": False, "present": True,
+                                                             "running": running(_read(module, entry["path"]))}
+                                                            for entry in launchers]})
     if diffs:
         result["diff"] = diffs
     module.exit_json(**result)

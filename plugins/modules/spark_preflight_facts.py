@@ -197,6 +197,14 @@ ansible_facts:
               C(/var/lib/sparkfleet/cluster.json)); role spark_cluster takes it back only from such a node, so a node
               that never joined costs no call.
           type: dict
+        converged:
+          description:
+            - What the host modules recorded of their last converged runs (module_utils/host/_converged.py), by the
+              key of the arguments each ran with (a sha256) - C(module) (C(spark_apt_keyring), C(spark_image_pull),
+              C(spark_launchers)) and C(result) (what a converged re-run returns) - only where every file that holds
+              its state is as the run left it, and the run is less than a day old. A role skips the module where
+              this run's key is one of them.
+          type: dict
 """
 
 import os
@@ -206,6 +214,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster._netplan import NETPLAN_FILE, NETPLAN_MARK
 from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster._trust import RECORD as TRUST_RECORD
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _converged as converged
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _docker_api as docker_api
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_daemon import (
     DAEMON_JSON,
@@ -345,6 +354,7 @@ class PreflightFacts:
             "cx7_netplan": {"exists": os.path.lexists(NETPLAN_FILE),
                             "sparkfleet": (_read(NETPLAN_FILE) or "").startswith(NETPLAN_MARK)},
             "cluster_trust": {"exists": os.path.lexists(TRUST_RECORD)},
+            "converged": converged.unchanged(),
         }
 
 

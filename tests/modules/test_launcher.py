@@ -100,3 +100,39 @@ def test_a_bad_value_writes_no_launcher_and_names_what_was_wrong(tmp_path):
         assert result["failed"], images
         assert "no launcher was written" in result["msg"] and expected in result["msg"], result["msg"]
         assert not (tmp_path / "bin").exists(), "not even the good launcher"
+
+
+def test_a_converged_run_is_recorded_and_the_preflight_returns_it_until_a_launcher_is_edited_by_hand(tmp_path):
+    """Issue 49: a converged host is asked once. With its arguments' key, a run records what a converged re-run
+    returns; the preflight facts (the one call a run makes anyway) return the record while each launcher is as the
+    run left it, and the role then skips the module. An edit by hand ends that: the next run asks the host again
+    and writes the launcher back."""
+    import secrets
+
+    key = secrets.token_hex(32)  # a key of this test's own: another test's runs touch no record of it
+    first = run_module("spark_launchers", {"dir": str(tmp_path / "bin"), "images": [NGC], "workdir": "finetuning",
+                                           "converged_key": key})
+    assert not first["failed"] and first["changed"] is True, first.get("msg")
+    record = f"/var/lib/sparkfleet/converged/spark_launchers.{key}.json"
+    try:
+        assert oct(os.stat(record).st_mode & 0o777) == "0o600"
+
+        def recorded() -> dict | None:
+            facts = run_module("spark_preflight_facts", {"simulated": True})["ansible_facts"]["spark_preflight"]
+            return facts["converged"].get(key)
+
+        said = recorded()
+        assert said["module"] == "spark_launchers"
+        assert said["result"]["changed"] is False
+        assert [(e["name"], e["present"], e["running"]) for e in said["result"]["launchers"]] == [
+            ("spark-ngc", True, NGC["ref"])], "what a converged re-run returns"
+        with open(tmp_path / "bin" / "spark-ngc", "a") as handle:
+            handle.write("# edited by hand\n")
+        assert recorded() is None, "an edited launcher: the host is asked again"
+        again = run_module("spark_launchers", {"dir": str(tmp_path / "bin"), "images": [NGC],
+                                               "workdir": "finetuning", "converged_key": key})
+        assert again["changed"] is True and "# edited by hand" not in (tmp_path / "bin" / "spark-ngc").read_text()
+        assert recorded() is not None
+    finally:
+        if os.path.exists(record):
+            os.unlink(record)

@@ -74,6 +74,19 @@ def test_a_key_with_another_fingerprint_is_refused_and_the_keyring_kept(tmp_path
     assert dest.read_bytes() == b"previous keyring"
 
 
+def test_a_damaged_keyring_is_replaced_and_the_diff_says_what_it_was(tmp_path, fingerprint):
+    """Found at a terminal (issue 49): a keyring gpg cannot read (damaged, truncated) failed the module - reading
+    its fingerprints for the diff - with "gpg could not read the key from <url>", blaming the key served."""
+    dest = tmp_path / "nvidia.gpg"
+    dest.write_bytes(b"junk\n")
+    result = run_module("spark_apt_keyring", {"url": f"{APT}/gpgkey", "dest": str(dest), "fingerprint": fingerprint},
+                        "--diff")
+    assert not result["failed"] and result["changed"] is True, result.get("msg")
+    assert f"-{dest}: (not a keyring gpg can read)" in result["_stdout"]
+    assert f"+{dest}: {fingerprint}" in result["_stdout"]
+    assert fingerprint in _show(dest)
+
+
 def test_check_mode_writes_nothing(tmp_path, fingerprint):
     dest = tmp_path / "nvidia.gpg"
     result = run_module("spark_apt_keyring", {"url": f"{APT}/gpgkey", "dest": str(dest)}, "--check", "--diff")
