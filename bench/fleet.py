@@ -155,8 +155,12 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="sparkfleet-bench-"))
     (work / "facts.yml").write_text("---\n- name: Facts only\n  hosts: sparks\n  gather_facts: true\n  tasks: []\n")
     results: dict = {"run": commit()}
-    if args.only and args.out.is_file():  # one part again: the other part's figures stay
-        results = {**json.loads(args.out.read_text()), "run": commit()}
+    if args.only and args.out.is_file():  # one part again: the other part's figures stay, with the run they were
+        earlier = json.loads(args.out.read_text())  # measured in
+        for part in ("noop", "refresh"):
+            if isinstance(earlier.get(part), dict) and "run" not in earlier[part]:
+                earlier[part]["run"] = earlier.get("run")
+        results = {**earlier, "run": commit()}
     labs: list[dict] = []
     try:
         for script in (["testbed/aptrepo.sh", "start"], ["testbed/registry.sh", "start"],
@@ -164,7 +168,7 @@ def main() -> None:
             sh(*script)
         upstream_log, mirror_log = registry_log(5000), registry_log(5001)
         if args.only != "refresh":
-            results["noop"] = {}
+            results["noop"] = {"run": results["run"]}
             for kind in kinds:
                 lab = lab_up(work, kind, 1, labs)
                 noop_part(results["noop"], kind, lab, work, fast)
@@ -244,7 +248,7 @@ def noop_part(results: dict, kind: str, lab: dict, work: Path, fast: dict) -> No
 
 def refresh_part(results: dict, inv: list[str], hosts: list[str], fast: dict, upstream_log: Path,
                  mirror_log: Path) -> None:
-    results["refresh"] = {}
+    results["refresh"] = {"run": commit()}
     counts = [n for n in (1, 2, 4) if n <= len(hosts)]
     for label, env in (("plain", None), ("fast", fast)):
         rows = results["refresh"][label] = []
