@@ -133,14 +133,18 @@ _ARMOR = b"-----BEGIN PGP PUBLIC KEY BLOCK-----"
 class Keyring:
     def __init__(self, module: AnsibleModule, gpg: str, home: str) -> None:
         self.module = module
-        self.gpg = gpg
+        self.gpg_path = gpg
         self.home = home
 
-    def gpg_run(self, *args: str) -> str:
+    def gpg(self, *args: str) -> tuple[list[str], int, str, str]:
         # --no-autostart: reading, importing and exporting public keys needs no gpg-agent, and a host without one
         # (Ubuntu's gpg without the gpg-agent package) made gpg fail an import that had worked.
-        cmd = [self.gpg, "--batch", "--no-tty", "--no-autostart", "--homedir", self.home, *args]
+        cmd = [self.gpg_path, "--batch", "--no-tty", "--no-autostart", "--homedir", self.home, *args]
         rc, out, err = self.module.run_command(cmd, environ_update={"LC_ALL": "C"})
+        return cmd, rc, out, err
+
+    def gpg_run(self, *args: str) -> str:
+        cmd, rc, out, err = self.gpg(*args)
         if rc != 0:
             self.module.fail_json(msg=f"gpg could not read the key from {self.module.params['url']}: "
                                       f"{err.strip() or out.strip()}; {self.module.params['dest']} "
@@ -162,9 +166,7 @@ class Keyring:
     def described(self, path: str) -> str:
         """The installed keyring's fingerprints, for the diff: a file gpg cannot read (damaged, truncated) is said
         so and replaced, never a reason to fail."""
-        cmd = [self.gpg, "--batch", "--no-tty", "--no-autostart", "--homedir", self.home, "--with-colons",
-               "--show-keys", path]
-        rc, out, _err = self.module.run_command(cmd, environ_update={"LC_ALL": "C"})
+        _cmd, rc, out, _err = self.gpg("--with-colons", "--show-keys", path)
         found = primary_fingerprints(out) if rc == 0 else []
         return ", ".join(found) if found else "(not a keyring gpg can read)"
 
