@@ -18,7 +18,7 @@ description:
     them. It changes nothing else and prints nothing (with C(-vvv), how many filters it loaded).
   - Enabled by the repository's C(ansible.cfg) and by the C(sparkfleet) CLI; with an C(ansible.cfg) of your own,
     add C(sparkfleet.spark.filters_preload) to C(callbacks_enabled) in C([defaults]).
-version_added: "0.4.0"
+version_added: "0.2.0"
 author: sparkfleet contributors (@sparkfleet)
 requirements:
   - enable it in C(callbacks_enabled) (C(ANSIBLE_CALLBACKS_ENABLED))

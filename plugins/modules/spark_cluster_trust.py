@@ -22,7 +22,7 @@ description:
     file read only when it is the user's regular file (never a FIFO or a device, at most 1 MiB), a file replaced
     through a new temporary file beside it. A name that is a link, a FIFO, a device or another user's is refused,
     naming it, and nothing is written.
-version_added: "0.3.0"
+version_added: "0.2.0"
 author: sparkfleet contributors (@sparkfleet)
 extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes]
 options:

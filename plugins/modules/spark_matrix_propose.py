@@ -26,7 +26,7 @@ description:
     and written in the candidate as accepted deviations.
   - A step that does not resolve is named with pip's own account of the conflict and the pins to blame; the later
     steps are not asked. Nothing is written anywhere; playbooks/matrix_propose.yml builds, proves and writes.
-version_added: "0.4.0"
+version_added: "0.2.0"
 author: sparkfleet contributors (@sparkfleet)
 extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
 options:

@@ -22,7 +22,7 @@ description:
     last).
   - It refuses to start below O(headroom_mb) of C(MemAvailable), saying so. On a host without a GPU it runs on
     the CPU; RV(gpu_verified) is then false whatever the verdict.
-version_added: "0.3.0"
+version_added: "0.2.0"
 author: sparkfleet contributors (@sparkfleet)
 extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only, sparkfleet.spark.sparkfleet_docker]
 options:

@@ -24,7 +24,7 @@ description:
     the key from the lock's sha256s; made once, reused by every host), so that a host gets them in one transfer
     (C(ansible.builtin.unarchive)) instead of one task per wheel. A bundle unused for a day is removed when another
     is made.
-version_added: "0.4.0"
+version_added: "0.2.0"
 author: sparkfleet contributors (@sparkfleet)
 options:
   lock:

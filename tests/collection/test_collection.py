@@ -37,9 +37,9 @@ SHIPPED = ["meta/runtime.yml", "playbooks/site.yml", "playbooks/pin.yml", "playb
            "plugins/modules/spark_image_pull.py", "plugins/module_utils/images/_oci.py",
            "plugins/filter/sparkfleet_images.py",
            "plugins/doc_fragments/sparkfleet_docker.py", "matrix/spark-stack.yml", "matrix/advisories.yml",
-           "CHANGELOG.md", "README.md"]
+           "CHANGELOG.md", "changelogs/changelog.yaml", "README.md"]
 NOT_SHIPPED = ("tests/", "testbed/", "inventory/", "molecule/", "src/", "bench/", "collections/", ".venv/", ".cache/",
-               ".ci/", ".git/", "Makefile", "setup.py", "pyproject.toml")
+               ".ci/", ".git/", "ansible.cfg", "Makefile", "setup.py", "pyproject.toml")
 
 
 def _run(*argv: str | Path, cwd: Path, **env: str) -> subprocess.CompletedProcess:
