@@ -130,14 +130,34 @@ def entry_problems(name: object, entry: dict) -> list[str]:
     said += [f"digests {p!r} is {v!r}; expected a platform and a digest (sha256: and 64 hex digits)"
              for p, v in (digests.items() if isinstance(digests, dict) else [])
              if validate.platform(p) or validate.digest(v)]
-    platforms = entry.get("platforms") or []
-    said += [f"platforms {problem}" for p in (platforms if isinstance(platforms, list) else [platforms])
-             if (problem := validate.platform(p))]
-    sizes = entry.get("sizes") or {}
+    platforms = [] if entry.get("platforms") is None else entry["platforms"]
+    if not isinstance(platforms, list):
+        said.append(f"platforms is {platforms!r}; expected a list of platforms (linux/arm64)")
+        platforms = []
+    said += [f"platforms {problem}" for p in platforms if (problem := validate.platform(p))]
+    sizes = {} if entry.get("sizes") is None else entry["sizes"]
+    if not isinstance(sizes, dict):
+        said.append(f"sizes is {sizes!r}; expected a mapping of platform to size in bytes")
     said += [f"sizes {p!r} is {v!r}; expected a platform and a size in bytes"
-             for p, v in (sizes.items() if isinstance(sizes, dict) else [("sizes", sizes)])
+             for p, v in (sizes.items() if isinstance(sizes, dict) else [])
              if validate.platform(p) or not isinstance(v, int) or isinstance(v, bool)]
-    return said + _derived_problems(entry.get("derived") or {})
+    derived = {} if entry.get("derived") is None else entry["derived"]
+    return said + _fallback_problems(entry.get("fallback")) + _derived_problems(derived)
+
+
+def _fallback_problems(fallback: object) -> list[str]:
+    """A fallback is shown in the pin line, reports and the summary: its tags are tags, its reasons printable."""
+    if fallback is None:
+        return []
+    expected = "expected null or a mapping with wanted and used (tags) and reasons (lines of text)"
+    if not isinstance(fallback, dict) or not isinstance(fallback.get("reasons", []), list):
+        return [f"fallback is {fallback!r}; {expected}"]
+    said = [f"fallback.{key} {problem}" for key in ("wanted", "used")
+            if (problem := validate.tag(fallback.get(key)))]
+    said += [f"fallback.reasons has {reason!r}; expected a line of printable text (500 characters at most)"
+             for reason in fallback.get("reasons", [])
+             if not isinstance(reason, str) or len(reason) > 500 or not reason.isprintable()]
+    return said
 
 
 def _requested_problems(requested: object) -> list[str]:
@@ -153,8 +173,10 @@ def _requested_problems(requested: object) -> list[str]:
 
 
 def _derived_problems(derived: object) -> list[str]:
+    if not isinstance(derived, dict):
+        return [f"derived is {derived!r}; expected a mapping of each derived image's name to its recipe and tag"]
     said = []
-    for child, recipe in derived.items() if isinstance(derived, dict) else [("derived", derived)]:
+    for child, recipe in derived.items():
         said += [f"derived name {problem}" for problem in [validate.launcher(child)] if problem]
         if not isinstance(recipe, dict):
             said.append(f"derived.{child} is {recipe!r}; expected a mapping with recipe and tag")

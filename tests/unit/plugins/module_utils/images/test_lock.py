@@ -86,8 +86,8 @@ INJECTIONS = ["25.11-py3\ntouch /tmp/PWNED #", "x'; touch /tmp/PWNED; '", "$(tou
               "../../etc/cron.d/x", "a\0b", "a" * 300, "", " spaced", "25.11-py3\n"]
 
 
-@pytest.mark.parametrize("field", ["tag", "resolved_at", "registry", "repository", "index_digest", "media_type",
-                                   "requested", "digests"])
+# Every field of an entry (FIELDS, walked: a field added there without its check fails here).
+@pytest.mark.parametrize("field", FIELDS)
 @pytest.mark.parametrize("value", INJECTIONS)
 def test_a_lock_value_that_would_run_or_escape_in_a_launcher_is_refused_naming_the_field(field, value):
     good = {"registry": "nvcr.io", "repository": "nvidia/pytorch", "index_digest": D, "digests": {"linux/arm64": D},
@@ -99,6 +99,18 @@ def test_a_lock_value_that_would_run_or_escape_in_a_launcher_is_refused_naming_t
     found = problems({"ngc": {**good, field: value}}, "lock.yml")
     assert found and all(p.startswith("lock.yml: entry 'ngc' ") for p in found)
     assert any(f" {field} is " in p or f" {field}: " in p or "lacks" in p for p in found), found
+
+
+def test_a_fallback_is_shown_as_the_resolution_wrote_it_and_nothing_else():
+    good = {"registry": "nvcr.io", "repository": "nvidia/pytorch", "index_digest": D, "digests": {"linux/arm64": D}}
+    fallback = {"wanted": "26.01-py3", "used": "25.11-py3", "reasons": ["26.01-py3: no linux/arm64 in its index"]}
+    assert problems({"ngc": {**good, "fallback": fallback}}, "lock.yml") == []
+    # A reason is shown in the pin line and the summary: a terminal escape or a newline there is refused.
+    assert problems({"ngc": {**good, "fallback": {**fallback, "reasons": ["\x1b[2Jcleared"]}}}, "lock.yml") == [
+        "lock.yml: entry 'ngc' fallback.reasons has '\\x1b[2Jcleared'; expected a line of printable text "
+        "(500 characters at most)"]
+    assert problems({"ngc": {**good, "fallback": {**fallback, "used": "$(id)"}}}, "lock.yml")[0].startswith(
+        "lock.yml: entry 'ngc' fallback.used is '$(id)'; expected an image tag")
 
 
 @pytest.mark.parametrize("value", INJECTIONS)
