@@ -80,8 +80,9 @@ options:
         a ptxas failure once more with C(TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas), saying which worked),
         bitsandbytes (an 8-bit optimizer step on the GPU that must move the parameter by about its learning rate,
         finite), cuda-python (a device buffer allocated, written and read back), onnxruntime (a model built
-        without the onnx package, run with the CUDA provider actually used). Others found (flash-attn, xformers,
-        vLLM, TensorRT, ...) are imported, and listed as not exercised with why.
+        without the onnx package, run with the CUDA provider actually used). The others it knows (tensorflow,
+        tensorrt, paddlepaddle-gpu, mxnet, flash-attn, xformers, vllm) are imported, and listed as not exercised
+        with why.
       - What forces a framework onto the CPU fails it, named - C(TRITON_INTERPRET), C(NUMBA_ENABLE_CUDASIM),
         C(JAX_PLATFORMS=cpu), C(CUDA_VISIBLE_DEVICES) empty or C(-1), a CPU-only build (jax without a CUDA plugin,
         onnxruntime without C(-gpu)).

@@ -188,6 +188,7 @@ def _problem(text: str, evidence: str, fix: str) -> dict:
 
 
 def check_gpu(report: dict, platform: dict, limits: dict) -> list[dict]:
+    """no GPU visible"""
     smi = platform.get("nvidia_smi") or {}
     if report["gpu"].get("devices") or report["simulated"]:
         return []
@@ -197,6 +198,7 @@ def check_gpu(report: dict, platform: dict, limits: dict) -> list[dict]:
 
 
 def check_docker(report: dict, platform: dict, limits: dict) -> list[dict]:
+    """Docker not answering, or the nvidia runtime not registered"""
     runtimes = report["docker"].get("runtimes") or []
     if not report["docker"].get("server_version"):
         return [_problem("Docker does not answer", report["docker"].get("error") or "docker info gave no answer",
@@ -209,6 +211,7 @@ def check_docker(report: dict, platform: dict, limits: dict) -> list[dict]:
 
 
 def check_toolkit(report: dict, platform: dict, limits: dict) -> list[dict]:
+    """toolkit packages missing or not held"""
     missing = [p["name"] for p in report["toolkit"] if not p["version"]]
     unheld = [p["name"] for p in report["toolkit"] if p["version"] and not p["held"]]
     found = []
@@ -223,12 +226,14 @@ def check_toolkit(report: dict, platform: dict, limits: dict) -> list[dict]:
 
 
 def check_images(report: dict, platform: dict, limits: dict) -> list[dict]:
+    """a locked image missing"""
     return [_problem(f"the locked image {image['name']} is missing", image["ref"],
                      "sparkfleet provision -l <this host> pulls it again by its digest")
             for image in report["images"] if not image["present"]]
 
 
 def check_venv(report: dict, platform: dict, limits: dict) -> list[dict]:
+    """the venv's matrix stale"""
     venv = report.get("venv_state") or {}
     if not venv.get("stale"):
         return []
@@ -239,6 +244,7 @@ def check_venv(report: dict, platform: dict, limits: dict) -> list[dict]:
 
 
 def check_disk(report: dict, platform: dict, limits: dict) -> list[dict]:
+    """Docker's disk low"""
     free = platform.get("docker_data_root_free_bytes")
     if not isinstance(free, int) or free >= limits["docker_free_gib"] * GIB:
         return []
@@ -248,6 +254,7 @@ def check_disk(report: dict, platform: dict, limits: dict) -> list[dict]:
 
 
 def check_gpu_memory(report: dict, platform: dict, limits: dict) -> list[dict]:
+    """NV_ERR_NO_MEMORY in the kernel log (the GPU driver out of unified memory)"""
     memory = report.get("memory") or {}
     if not memory.get("nv_no_memory"):
         return []
@@ -259,6 +266,7 @@ def check_gpu_memory(report: dict, platform: dict, limits: dict) -> list[dict]:
 
 
 def check_oom_guard(report: dict, platform: dict, limits: dict) -> list[dict]:
+    """no swap and no OOM guard"""
     memory = report.get("memory") or {}
     if memory.get("swap") != [] or memory.get("oom_guard"):
         return []
@@ -268,6 +276,7 @@ def check_oom_guard(report: dict, platform: dict, limits: dict) -> list[dict]:
 
 
 def check_memory_pressure(report: dict, platform: dict, limits: dict) -> list[dict]:
+    """memory pressure"""
     pressure = (report.get("memory") or {}).get("pressure_some_avg10")
     if pressure is None or pressure < limits["pressure_avg10"]:
         return []

@@ -97,6 +97,25 @@ def test_every_check_of_the_list_speaks_for_its_fault_alone_and_in_the_lists_ord
         spoke = {c.__name__ for c in CHECKS if c(report, platform, LIMITS)}
         assert spoke == {check.__name__}, (check.__name__, spoke)
         assert diagnose(report, platform, LIMITS) == check(report, platform, LIMITS)
-    everything = healthy(**{k: v for fault in list(FAULTS.values())[1:6] for k, v in fault.items()})
+    named = ("check_docker", "check_toolkit", "check_images", "check_venv", "check_disk")
+    everything = healthy(**{k: v for name in named for k, v in FAULTS[name].items()})
     order = [p["problem"] for p in diagnose(*everything, LIMITS)]
     assert order[0] == "Docker does not answer" and order[-1] == "Docker's disk is low", order
+
+
+def test_the_module_documentation_lists_every_check_in_the_order_they_run():
+    """spark_doctor's DOCUMENTATION names each check by its docstring, in CHECKS' order (a check added without
+    saying so there fails here)."""
+    import re
+    from pathlib import Path
+
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.host._doctor import CHECKS
+
+    module = Path(__file__).resolve().parents[5] / "plugins" / "modules" / "spark_doctor.py"
+    text = " ".join(module.read_text().split("DOCUMENTATION")[1].split("EXAMPLES")[0].split())
+    said = [check.__doc__ for check in CHECKS]
+    assert all(said), "every check has a docstring: the phrase its documentation uses"
+    where = [text.find(phrase) for phrase in said]
+    assert [phrase for phrase, at in zip(said, where, strict=True) if at < 0] == [], "not in its DOCUMENTATION"
+    assert where == sorted(where), "in the order CHECKS runs them"
+    assert re.search(r"in this order", text)

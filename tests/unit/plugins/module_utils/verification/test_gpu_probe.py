@@ -171,3 +171,22 @@ def test_a_framework_s_own_brace_lines_on_stdout_do_not_break_the_probe():
     text = "\n".join(["{'device': 0}", '{"kind": "stage", "stage": "run"}', "[1, 2]",
                       '{"kind": "result", "verdict": "ok"}'])
     assert _json_lines(text) == [{"kind": "stage", "stage": "run"}, {"kind": "result", "verdict": "ok"}]
+
+
+def test_the_module_documentation_names_every_framework_the_probe_knows():
+    """spark_gpu_verify's option frameworks lists FRAMEWORKS: the probed ones with their operation, the others as
+    imported only (a framework added to the table without saying so there fails here)."""
+    from pathlib import Path
+
+    import yaml
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
+
+    module = Path(__file__).resolve().parents[5] / "plugins" / "modules" / "spark_gpu_verify.py"
+    source = module.read_text()
+    doc = yaml.safe_load(source.split('DOCUMENTATION = r"""')[1].split('"""')[0])
+    text = " ".join(doc["options"]["frameworks"]["description"]).lower()
+    probed = [name for name, _pattern, _module, probe, _fix in _program_gpu_probe.FRAMEWORKS if probe]
+    imported = [name for name, _pattern, _module, probe, _fix in _program_gpu_probe.FRAMEWORKS if not probe]
+    assert [name for name in probed + imported if name not in text] == []
+    others = text.split("the others it knows (")[1].split(")")[0]
+    assert sorted(others.split(", ")) == sorted(imported), "the imported-only list: FRAMEWORKS without a probe"
