@@ -10,7 +10,9 @@ import yaml
 from conftest import REPO
 from sparkfleet.command_table import COMMANDS, GROUPS
 
-README = (REPO / "README.md").read_text()
+# Where users look for a command: the README and the pages of docs/; the map of the tree is CONTRIBUTING.md's.
+PAGES = "\n".join(path.read_text() for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
+CONTRIBUTING = (REPO / "CONTRIBUTING.md").read_text()
 
 
 def test_each_commands_playbook_is_there_and_is_a_play_list():
@@ -22,12 +24,12 @@ def test_each_commands_playbook_is_there_and_is_a_play_list():
             f"{command.playbook} is not a list of plays"
 
 
-def test_each_command_is_in_the_readme_and_each_playbook_in_its_playbooks_row():
+def test_each_command_is_in_the_docs_and_each_playbook_in_the_maps_playbooks_row():
     for command in COMMANDS:
-        assert f"sparkfleet {' '.join(command.words)}" in README, f"the README never shows {command.words}"
+        assert f"sparkfleet {' '.join(command.words)}" in PAGES, f"no page of docs/ shows {command.words}"
         assert command.words[0] in GROUPS or len(command.words) == 1, command.words
-    row = next(line for line in README.splitlines() if line.startswith("| `playbooks/` |"))
+    row = next(line for line in CONTRIBUTING.splitlines() if line.startswith("| `playbooks/` |"))
     named = set(re.findall(r"`([a-z_]+\.yml)`", row))
     on_disk = {path.name for path in (REPO / "playbooks").glob("*.yml")}
-    assert named == on_disk, f"the README's playbooks row names {sorted(named)}; playbooks/ holds {sorted(on_disk)}"
+    assert named == on_disk, f"the map's playbooks row names {sorted(named)}; playbooks/ holds {sorted(on_disk)}"
     assert {command.playbook for command in COMMANDS} <= {f"playbooks/{name}" for name in on_disk}

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -115,15 +117,15 @@ def test_the_files_run_longest_first_exist_and_make_test_keeps_their_order():
     assert "--no-loadscope-reorder" in (REPO / "Makefile").read_text(), "xdist would reorder by the count of tests"
 
 
-def test_the_readme_map_of_the_tree_names_every_top_level_entry_and_nothing_that_is_gone():
-    readme = (REPO / "README.md").read_text()
+def test_the_contributors_map_of_the_tree_names_every_top_level_entry_and_nothing_that_is_gone():
+    readme = (REPO / "CONTRIBUTING.md").read_text()
     table = readme.split("## Where things live", 1)[1].split("\n## ", 1)[0]
     named = {path.strip("`").rstrip("/").split("/")[0] for row in table.splitlines() if row.startswith("| `")
              for path in row.split("|")[1].replace(",", " ").split() if path.startswith("`")}
     tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
-    top = {path.split("/")[0] for path in tracked if not path.startswith(".") and path != "README.md"}
-    assert sorted(top - named) == [], "top-level entries the README's 'Where things live' does not name"
-    assert sorted(named - top) == [], "entries the README's 'Where things live' names that are not in the tree"
+    top = {path.split("/")[0] for path in tracked if not path.startswith(".")}
+    assert sorted(top - named) == [], "top-level entries CONTRIBUTING.md's 'Where things live' does not name"
+    assert sorted(named - top) == [], "entries CONTRIBUTING.md's 'Where things live' names that are not in the tree"
     # Every folder under tests/ is described.
     tests_row = next(row for row in table.splitlines() if row.startswith("| `tests/`"))
     folders = {p.split("/")[1] for p in tracked if p.startswith("tests/") and p.count("/") >= 2}
@@ -161,3 +163,44 @@ def test_a_shared_option_is_declared_once_and_documented_by_its_fragment():
     for module in users:
         fragments = _documented(module)["DOCUMENTATION"]["extends_documentation_fragment"]
         assert "sparkfleet.spark.sparkfleet_docker" in fragments, module
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a Markdown page's headings (lower case, punctuation dropped, spaces as '-')."""
+    found = set()
+    for heading in re.findall(r"^#+ (.+)$", page.read_text(), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        found.add(slug)
+    return found
+
+
+def test_every_link_in_the_pages_users_read_resolves():
+    """README.md, CONTRIBUTING.md, SECURITY.md, docs/ and each role's README: every relative link names a file of
+    the repository (and, with #anchor, a heading of it); an absolute one is https."""
+    pages = [REPO / name for name in ("README.md", "CONTRIBUTING.md", "SECURITY.md")]
+    pages += sorted((REPO / "docs").glob("*.md")) + sorted((REPO / "roles").glob("*/README.md"))
+    broken, count = [], 0
+    for page in pages:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            count += 1
+            if target.startswith(("http://", "mailto:")):
+                broken.append(f"{page.relative_to(REPO)}: {target} (https only)")
+                continue
+            if target.startswith("https://"):
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists() or (REPO not in linked.parents and linked != REPO):
+                broken.append(f"{page.relative_to(REPO)}: {target} (no such file in the repository)")
+            elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+                broken.append(f"{page.relative_to(REPO)}: {target} (no heading #{anchor})")
+    assert broken == []
+    assert count > 40  # the walk found the pages' links
+
+
+def test_every_page_of_docs_is_listed_in_its_index_and_links_back():
+    index = (REPO / "docs" / "README.md").read_text()
+    pages = sorted(p.name for p in (REPO / "docs").glob("*.md") if p.name != "README.md")
+    assert [name for name in pages if f"]({name})" not in index] == [], "docs/README.md does not list them"
+    assert [name for name in pages if "](README.md)" not in (REPO / "docs" / name).read_text()] == []

@@ -317,11 +317,13 @@ def test_pin_with_a_host_list_says_where_the_lock_cannot_go_and_writes_nothing(h
 
 
 def readme_commands() -> list[list[str]]:
-    """Every `sparkfleet ...` line of the README's shell blocks, as a shell would split it (comments dropped)."""
+    """Every `sparkfleet ...` line of the shell blocks of the README and docs/, as a shell would split it (comments
+    dropped)."""
     import shlex
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    blocks = re.findall(r"```sh\n(.*?)```", readme, re.S)
+    repo = Path(__file__).resolve().parents[2]
+    pages = "\n".join(path.read_text() for path in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))])
+    blocks = re.findall(r"```sh\n(.*?)```", pages, re.S)
     return [shlex.split(line.split("|")[0], comments=True) for block in blocks for line in block.splitlines()
             if line.startswith("sparkfleet ")]
 

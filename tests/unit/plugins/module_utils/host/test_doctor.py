@@ -119,3 +119,6 @@ def test_the_module_documentation_lists_every_check_in_the_order_they_run():
     assert [phrase for phrase, at in zip(said, where, strict=True) if at < 0] == [], "not in its DOCUMENTATION"
     assert where == sorted(where), "in the order CHECKS runs them"
     assert re.search(r"in this order", text)
+    # The owners' page lists them too, one per line, in the same order.
+    page = (module.parents[2] / "docs" / "doctor.md").read_text()
+    assert re.findall(r"^\d+\. (.+)$", page, re.M) == said

@@ -188,5 +188,8 @@ def test_the_module_documentation_names_every_framework_the_probe_knows():
     probed = [name for name, _pattern, _module, probe, _fix in _program_gpu_probe.FRAMEWORKS if probe]
     imported = [name for name, _pattern, _module, probe, _fix in _program_gpu_probe.FRAMEWORKS if not probe]
     assert [name for name in probed + imported if name not in text] == []
-    others = text.split("the others it knows (")[1].split(")")[0]
-    assert sorted(others.split(", ")) == sorted(imported), "the imported-only list: FRAMEWORKS without a probe"
+    page = " ".join((module.parents[2] / "docs" / "verification.md").read_text().split()).lower()
+    for where in (text, page):  # the module's documentation, and the users' page
+        others = where.split("the others it knows (")[1].split(")")[0]
+        assert sorted(others.split(", ")) == sorted(imported), "the imported-only list: FRAMEWORKS without a probe"
+        assert [name for name in probed if name not in where] == []
