@@ -56,7 +56,10 @@ description:
     big-endian or unreadable files are listed in RV(unreadable) with a reason.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only, sparkfleet.spark.sparkfleet_docker]
+extends_documentation_fragment:
+  - sparkfleet.spark.sparkfleet_attributes
+  - sparkfleet.spark.sparkfleet_read_only
+  - sparkfleet.spark.sparkfleet_docker
 options:
   path:
     description:

@@ -25,7 +25,7 @@ description:
     the key passed its check.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_converged]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes, sparkfleet.spark.sparkfleet_converged]
 options:
   url:
     description: Where the key is published (ASCII-armored or binary).
@@ -63,17 +63,12 @@ requirements:
   - gpg on the target host
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Downloads and checks the key, writes nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
-      diff mode.
     support: full
     details: Shows the keyring's fingerprints, the source file and each removed file before and after.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation
-      indicates no change.
     support: full
     details: An installed keyring with the same bytes reports C(changed=false).
 """

@@ -21,7 +21,10 @@ description:
   - Read-only, every command bounded by O(timeout).
 version_added: "0.2.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only, sparkfleet.spark.sparkfleet_docker]
+extends_documentation_fragment:
+  - sparkfleet.spark.sparkfleet_attributes
+  - sparkfleet.spark.sparkfleet_read_only
+  - sparkfleet.spark.sparkfleet_docker
 options:
   interfaces:
     description: The rails' interfaces.

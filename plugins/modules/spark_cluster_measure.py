@@ -30,7 +30,7 @@ description:
   - Read-only; every command is bounded.
 version_added: "0.2.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes, sparkfleet.spark.sparkfleet_read_only]
 options:
   action:
     description: C(serve) for the peers listed before this node, C(measure) towards those after it.

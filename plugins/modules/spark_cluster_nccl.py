@@ -19,7 +19,10 @@ description:
   - Read-only for the host (a container removed when it ends).
 version_added: "0.2.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only, sparkfleet.spark.sparkfleet_docker]
+extends_documentation_fragment:
+  - sparkfleet.spark.sparkfleet_attributes
+  - sparkfleet.spark.sparkfleet_read_only
+  - sparkfleet.spark.sparkfleet_docker
 options:
   image:
     description: The locked image (C(REPOSITORY@DIGEST)).

@@ -26,6 +26,7 @@ description:
     what the user set.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes]
 options:
   path:
     description: Docker's daemon configuration file.
@@ -54,17 +55,12 @@ options:
     default: nvidia-ctk
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Shows the change C(nvidia-ctk --dry-run) would make, writes nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
-      diff mode.
     support: full
     details: Returns the file before and after.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation
-      indicates no change.
     support: full
     details: A registered runtime leaves the file untouched and reports C(changed=false).
 notes:

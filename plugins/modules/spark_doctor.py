@@ -32,7 +32,10 @@ description:
   - Anything it cannot read is listed under C(unreadable), never a failure.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only, sparkfleet.spark.sparkfleet_docker]
+extends_documentation_fragment:
+  - sparkfleet.spark.sparkfleet_attributes
+  - sparkfleet.spark.sparkfleet_read_only
+  - sparkfleet.spark.sparkfleet_docker
 options:
   platform:
     description: The facts spark_preflight_facts gathered (C(ansible_facts['spark_preflight'])).

@@ -39,7 +39,7 @@ description:
   - The probe runs under O(timeout); a hang is a diagnosis, not a stuck play.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_docker]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes, sparkfleet.spark.sparkfleet_docker]
 options:
   python:
     description: Interpreter to probe on the host. Exactly one of O(python) and O(launcher).
@@ -94,16 +94,11 @@ options:
     default: true
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Only reads (the container it starts is removed); runs the same in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
-      diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation
-      indicates no change.
     support: full
     details: Never changes anything on the host.
 """

@@ -20,7 +20,7 @@ description:
   - A failed build tags nothing, so the host keeps the images it had.
 version_added: "0.2.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_docker]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes, sparkfleet.spark.sparkfleet_docker]
 options:
   name:
     description: The derived image's name.
@@ -82,17 +82,12 @@ options:
     default: /usr/local/bin
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Says whether it would build and what the recipe hash is; builds nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
-      diff mode.
     support: full
     details: The rendered Dockerfile.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation
-      indicates no change.
     support: full
     details: A tag that exists with the same recipe label is never built again.
 """

@@ -22,6 +22,7 @@ description:
     the plan. In check mode it shows the diff and writes nothing.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes]
 options:
   path:
     description: The lock file.
@@ -42,17 +43,12 @@ options:
     default: []
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Shows the diff and writes nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
-      diff mode.
     support: full
     details: The lock file before and after.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation
-      indicates no change.
     support: full
     details: The same digests write the same file.
 seealso:

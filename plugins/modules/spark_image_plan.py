@@ -46,6 +46,7 @@ notes:
   - Runs in the controller's own process through the collection's action plugin of the same name (no module
     process on every run); as a module it does the same.
 extends_documentation_fragment:
+  - sparkfleet.spark.sparkfleet_attributes
   - sparkfleet.spark.sparkfleet_read_only
 seealso:
   - module: sparkfleet.spark.spark_image_lock

@@ -26,7 +26,10 @@ description:
     says what the others did.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_docker, sparkfleet.spark.sparkfleet_converged]
+extends_documentation_fragment:
+  - sparkfleet.spark.sparkfleet_attributes
+  - sparkfleet.spark.sparkfleet_docker
+  - sparkfleet.spark.sparkfleet_converged
 options:
   images:
     description:
@@ -93,16 +96,11 @@ options:
     type: path
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Says whether it would pull; pulls nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
-      diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation
-      indicates no change.
     support: full
     details: A present digest is never pulled again.
 """

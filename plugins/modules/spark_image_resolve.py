@@ -33,7 +33,7 @@ description:
     O(retry_after_max)); 401, 404 and a missing arm64 variant are not.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes, sparkfleet.spark.sparkfleet_read_only]
 options:
   images:
     description: Images to resolve.

@@ -36,7 +36,7 @@ description:
     shows a run's progress step by step (playbooks/matrix_check.yml).
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes, sparkfleet.spark.sparkfleet_read_only]
 options:
   matrix:
     description: The stack matrix (matrix/spark-stack.yml, loaded).

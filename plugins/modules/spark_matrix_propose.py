@@ -28,7 +28,7 @@ description:
     steps are not asked. Nothing is written anywhere; playbooks/matrix_propose.yml builds, proves and writes.
 version_added: "0.2.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes, sparkfleet.spark.sparkfleet_read_only]
 options:
   matrix:
     description: The stack matrix in use (matrix/spark-stack.yml, loaded).

@@ -17,7 +17,7 @@ description:
     changed when the wait runs out, naming the holder (pid and command).
 version_added: "0.2.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes, sparkfleet.spark.sparkfleet_read_only]
 options:
   timeout:
     description: Seconds to wait for the locks; 0 checks once.

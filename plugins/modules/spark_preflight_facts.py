@@ -23,7 +23,7 @@ description:
     does for memory on the Spark's unified memory) become null, never errors.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes, sparkfleet.spark.sparkfleet_read_only]
 options:
   nvidia_smi:
     description:

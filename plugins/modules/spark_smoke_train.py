@@ -24,7 +24,10 @@ description:
     the CPU; RV(gpu_verified) is then false whatever the verdict.
 version_added: "0.2.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_read_only, sparkfleet.spark.sparkfleet_docker]
+extends_documentation_fragment:
+  - sparkfleet.spark.sparkfleet_attributes
+  - sparkfleet.spark.sparkfleet_read_only
+  - sparkfleet.spark.sparkfleet_docker
 options:
   python:
     description: Interpreter to run the step on the host. Exactly one of O(python) and O(launcher).

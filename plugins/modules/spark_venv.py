@@ -39,6 +39,7 @@ description:
     environment (TRITON_PTXAS_PATH, HF_XET_HIGH_PERFORMANCE).
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes]
 options:
   matrix:
     description: The stack matrix (matrix/spark-stack.yml, loaded).
@@ -131,16 +132,11 @@ options:
     type: str
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Reports the versioned path and the pip commands it would run; creates nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
-      diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation
-      indicates no change.
     support: full
     details: Same fingerprint as the active venv, no pip and changed=false.
 """

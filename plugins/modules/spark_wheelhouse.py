@@ -26,6 +26,7 @@ description:
     is made.
 version_added: "0.2.0"
 author: sparkfleet contributors (@sparkfleet)
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes]
 options:
   lock:
     description: The hash lock (C(sparkfleet matrix lock) writes it).
@@ -59,16 +60,11 @@ options:
     default: {}
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Says which wheels it would fetch; fetches nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in
-      diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation
-      indicates no change.
     support: full
     details: A wheel in the cache with the lock's sha256 is not fetched again.
 """

@@ -66,6 +66,24 @@ def test_ansible_doc_renders(module):
 
 
 @pytest.mark.parametrize("module", MODULES)
+def test_each_module_says_its_attributes_through_the_one_fragment(module):
+    """check_mode, diff_mode and idempotent: what each means comes from sparkfleet_attributes (no module pastes it),
+    each module says its own support."""
+    import json
+
+    proc = subprocess.run([str(BIN / "ansible-doc"), "--json", "-t", "module", fqcn(module)], cwd=REPO,
+                          env=ansible_env(), capture_output=True, text=True, check=True)
+    doc = json.loads(proc.stdout)[fqcn(module)]["doc"]
+    attributes = doc.get("attributes") or {}
+    assert sorted(attributes) == ["check_mode", "diff_mode", "idempotent"], sorted(attributes)
+    assert all(a.get("description") and a.get("support") in ("full", "partial", "none")
+               for a in attributes.values()), attributes
+    source = (REPO / "plugins" / "modules" / f"{module}.py").read_text()
+    assert "sparkfleet.spark.sparkfleet_attributes" in source
+    assert "Can run in check_mode" not in source, "the fragment says what check_mode means"
+
+
+@pytest.mark.parametrize("module", MODULES)
 def test_documented_options_are_the_argument_spec(module):
     docs = _documented(module)
     assert set(docs["DOCUMENTATION"].get("options", {})) == _argument_spec_keys(module)
