@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 for path in ("tests", "tests/integration", "testbed", "collections"):
     sys.path.insert(0, str(REPO / path))
 import wheels  # noqa: E402
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import index_env, uv_env  # noqa: E402
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import index_env, uv_env  # noqa: E402
 from pyindex import installer_pin, server  # noqa: E402
 
 PYTHON = "/usr/bin/python3.11"

@@ -8,12 +8,10 @@ a proposal's proof (its verdict, and the matrix written with its evidence).
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._hash_lock import lock_from_sequence
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import mirrors
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_proposal import blame, evidence, judge
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
-    MatrixError,
-    lock_from_sequence,
-    mirrors,
-)
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import MatrixError
 
 
 def spark_matrix_lock(results: list[dict], matrix: dict) -> dict:

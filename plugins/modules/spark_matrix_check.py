@@ -184,22 +184,20 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _closure as closure
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import override
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_module import start
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_dry_run import (
     dry_run,
     failure,
     held_constraints,
     locked_entries,
 )
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._secrets import redact_url
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
     MatrixError,
-    check,
-    matrix_secrets,
     normalize,
-    override,
     parse_pin,
-    redact_url,
     staleness,
 )
 
@@ -359,13 +357,9 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    # Every Python it starts runs in "/", without the caller's PYTHONPATH or caches (module_utils/common/_isolated.py).
-    isolate()
     p = module.params
-    # A token in an index URL (a private mirror's) is masked in the whole result, module_args included.
-    module.no_log_values.update(matrix_secrets(p["matrix"], p["index_overrides"]))
+    matrix = start(module, "Nothing was checked.")
     try:
-        matrix = check(p["matrix"])
         today = datetime.date.fromisoformat(p["today"]) if p["today"] else datetime.date.today()
         stale = staleness(matrix, today, p["max_age_days"])
     except (MatrixError, ValueError) as exc:

@@ -128,8 +128,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
-from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _closure as closure
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import override
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_module import start
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_proposal import (
     added_lines,
     blame,
@@ -148,10 +149,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_dry_run
 )
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
     MatrixError,
-    check,
-    matrix_secrets,
     normalize,
-    override,
     parse_pin,
 )
 
@@ -309,12 +307,9 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    # Every Python it starts runs in "/", without the caller's PYTHONPATH or caches (module_utils/common/_isolated.py).
-    isolate()
     p = module.params
-    module.no_log_values.update(matrix_secrets(p["matrix"], p["index_overrides"]))
+    matrix = start(module, "Nothing was proposed.")
     try:
-        matrix = check(p["matrix"])
         given = given_pins(matrix, p["pins"])
         today = datetime.date.fromisoformat(p["today"]) if p["today"] else datetime.date.today()
     except (MatrixError, ValueError) as exc:

@@ -221,32 +221,31 @@ import urllib.parse
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _trusted as trusted
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
-from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host._listeners import listeners
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _closure as closure
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _program_imports
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _venv as venv_files
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._hash_lock import (
+    hashed_requirements,
+    lock_python_mismatch,
+    validate_lock,
+)
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import (
+    index_env,
+    loopback,
+    mirrors,
+    plain_http_refused,
+    uv_env,
+)
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_module import start
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_commands import display, hashes_file, pip_steps
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._secrets import redact_url
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
     MatrixError,
-    check,
-    display,
-    env_secrets,
     fingerprint,
-    hashed_requirements,
-    hashes_file,
-    index_env,
-    lock_python_mismatch,
-    loopback,
-    matrix_secrets,
-    mirrors,
     pins,
-    pip_steps,
-    plain_http_refused,
     plan_extras,
-    redact_url,
     staleness,
-    uv_env,
-    validate_lock,
 )
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._venv import (
     CONSTRAINTS,
@@ -263,12 +262,12 @@ IMPORT_PROBE = inspect.getsource(_program_imports)
 
 
 class Venv:
-    def __init__(self, module: AnsibleModule):
+    def __init__(self, module: AnsibleModule, matrix: dict):
         self.module = module
         p = module.params
         self.root, self.link = p["root"], p["link"]
+        self.matrix = matrix
         try:
-            self.matrix = check(p["matrix"])
             self.extras = plan_extras(self.matrix, p["extra_packages"])
             today = datetime.date.fromisoformat(p["today"]) if p["today"] else datetime.date.today()
             self.staleness = staleness(self.matrix, today, p["max_age_days"])
@@ -628,12 +627,7 @@ def main() -> None:
         required_if=[("state", "active", ["path"]), ("state", "failed", ["path"])],
         supports_check_mode=True,
     )
-    # Every Python it starts runs in "/", without the caller's PYTHONPATH or caches (module_utils/common/_isolated.py).
-    isolate()
-    # A token in an index URL (a private mirror's) is masked in the whole result, module_args included.
-    module.no_log_values.update(matrix_secrets(module.params["matrix"], module.params["index_overrides"]))
-    module.no_log_values.update(env_secrets(module.params["pip_env"]))
-    venv = Venv(module)
+    venv = Venv(module, start(module, "Nothing was changed."))
     {"built": venv.built, "active": venv.switch, "failed": venv.mark_failed}[module.params["state"]]()
 
 

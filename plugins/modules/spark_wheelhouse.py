@@ -121,18 +121,10 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _trusted as trusted
-from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
-    MatrixError,
-    check,
-    env_secrets,
-    hashed_requirements,
-    index_env,
-    matrix_secrets,
-    override,
-    platform_tags,
-    validate_lock,
-)
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._hash_lock import hashed_requirements, validate_lock
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import index_env, override
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_module import start
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_commands import platform_tags
 
 
 def sha256(path: str) -> str:
@@ -204,15 +196,8 @@ def main() -> None:
         },
         supports_check_mode=True,
     )
-    # Every Python it starts runs in "/", without the caller's PYTHONPATH or caches (module_utils/common/_isolated.py).
-    isolate()
     p = module.params
-    module.no_log_values.update(matrix_secrets(p["matrix"], p["index_overrides"]))
-    module.no_log_values.update(env_secrets(p["pip_env"]))
-    try:
-        matrix = check(p["matrix"])
-    except MatrixError as exc:
-        module.fail_json(msg=f"{exc}. Nothing was fetched.")
+    matrix = start(module, "Nothing was fetched.")
     errors = validate_lock(p["lock"], matrix)
     if errors:
         module.fail_json(msg="the hash lock cannot be used: " + "; ".join(errors) + ". Nothing was fetched.")

@@ -57,7 +57,7 @@ def venv_fleet(workdir: Path, index: Index, hosts: int, wheelhouse: bool, own: d
     import sys
 
     import yaml
-    from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import lock_from_sequence
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._hash_lock import lock_from_sequence
 
     from conftest import BIN, REPO, ansible_env, run_module
 

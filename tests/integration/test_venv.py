@@ -402,7 +402,7 @@ def test_an_invalid_matrix_is_refused_with_every_problem(place):
 
 def _lock(pyindex, matrix: dict = MATRIX) -> dict:
     """The hash lock as `sparkfleet matrix lock` writes it, from the matrix check against the test bed's index."""
-    from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import lock_from_sequence
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._hash_lock import lock_from_sequence
 
     checked = run_module("spark_matrix_check", {"matrix": matrix, "index_overrides": pyindex.overrides})
     assert not checked["failed"], checked.get("msg")

@@ -19,7 +19,7 @@ import venv
 from pathlib import Path
 
 import yaml
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import platform_tags
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_commands import platform_tags
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "tests"

@@ -13,7 +13,9 @@ import subprocess
 import tempfile
 import urllib.parse
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import index_env, normalize, platform_tags
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import index_env
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_commands import platform_tags
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import normalize
 
 _UNREACHABLE = re.compile(r"(Could not fetch URL|Max retries exceeded|NewConnectionError|Connection refused|"
                           r"Failed to establish|Temporary failure in name resolution|timed out|"

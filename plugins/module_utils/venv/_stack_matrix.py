@@ -1,34 +1,48 @@
 # Copyright: sparkfleet contributors
 # Apache License 2.0
-"""The bare-pip stack matrix (matrix/spark-stack.yml): validation, fingerprint,
-staleness, the policy for extra packages, and the exact pip commands.
+"""The bare-pip stack matrix (matrix/spark-stack.yml) itself: what it may hold, its pins, age and proof,
+the policy for extra packages and its fingerprint.
 
-Pure logic, no I/O: modules spark_venv and spark_matrix_check call it.
+Pure logic, no I/O. Where its packages come from is _indexes.py, its secrets _secrets.py, each step's command
+_pip_commands.py, its hash lock _hash_lock.py.
 """
 
 from __future__ import annotations
 
 import datetime
 import hashlib
-import ipaddress
 import json
 import re
-import urllib.parse
 
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _validate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._closure import accepted_problems
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._secrets import redact_url
 
 POLICIES = ("matrix", "install", "refuse", "source_build", "index", "warn")
+
+
 # pip options a matrix step may carry; anything else is refused so that a
 # typo cannot silently change how a step resolves.
 STEP_ARGS = ("--no-deps", "-U", "--upgrade", "--pre", "--force-reinstall")
+
+
 # The installers a matrix's installer step may name: it is installed first, beside the venvs (never into one),
 # and runs the other steps (`uv pip install`); without one, pip does.
 INSTALLERS = ("uv",)
+
+
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+
+
 _PIN = re.compile(rf"^(?P<name>{_NAME})==(?P<version>[A-Za-z0-9.+!_-]+)$")
+
+
 _REQUIREMENT = re.compile(rf"^\s*(?P<name>{_NAME})\s*(?P<extras>\[[^\]]*\])?\s*(?P<spec>[^;]*?)\s*(?:;.*)?$")
+
+
 _URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+
+
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
@@ -219,6 +233,8 @@ def aged(value, what: str, today: datetime.date, max_age_days: int) -> dict:
 
 # What the evidence block of a matrix proved by `sparkfleet matrix propose` holds (evidence_problems checks it).
 EVIDENCE_FIELDS = ("proved_on", "sparkfleet", "proposed_from", "canary", "gpu_verified", "smoke", "lock_fingerprint")
+
+
 NOT_PROVED = "dated, not proved by sparkfleet"
 
 
@@ -322,315 +338,4 @@ def fingerprint(matrix, extras: list[dict], lock: dict | None = None) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def override(url: str, overrides: dict) -> str:
-    """The index URL to use: a configured mirror for the upstream URL, else the URL itself."""
-    table = {k.rstrip("/"): v.rstrip("/") for k, v in (overrides or {}).items()}
-    return table.get(url.rstrip("/"), url.rstrip("/"))
-
-
-def redact_url(url: str) -> str:
-    """The URL with its credentials (https://user:TOKEN@host/ or https://TOKEN@host/) masked, for what is shown."""
-    parts = urllib.parse.urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    user, _sep, where = parts.netloc.rpartition("@")
-    shown = f"{user.split(':', 1)[0]}:***" if ":" in user else "***"
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{shown}@{where}"))
-
-
-def url_secrets(urls) -> set[str]:
-    """The credentials in these URLs (the TOKEN of https://user:TOKEN@host/ or https://TOKEN@host/, and the
-    user:TOKEN pair), for a module's no_log_values: Ansible then masks them wherever they would appear in its
-    result, the invocation's module_args included (what -vvv, runner's job events and callbacks show)."""
-    found = set()
-    for url in urls:
-        if not isinstance(url, str):
-            continue
-        netloc = urllib.parse.urlsplit(url).netloc
-        if "@" not in netloc:
-            continue
-        userinfo = netloc.rpartition("@")[0]
-        found.add(userinfo)
-        for part in (userinfo.split(":", 1)[1] if ":" in userinfo else userinfo,
-                     urllib.parse.unquote(userinfo.split(":", 1)[-1])):
-            if part:
-                found.add(part)
-    return found
-
-
-_SECRET_NAME = re.compile(r"TOKEN|PASSWORD|PASSWD|SECRET|KEY|AUTH|CREDENTIAL", re.I)
-
-
-def env_secrets(env) -> set[str]:
-    """The secrets in an environment given for pip (spark_venv_pip_env): the value of a name that says it is one,
-    and the credentials in a URL value (a proxy's); not every value, as a masked short value (a timeout of 30)
-    would be masked in every string of the result."""
-    if not isinstance(env, dict):
-        return set()
-    values = {str(v) for k, v in env.items() if _SECRET_NAME.search(str(k)) and str(v)}
-    return values | url_secrets(str(v) for v in env.values())
-
-
-def matrix_secrets(matrix, overrides) -> set[str]:
-    """url_secrets of every index a matrix and its overrides name (steps, components, the overrides' both
-    sides); a malformed matrix gives what it has."""
-    urls = list(overrides.items()) if isinstance(overrides, dict) else []
-    urls = [u for pair in urls for u in pair]
-    if isinstance(matrix, dict):
-        steps, components = matrix.get("steps"), matrix.get("components")
-        entries = (steps if isinstance(steps, list) else []) + (
-            list(components.values()) if isinstance(components, dict) else [])
-        urls += [entry.get("index_url") for entry in entries if isinstance(entry, dict)]
-    return url_secrets(urls)
-
-
-# Each installer's names for the indexes it asks (the first, the others, the plain-http hosts it may use) and
-# what else it needs to ask them as pip does.
-_INDEX_ENV = {"pip": ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", {}),
-              # uv's own default stops at the first index that has a package: pip takes the best version any
-              # index offers, and the matrix check resolved the set as pip does.
-              "uv": ("UV_DEFAULT_INDEX", "UV_INDEX", "UV_INSECURE_HOST", {"UV_INDEX_STRATEGY": "unsafe-best-match"})}
-
-
-def index_env(indexes: list[str], tool: str = "pip") -> dict:
-    """pip's (or uv's: tool) index options as its environment: the first index is PIP_INDEX_URL, the others
-    PIP_EXTRA_INDEX_URL, plus PIP_TRUSTED_HOST for a plain-http mirror (pip caches nothing from an untrusted
-    http origin, and a rebuild must not fetch a wheel twice).
-
-    In the environment, not the argv: a process's argv is readable by every user of the host (ps,
-    /proc/PID/cmdline), its environment only by its owner and root, and an index URL may carry a token.
-    """
-    if not indexes:  # from a wheelhouse (--no-index): no index at all
-        return {}
-    first, others, trusted, more = _INDEX_ENV[tool]
-    env = {first: indexes[0], **more}
-    if indexes[1:]:
-        env[others] = " ".join(indexes[1:])
-    hosts = [urllib.parse.urlsplit(url).hostname for url in indexes if url.startswith("http://")]
-    if hosts:
-        env[trusted] = " ".join(dict.fromkeys(h for h in hosts if h))
-    return env
-
-
-def uv_env(indexes: list[str]) -> dict:
-    """index_env for `uv pip install` (UV_DEFAULT_INDEX, UV_INDEX, UV_INSECURE_HOST, as pip asks them)."""
-    return index_env(indexes, "uv")
-
-
-def loopback(host: str) -> bool:
-    """An address of the host itself (127.0.0.0/8, ::1, localhost): the owner's own, reached by no one else."""
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
-def mirrors(matrix: dict, overrides: dict) -> list[str]:
-    """The mirrors (spark_venv_index_overrides) the matrix's steps would be installed from instead of their own
-    indexes, each as 'upstream -> mirror' (credentials masked), leaving out mirrors on the host's own loopback.
-
-    A mirror is another party between the index the matrix was verified against and the host: it can serve other
-    bytes under the same name and version. Its wheels are trusted only against the hash lock (written by
-    `sparkfleet matrix lock` through the same mirrors, then reviewed), so a venv built from one needs the lock. An
-    index on the loopback is the owner's own (as a loopback registry is Docker's): no lock is asked of it.
-    """
-    found = []
-    for step in matrix.get("steps") or []:
-        url = step.get("index_url") if isinstance(step, dict) else None
-        if not isinstance(url, str):
-            continue
-        used = override(url, overrides)
-        if used != url.rstrip("/") and not loopback(urllib.parse.urlsplit(used).hostname or ""):
-            found.append(f"{redact_url(url.rstrip('/'))} -> {redact_url(used)}")
-    return list(dict.fromkeys(found))
-
-
-def plain_http_refused(indexes: list[str], allowed: list[str]) -> list[str]:
-    """The plain-http indexes pip would be told to trust (PIP_TRUSTED_HOST: no TLS, anyone on the path may swap a
-    wheel) that are neither on the loopback nor named in `allowed` (host or host:port, like Docker's insecure
-    registries); each as a sentence."""
-    refused = []
-    for url in dict.fromkeys(indexes):
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme != "http":
-            continue
-        host = parts.hostname or ""
-        if loopback(host) or host in allowed or parts.netloc.rpartition("@")[2] in allowed:
-            continue
-        refused.append(f"{redact_url(url)} is plain http (no TLS: anyone on the path can swap a wheel); use https, "
-                       f"or name {parts.netloc.rpartition('@')[2]} in spark_venv_insecure_indexes to accept that, "
-                       "with spark_venv_require_hashes so each wheel is checked against the hash lock")
-    return refused
-
-
-def hashes_file(directory: str, step_id: str) -> str:
-    """Where a step's --require-hashes requirements are written in the venv."""
-    return f"{directory}/hashes-{step_id}.txt"
-
-
-def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str, lock: dict | None = None,
-              hashes_dir: str = "", wheelhouse: str | None = None) -> list[dict]:
-    """The pip install commands, in order: [{id, why, indexes, args, env}] (args after `python -m pip install`;
-    the indexes reach pip through index_env, never its argv).
-
-    A step marked `hold` runs with the matrix's pins as constraints (`--constraint constraints_file`): it resolves
-    its packages' own dependencies, and torch, transformers or any other pin installed before it cannot move.
-
-    With a hash lock, each step installs exactly its locked set (`--require-hashes --no-deps -r
-    hashes-<id>.txt`, the file in `hashes_dir`) from the indexes the matrix check resolved it against (its own,
-    then the earlier steps'): the sha256 of every file pip takes is the lock's, whichever index serves it.
-    With a wheelhouse too (the lock's wheels, fetched once for the fleet by spark_wheelhouse), from it alone:
-    `--no-index --find-links WHEELHOUSE`, no index asked.
-    """
-    steps = []
-    tool = "uv" if installer(matrix) else "pip"
-    for position, step in enumerate(matrix["steps"]):
-        indexes = [override(step["index_url"], overrides)]
-        args = [*step.get("args", []), *step["packages"]]
-        if step.get("hold"):  # every pin of the matrix held: what the steps before installed cannot move
-            args = ["--constraint", constraints_file, *args]
-        if lock is not None:
-            indexes += [url for url in dict.fromkeys(override(e["index_url"], overrides)
-                                                     for e in matrix["steps"][:position]) if url not in indexes]
-            args = ["--require-hashes", "--no-deps", "-r", hashes_file(hashes_dir, step["id"])]
-            if wheelhouse:
-                indexes, args = [], ["--no-index", "--find-links", wheelhouse, *args]
-        # The installer itself is installed by pip (into a venv of its own, beside the venvs).
-        steps.append({"id": step["id"], "why": step.get("why", ""), "indexes": indexes, "args": args, "env": {},
-                      "tool": "pip" if step.get("installer") else tool, "installer": bool(step.get("installer"))})
-    default_index = override(venv_steps(matrix)[-1]["index_url"], overrides)
-    for extra in extras:
-        # The matrix's pins are held: an extra that wants another torch fails instead of replacing it.
-        args = ["--constraint", constraints_file, *extra["args"], extra["requirement"]]
-        step = {"id": f"extra:{extra['name']}", "why": extra["says"], "indexes": [default_index], "args": args,
-                "env": extra["env"], "tool": tool, "installer": False}
-        if extra["index_url"]:
-            # Never one pip command over both indexes: pip takes the highest version either offers, so a package
-            # of the same name on the matrix's index (PyPI) would win over the one the component table names.
-            # The package alone from its own index, then its dependencies from the matrix's index (the package,
-            # installed, is not fetched again).
-            steps.append({**step, "indexes": [override(extra["index_url"], overrides)],
-                          "args": ["--no-deps", *args]})
-            step = {**step, "id": f"extra:{extra['name']}:dependencies"}
-        steps.append(step)
-    return steps
-
-
-def display(step: dict) -> str:
-    """The step as the user would type it."""
-    env = " ".join(f"{k}={v}" for k, v in step["env"].items())
-    options = ([f"--index-url {redact_url(step['indexes'][0])}"] if step["indexes"] else []) + [
-        f"--extra-index-url {redact_url(url)}" for url in step["indexes"][1:]]
-    words = " ".join([*options, *(f'"{a}"' if "=" in a or "<" in a or ">" in a else a for a in step["args"])])
-    tool = "uv pip" if step.get("tool") == "uv" else "pip"
-    return f"{env + ' ' if env else ''}{tool} install {words}"
-
-
-def platform_tags(target: dict) -> list[str]:
-    """pip --platform values for the target: pip matches manylinux_2_N exactly, so every N up to glibc."""
-    arch = target["arch"]
-    top = int(target["glibc"].split(".")[1])
-    return [f"manylinux_2_{n}_{arch}" for n in range(top, 16, -1)] + [f"manylinux2014_{arch}"]
-
-
-# The hash lock (sparkfleet matrix lock): every package each step resolves to, with its wheel's sha256, so the
-# venv's steps can run with pip's --require-hashes. Written from the matrix check's resolution, never by hand.
-LOCK_VERSION = 1
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_LOCK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_LOCK_VERSION_TEXT = re.compile(r"^[0-9][0-9A-Za-z.+!_-]*$")
-
-
-def lock_from_sequence(matrix, sequence: list[dict]) -> dict:
-    """The lock of a checked matrix from spark_matrix_check's sequence results (every step, each resolved).
-
-    Raises MatrixError naming each step that did not resolve or a package whose index gave no sha256.
-    """
-    checked = check(matrix)
-    by_step = {s["step"]: s for s in sequence}
-    problems = []
-    steps = {}
-    for step in checked["steps"]:
-        result = by_step.get(step["id"])
-        if not result or result.get("status") != "resolves":
-            status = result.get("status", "not asked") if result else "not asked"
-            problems.append(f"step {step['id']}: {status}" + (f" ({result['detail']})" if result and
-                                                              result.get("detail") else ""))
-            continue
-        entries = sorted(result.get("locked") or [], key=lambda e: normalize(e["name"]))
-        unhashed = [f"{e['name']}=={e['version']}" for e in entries if not e.get("sha256")]
-        if unhashed:
-            problems.append(f"step {step['id']}: the index gave no sha256 for {', '.join(unhashed)}")
-        steps[step["id"]] = [{"name": normalize(e["name"]), "version": e["version"], "sha256": e.get("sha256"),
-                              "wheel": e.get("wheel")} for e in entries]
-    if problems:
-        raise MatrixError("cannot lock the matrix: " + "; ".join(problems) + ". Nothing was written")
-    return {"lock_version": LOCK_VERSION, "matrix": checked["name"], "fingerprint": fingerprint(checked, []),
-            "target": checked["target"], "steps": steps}
-
-
-def lock_python_mismatch(lock: dict | None, version: str) -> tuple[list[str], int]:
-    """For a host whose Python is `version` (3.11): the hash lock's wheels built for another CPython (their
-    file names, whose python tag is cpXY), and how many wheels the lock has in all. Pure-Python wheels
-    (py3-none-any) install on any Python 3; a lock resolved for the matrix's target (cp312) that holds compiled
-    wheels cannot be installed by another Python's pip, whatever the warning says."""
-    major, _sep, minor = str(version).partition(".")
-    have = (int(major), int(minor.split(".")[0])) if major.isdigit() and minor.split(".")[0].isdigit() else None
-    wheels = [str(e.get("wheel") or "") for entries in (lock or {}).get("steps", {}).values() for e in entries]
-    other = []
-    for wheel in wheels:
-        parts = wheel[:-len(".whl")].split("-") if wheel.endswith(".whl") else []
-        if len(parts) < 5 or have is None:
-            continue
-        pythons, abis = parts[-3].split("."), parts[-2].split(".")
-        built = [(int(t[2]), int(t[3:])) for t in pythons if re.fullmatch(r"cp\d\d+", t)]
-        if not built or len(built) != len(pythons):
-            continue  # py3, py2.py3: pure Python
-        # cp38-abi3: the stable ABI, for that CPython and every later one; cp312-cp312: that CPython alone
-        if not any(v == have or ("abi3" in abis and v <= have) for v in built):
-            other.append(wheel)
-    return other, len(wheels)
-
-
-def validate_lock(lock, matrix) -> list[str]:
-    """What is wrong with a hash lock for this matrix (empty: nothing). Every value that reaches pip's
-    requirements file is checked here, where it enters."""
-    if not isinstance(lock, dict):
-        return [f"the lock is a {type(lock).__name__}, expected a mapping written by sparkfleet matrix lock"]
-    errors = []
-    if lock.get("lock_version") != LOCK_VERSION:
-        errors.append(f"lock_version is {lock.get('lock_version')!r}, expected {LOCK_VERSION}")
-    want = fingerprint(check(matrix), [])
-    if lock.get("fingerprint") != want:
-        errors.append(f"the lock was written for another matrix (fingerprint {str(lock.get('fingerprint'))[:12]}, "
-                      f"the matrix's is {want[:12]}): run sparkfleet matrix lock after changing the matrix")
-    steps = lock.get("steps")
-    ids = [s["id"] for s in matrix["steps"]]
-    if not isinstance(steps, dict) or sorted(steps) != sorted(ids):
-        errors.append(f"the lock's steps are {sorted(steps) if isinstance(steps, dict) else steps!r}, the "
-                      f"matrix's {sorted(ids)}")
-        return errors
-    for step_id, entries in steps.items():
-        if not isinstance(entries, list) or not entries:
-            errors.append(f"step {step_id}: expected a list of packages")
-            continue
-        for entry in entries:
-            if not isinstance(entry, dict):
-                errors.append(f"step {step_id}: {entry!r} is not a package entry")
-                continue
-            name, version, sha = (str(entry.get(k, "")) for k in ("name", "version", "sha256"))
-            if not _LOCK_NAME.match(name) or not _LOCK_VERSION_TEXT.match(version) or not _SHA256.match(sha):
-                errors.append(f"step {step_id}: {entry!r} is not name, version and a sha256 of 64 hex digits")
-        pinned = {normalize(parse_pin(spec)[0]): parse_pin(spec)[1]
-                  for spec in next(s for s in matrix["steps"] if s["id"] == step_id)["packages"]}
-        locked = {normalize(str(e.get("name"))): str(e.get("version")) for e in entries if isinstance(e, dict)}
-        moved = [f"{n} {v} (locked {locked.get(n)})" for n, v in pinned.items()
-                 if locked.get(n) != v and str(locked.get(n)).split("+", maxsplit=1)[0] != v]
-        if moved:
-            errors.append(f"step {step_id}: the lock does not hold the matrix's pins: {', '.join(moved)}")
-    return errors
-
-
-def hashed_requirements(entries: list[dict]) -> str:
-    """A requirements file for pip --require-hashes: one `name==version --hash=sha256:...` per package."""
-    return "".join(f"{e['name']}=={e['version']} --hash=sha256:{e['sha256']}\n" for e in entries)

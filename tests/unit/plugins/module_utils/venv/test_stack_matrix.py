@@ -7,28 +7,33 @@ import datetime
 
 import pytest
 import yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._hash_lock import (
+    hashed_requirements,
+    lock_from_sequence,
+    validate_lock,
+)
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import index_env, uv_env
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_commands import (
+    display,
+    pip_steps,
+    platform_tags,
+)
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._secrets import (
+    matrix_secrets,
+    redact_url,
+    url_secrets,
+)
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
     MatrixError,
     check,
-    display,
     fingerprint,
-    hashed_requirements,
-    index_env,
-    lock_from_sequence,
-    matrix_secrets,
     normalize,
     parse_pin,
     pins,
-    pip_steps,
     plan_extras,
-    platform_tags,
     proof,
-    redact_url,
     staleness,
-    url_secrets,
-    uv_env,
     validate,
-    validate_lock,
 )
 
 from conftest import REPO
@@ -300,7 +305,7 @@ def test_a_lock_of_compiled_wheels_for_another_python_is_named_and_pure_wheels_a
     """Issue 45, item 9: the lab's hosts (Python 3.11) warned that the matrix was verified for 3.12 while the hash
     lock, resolved for cp312, held only pure wheels - which install there. A lock with compiled cp312 wheels
     cannot be installed by 3.11's pip: spark_venv refuses it before building, naming the wheels."""
-    from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import lock_python_mismatch
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._hash_lock import lock_python_mismatch
 
     pure = {"steps": {"stack": [{"wheel": "trl-1.8.0-py3-none-any.whl"}, {"wheel": "peft-0.19.1-py3-none-any.whl"}]}}
     assert lock_python_mismatch(pure, "3.11") == ([], 2)

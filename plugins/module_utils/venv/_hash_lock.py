@@ -1,0 +1,123 @@
+# Copyright: sparkfleet contributors
+# Apache License 2.0
+"""The stack matrix's hash lock: made from a resolved sequence, checked against the matrix and the host's
+Python, written as hashed requirements."""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
+    MatrixError,
+    _SHA256,
+    check,
+    fingerprint,
+    normalize,
+    parse_pin,
+)
+
+
+# The hash lock (sparkfleet matrix lock): every package each step resolves to, with its wheel's sha256, so the
+# venv's steps can run with pip's --require-hashes. Written from the matrix check's resolution, never by hand.
+LOCK_VERSION = 1
+
+
+_LOCK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+_LOCK_VERSION_TEXT = re.compile(r"^[0-9][0-9A-Za-z.+!_-]*$")
+
+
+def lock_from_sequence(matrix, sequence: list[dict]) -> dict:
+    """The lock of a checked matrix from spark_matrix_check's sequence results (every step, each resolved).
+
+    Raises MatrixError naming each step that did not resolve or a package whose index gave no sha256.
+    """
+    checked = check(matrix)
+    by_step = {s["step"]: s for s in sequence}
+    problems = []
+    steps = {}
+    for step in checked["steps"]:
+        result = by_step.get(step["id"])
+        if not result or result.get("status") != "resolves":
+            status = result.get("status", "not asked") if result else "not asked"
+            problems.append(f"step {step['id']}: {status}" + (f" ({result['detail']})" if result and
+                                                              result.get("detail") else ""))
+            continue
+        entries = sorted(result.get("locked") or [], key=lambda e: normalize(e["name"]))
+        unhashed = [f"{e['name']}=={e['version']}" for e in entries if not e.get("sha256")]
+        if unhashed:
+            problems.append(f"step {step['id']}: the index gave no sha256 for {', '.join(unhashed)}")
+        steps[step["id"]] = [{"name": normalize(e["name"]), "version": e["version"], "sha256": e.get("sha256"),
+                              "wheel": e.get("wheel")} for e in entries]
+    if problems:
+        raise MatrixError("cannot lock the matrix: " + "; ".join(problems) + ". Nothing was written")
+    return {"lock_version": LOCK_VERSION, "matrix": checked["name"], "fingerprint": fingerprint(checked, []),
+            "target": checked["target"], "steps": steps}
+
+
+def lock_python_mismatch(lock: dict | None, version: str) -> tuple[list[str], int]:
+    """For a host whose Python is `version` (3.11): the hash lock's wheels built for another CPython (their
+    file names, whose python tag is cpXY), and how many wheels the lock has in all. Pure-Python wheels
+    (py3-none-any) install on any Python 3; a lock resolved for the matrix's target (cp312) that holds compiled
+    wheels cannot be installed by another Python's pip, whatever the warning says."""
+    major, _sep, minor = str(version).partition(".")
+    have = (int(major), int(minor.split(".")[0])) if major.isdigit() and minor.split(".")[0].isdigit() else None
+    wheels = [str(e.get("wheel") or "") for entries in (lock or {}).get("steps", {}).values() for e in entries]
+    other = []
+    for wheel in wheels:
+        parts = wheel[:-len(".whl")].split("-") if wheel.endswith(".whl") else []
+        if len(parts) < 5 or have is None:
+            continue
+        pythons, abis = parts[-3].split("."), parts[-2].split(".")
+        built = [(int(t[2]), int(t[3:])) for t in pythons if re.fullmatch(r"cp\d\d+", t)]
+        if not built or len(built) != len(pythons):
+            continue  # py3, py2.py3: pure Python
+        # cp38-abi3: the stable ABI, for that CPython and every later one; cp312-cp312: that CPython alone
+        if not any(v == have or ("abi3" in abis and v <= have) for v in built):
+            other.append(wheel)
+    return other, len(wheels)
+
+
+def validate_lock(lock, matrix) -> list[str]:
+    """What is wrong with a hash lock for this matrix (empty: nothing). Every value that reaches pip's
+    requirements file is checked here, where it enters."""
+    if not isinstance(lock, dict):
+        return [f"the lock is a {type(lock).__name__}, expected a mapping written by sparkfleet matrix lock"]
+    errors = []
+    if lock.get("lock_version") != LOCK_VERSION:
+        errors.append(f"lock_version is {lock.get('lock_version')!r}, expected {LOCK_VERSION}")
+    want = fingerprint(check(matrix), [])
+    if lock.get("fingerprint") != want:
+        errors.append(f"the lock was written for another matrix (fingerprint {str(lock.get('fingerprint'))[:12]}, "
+                      f"the matrix's is {want[:12]}): run sparkfleet matrix lock after changing the matrix")
+    steps = lock.get("steps")
+    ids = [s["id"] for s in matrix["steps"]]
+    if not isinstance(steps, dict) or sorted(steps) != sorted(ids):
+        errors.append(f"the lock's steps are {sorted(steps) if isinstance(steps, dict) else steps!r}, the "
+                      f"matrix's {sorted(ids)}")
+        return errors
+    for step_id, entries in steps.items():
+        if not isinstance(entries, list) or not entries:
+            errors.append(f"step {step_id}: expected a list of packages")
+            continue
+        for entry in entries:
+            if not isinstance(entry, dict):
+                errors.append(f"step {step_id}: {entry!r} is not a package entry")
+                continue
+            name, version, sha = (str(entry.get(k, "")) for k in ("name", "version", "sha256"))
+            if not _LOCK_NAME.match(name) or not _LOCK_VERSION_TEXT.match(version) or not _SHA256.match(sha):
+                errors.append(f"step {step_id}: {entry!r} is not name, version and a sha256 of 64 hex digits")
+        pinned = {normalize(parse_pin(spec)[0]): parse_pin(spec)[1]
+                  for spec in next(s for s in matrix["steps"] if s["id"] == step_id)["packages"]}
+        locked = {normalize(str(e.get("name"))): str(e.get("version")) for e in entries if isinstance(e, dict)}
+        moved = [f"{n} {v} (locked {locked.get(n)})" for n, v in pinned.items()
+                 if locked.get(n) != v and str(locked.get(n)).split("+", maxsplit=1)[0] != v]
+        if moved:
+            errors.append(f"step {step_id}: the lock does not hold the matrix's pins: {', '.join(moved)}")
+    return errors
+
+
+def hashed_requirements(entries: list[dict]) -> str:
+    """A requirements file for pip --require-hashes: one `name==version --hash=sha256:...` per package."""
+    return "".join(f"{e['name']}=={e['version']} --hash=sha256:{e['sha256']}\n" for e in entries)
