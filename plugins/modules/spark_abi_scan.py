@@ -236,8 +236,16 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
-from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _cuda_abi, _elf, _program_abi_image
-from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._cuda_abi import scan, system_cuda
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import (
+    _cuda_abi,
+    _cuda_majors,
+    _dist_info,
+    _elf,
+    _program_abi_image,
+    _system_cuda,
+)
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._cuda_abi import scan
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._system_cuda import system_cuda
 
 
 def _unique(paths: list[str]) -> list[str]:
@@ -283,15 +291,20 @@ def host_system_cuda(module: AnsibleModule) -> dict:
 MOUNT = "/run/sparkfleet-abi"
 
 
+# The scan inside an image: the program and the modules it imports, side by side as plain modules.
+SCAN_FILES = (("scan.py", _program_abi_image), ("_cuda_abi.py", _cuda_abi), ("_cuda_majors.py", _cuda_majors),
+              ("_dist_info.py", _dist_info), ("_elf.py", _elf), ("_system_cuda.py", _system_cuda))
+
+
 def program_dir(module: AnsibleModule) -> str:
-    """A directory with the scan as files: _program_abi_image.py (as scan.py), _cuda_abi.py and _elf.py.
+    """A directory with the scan as files: _program_abi_image.py (as scan.py) and the modules it imports (SCAN_FILES).
 
     Each is its module's own source; the directory is mounted read-only into the image's container and
     readable by any user the image runs as.
     """
     directory = tempfile.mkdtemp(prefix="sparkfleet-abi-", dir=module.tmpdir)
     os.chmod(directory, 0o755)
-    for name, source in (("scan.py", _program_abi_image), ("_cuda_abi.py", _cuda_abi), ("_elf.py", _elf)):
+    for name, source in SCAN_FILES:
         path = os.path.join(directory, name)
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(inspect.getsource(source))

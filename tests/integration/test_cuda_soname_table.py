@@ -18,7 +18,7 @@ import zipfile
 from functools import cache
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._cuda_abi import SONAME_TABLE, TOOLKITS
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._cuda_majors import SONAME_TABLE, TOOLKITS
 
 PYPI = "https://pypi.org/pypi"
 

@@ -18,7 +18,7 @@ import re
 import signal
 
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
-from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._cuda_abi import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._cuda_majors import (
     SONAME_TABLE,
     cuda_link,
     name_major,

@@ -2,7 +2,8 @@
 # Apache License 2.0
 """The CUDA ABI scan inside an image: a program of its own, run by the image's python3.
 
-spark_abi_scan writes this file, _cuda_abi.py and _elf.py (their own sources) into one directory, mounts it
+spark_abi_scan writes this file and the modules it imports (their own sources, spark_abi_scan's SCAN_FILES)
+into one directory, mounts it
 read-only into a throwaway container of the image (--network none) and runs this file there. It scans every
 site-packages tree the image's Python has and prints one JSON object: the Python version, each tree's
 findings, and the system CUDA the image carries.
@@ -18,9 +19,10 @@ import sysconfig
 
 
 def main(expected_major, cuda_home):
-    # _cuda_abi.py and _elf.py are beside this file (also under python -I or PYTHONSAFEPATH).
+    # The modules it imports are beside this file (also under python -I or PYTHONSAFEPATH).
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from _cuda_abi import scan, system_cuda
+    from _cuda_abi import scan
+    from _system_cuda import system_cuda
 
     paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
     with contextlib.suppress(AttributeError):  # a venv's site module may lack it

@@ -14,10 +14,7 @@ import sys
 from ansible_collections.sparkfleet.spark.plugins.module_utils.images import _derived
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _program_imports
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import (
-    _cuda_abi,
-    _elf,
     _gpu_probe,
-    _program_abi_image,
     _smoke,
 )
 
@@ -61,7 +58,9 @@ def test_the_smoke_step_says_where_it_is_first_and_stops_with_a_verdict():
 
 
 def test_the_abi_scan_runs_as_files_beside_each_other_as_in_an_image(tmp_path):
-    for name, module in (("scan.py", _program_abi_image), ("_cuda_abi.py", _cuda_abi), ("_elf.py", _elf)):
+    from ansible_collections.sparkfleet.spark.plugins.modules.spark_abi_scan import SCAN_FILES
+
+    for name, module in SCAN_FILES:  # what spark_abi_scan mounts into the image, and nothing else
         (tmp_path / name).write_text(inspect.getsource(module))
     report = json.loads(_run("-I", str(tmp_path / "scan.py"), "13", "/usr/local/cuda").splitlines()[-1])
     assert report["python"] == sys.version.split()[0]

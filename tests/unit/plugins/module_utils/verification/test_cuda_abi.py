@@ -8,7 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _cuda_abi as abi
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _cuda_majors as majors
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _dist_info as dist_info
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._elf import (
     ElfSkip,
     read_rodata_matches_path,
@@ -42,19 +43,19 @@ EXPECTED_ROWS = {
 
 
 def test_the_table_has_exactly_the_expected_rows():
-    assert sorted((r.library, r.soname_major) for r in abi.SONAME_TABLE) == sorted(EXPECTED_ROWS)
-    assert len({(r.library, r.soname_major) for r in abi.SONAME_TABLE}) == len(abi.SONAME_TABLE), "a row twice"
+    assert sorted((r.library, r.soname_major) for r in majors.SONAME_TABLE) == sorted(EXPECTED_ROWS)
+    assert len({(r.library, r.soname_major) for r in majors.SONAME_TABLE}) == len(majors.SONAME_TABLE), "a row twice"
 
 
 @pytest.mark.parametrize(("library", "major"), sorted(EXPECTED_ROWS), ids=str)
 def test_each_row_judges_its_soname(library, major):
     want = EXPECTED_ROWS[(library, major)]
-    link = abi.cuda_link(f"lib{library}.so.{major}")
+    link = majors.cuda_link(f"lib{library}.so.{major}")
     assert link is not None and link.library == library and link.major == major
     assert link.cuda_majors == want
     assert link.excludes(13) is (13 not in want)
     assert link.conclusive(13) is (13 not in want or want == (13,))
-    row = next(r for r in abi.SONAME_TABLE if (r.library, r.soname_major) == (library, major))
+    row = next(r for r in majors.SONAME_TABLE if (r.library, r.soname_major) == (library, major))
     assert row.sources, "every row names the wheels that show it"
     for source in row.sources:
         assert source.cuda_major in want
@@ -64,23 +65,23 @@ def test_each_row_judges_its_soname(library, major):
 
 
 def test_a_soname_without_a_row_is_not_judged_and_tracking_ones_follow_their_major():
-    assert abi.cuda_link("libcufft.so.13").cuda_majors is None  # no wheel ships it yet: reported, not judged
-    assert abi.cuda_link("libcufft.so.13").excludes(13) is False
-    assert abi.cuda_link("libcudart.so.14").cuda_majors == (14,)  # the rule beyond the rows
-    assert abi.cuda_link("libcuda.so.1").cuda_majors is None  # the driver serves every CUDA
-    assert abi.cuda_link("libcudart-1a2b3c4d.so.12.8.90").cuda_majors == (12,)
-    assert abi.cuda_link("libfoo.so.12") is None
+    assert majors.cuda_link("libcufft.so.13").cuda_majors is None  # no wheel ships it yet: reported, not judged
+    assert majors.cuda_link("libcufft.so.13").excludes(13) is False
+    assert majors.cuda_link("libcudart.so.14").cuda_majors == (14,)  # the rule beyond the rows
+    assert majors.cuda_link("libcuda.so.1").cuda_majors is None  # the driver serves every CUDA
+    assert majors.cuda_link("libcudart-1a2b3c4d.so.12.8.90").cuda_majors == (12,)
+    assert majors.cuda_link("libfoo.so.12") is None
 
 
 def test_describe_names_the_cuda_of_a_soname_that_does_not_track_it():
-    assert abi.cuda_link("libcufft.so.11").describe() == "libcufft.so.11 (CUDA 12)"
-    assert abi.cuda_link("libcudart.so.12").describe() == "libcudart.so.12"
+    assert majors.cuda_link("libcufft.so.11").describe() == "libcufft.so.11 (CUDA 12)"
+    assert majors.cuda_link("libcudart.so.12").describe() == "libcudart.so.12"
 
 
 @pytest.mark.parametrize(("digits", "major"), [("12", 12), ("13", 13), ("11", 11), ("92", 9), ("118", 11),
                                                ("126", 12), ("130", 13), ("102", 10), ("1", None)])
 def test_token_major(digits, major):
-    assert abi.token_major(digits) == major
+    assert majors.token_major(digits) == major
 
 
 @pytest.mark.parametrize(("name", "version", "found"), [
@@ -96,7 +97,7 @@ def test_token_major(digits, major):
     ("accuracy", "1.0", None),
 ])
 def test_name_major(name, version, found):
-    assert abi.name_major(name, version) == found
+    assert majors.name_major(name, version) == found
 
 
 @pytest.mark.parametrize(("name", "version", "major"), [
@@ -110,16 +111,16 @@ def test_name_major(name, version, found):
     ("cupy-cuda12x", "14.2.0", None),
 ])
 def test_cuda_wheel_major(name, version, major):
-    assert abi.cuda_wheel_major(name, version) == major
+    assert majors.cuda_wheel_major(name, version) == major
 
 
-@pytest.mark.parametrize(("spec", "majors"), [
+@pytest.mark.parametrize(("spec", "expected"), [
     ("==13.*", (13,)), ("==13.0.96", (13,)), ("~=13.0", (13,)), ("===12.8.90", (12,)),
     (">=12.9.1,<14.0.0", (12, 13)), ("<13,>=12.9.2", (12,)), (">=13.0.0,<13.5", (13,)), (">=13.0.2", None),
     ("", None), ("<=12.9", None), (">=12,<=12.9", (12,)),
 ])
-def test_spec_majors(spec, majors):
-    assert abi.spec_majors(spec) == majors
+def test_spec_majors(spec, expected):
+    assert majors.spec_majors(spec) == expected
 
 
 def test_cuda_requirements_count_what_an_extra_installed_and_read_installed_versions():
@@ -131,7 +132,7 @@ def test_cuda_requirements_count_what_an_extra_installed_and_read_installed_vers
         "numpy>=2",
         "jax-cuda12-pjrt==0.12.0.1",
     ]
-    found = {r.name: r for r in abi.cuda_requirements(requires, {"nvidia-cublas": "13.1.1.3"})}
+    found = {r.name: r for r in majors.cuda_requirements(requires, {"nvidia-cublas": "13.1.1.3"})}
     assert sorted(found) == ["cuda-bindings", "cuda-toolkit", "nvidia-cublas", "nvidia-cuda-runtime-cu12"]
     assert found["nvidia-cuda-runtime-cu12"].cuda_majors == (12,) and found["nvidia-cuda-runtime-cu12"].conditional
     assert found["nvidia-cuda-runtime-cu12"].installed is None
@@ -144,7 +145,7 @@ def test_parse_metadata_reads_requires_dist_up_to_the_body():
     text = ("Metadata-Version: 2.1\nName: jax-cuda12-plugin\nVersion: 0.12.0.1\n"
             "Requires-Dist: jax-cuda12-pjrt==0.12.0.1\nRequires-Dist: nvidia-cublas-cu12; extra == 'with-cuda'\n"
             "\nRequires-Dist: not a header, the description\n")
-    assert abi.parse_metadata(text) == ("jax-cuda12-plugin", "0.12.0.1", [
+    assert dist_info.parse_metadata(text) == ("jax-cuda12-plugin", "0.12.0.1", [
         "jax-cuda12-pjrt==0.12.0.1", "nvidia-cublas-cu12; extra == 'with-cuda'"])
 
 
@@ -168,7 +169,7 @@ const char *message(void) { return "could not load libcudnn.so.9, see libcufft.s
 
 def test_rodata_names_are_found_with_the_projects_reader(tmp_path):
     so = gcc_so(tmp_path, "loader", DLOPEN, "-ldl")
-    found = read_rodata_matches_path(str(so), abi.SONAME_STRINGS, 1 << 20)
+    found = read_rodata_matches_path(str(so), majors.SONAME_STRINGS, 1 << 20)
     assert found.matches == ["libcudart.so.12", "libnvrtc.so.13.0", "libcudnn.so.9", "libcufft.so.11"]
     assert found.sections >= 1 and not found.truncated
     assert found.bytes_read < so.stat().st_size  # .rodata only, not the whole file
@@ -177,9 +178,9 @@ def test_rodata_names_are_found_with_the_projects_reader(tmp_path):
 def test_rodata_reading_stops_at_its_limit_and_says_so(tmp_path):
     big = "const char pad[300000] = {1};\n" + DLOPEN
     so = gcc_so(tmp_path, "big", big, "-ldl")
-    cut = read_rodata_matches_path(str(so), abi.SONAME_STRINGS, 4096)
+    cut = read_rodata_matches_path(str(so), majors.SONAME_STRINGS, 4096)
     assert cut.truncated and cut.bytes_read == 4096
-    whole = read_rodata_matches_path(str(so), abi.SONAME_STRINGS, 1 << 20)
+    whole = read_rodata_matches_path(str(so), majors.SONAME_STRINGS, 1 << 20)
     assert not whole.truncated and "libcudart.so.12" in whole.matches
 
 
@@ -197,7 +198,7 @@ def test_a_name_across_a_chunk_boundary_is_found(tmp_path):
     shift = where - (1 << 20)  # where the blob lies in .rodata
     so, where = build((1 << 20) - 6 - shift)
     assert where < 1 << 20 < where + len("libcudart.so.12"), "the name does not straddle the boundary"
-    assert read_rodata_matches_path(str(so), abi.SONAME_STRINGS, 4 << 20).matches == ["libcudart.so.12"]
+    assert read_rodata_matches_path(str(so), majors.SONAME_STRINGS, 4 << 20).matches == ["libcudart.so.12"]
 
 
 def test_a_file_without_a_section_table_has_no_strings(tmp_path):
@@ -206,7 +207,7 @@ def test_a_file_without_a_section_table_has_no_strings(tmp_path):
     data[40:48] = bytes(8)  # e_shoff = 0: no section table (what sstrip leaves)
     stripped = tmp_path / "stripped.so"
     stripped.write_bytes(bytes(data))
-    found = read_rodata_matches_path(str(stripped), abi.SONAME_STRINGS, 1 << 20)
+    found = read_rodata_matches_path(str(stripped), majors.SONAME_STRINGS, 1 << 20)
     assert found.matches == [] and found.sections == 0
 
 
@@ -217,4 +218,4 @@ def test_a_section_table_past_the_end_is_a_reason_not_a_crash(tmp_path):
     broken = tmp_path / "broken.so"
     broken.write_bytes(bytes(data))
     with pytest.raises(ElfSkip, match="truncated"):
-        read_rodata_matches_path(str(broken), abi.SONAME_STRINGS, 1 << 20)
+        read_rodata_matches_path(str(broken), majors.SONAME_STRINGS, 1 << 20)
