@@ -24,10 +24,8 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 # module_utils as the collection sparkfleet.spark (collections/ansible_collections/sparkfleet/spark links here).
 sys.path.insert(0, str(REPO / "collections"))
 import wheels  # noqa: E402
-from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._cuda_abi import (
-    scan,
-    shared_objects  # noqa: E402,
-)
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._cuda_abi import scan  # noqa: E402
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._dist_info import shared_objects  # noqa: E402
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._elf import read_dynamic_path  # noqa: E402
 
 

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from content_key import content_key  # bench/, the folder of this script
 
-from sparkfleet.runner import mitogen_env
+from sparkfleet.mitogen import mitogen_env
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = REPO / ".venv" / "bin"

@@ -14,7 +14,7 @@ from pathlib import Path
 import shtab
 
 from sparkfleet.command_table import COMMANDS, CONFIGURED, GROUPS, Command
-from sparkfleet.runner import EXIT_BAD_INPUT
+from sparkfleet.outcome import EXIT_BAD_INPUT
 
 # Where reports go by default; reports/latest points at the last one.
 REPORT_ROOT = Path("reports")

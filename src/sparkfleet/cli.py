@@ -22,7 +22,8 @@ from sparkfleet import __version__, lab, report
 from sparkfleet.arguments import build_parser
 from sparkfleet.collection_home import PROJECT_DIR
 from sparkfleet.commands import ansible_core_version, error, run_command
-from sparkfleet.runner import CANCEL_SIGNALS, EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_OK, ansible_config
+from sparkfleet.outcome import EXIT_BAD_INPUT, EXIT_CANCELLED, EXIT_OK
+from sparkfleet.runner import CANCEL_SIGNALS, ansible_config
 from sparkfleet.terminal import make_console, print_summary
 
 __all__ = ["main"]

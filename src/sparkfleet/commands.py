@@ -15,21 +15,14 @@ from pathlib import Path
 from rich.console import Console
 
 from sparkfleet import __version__, report, reportdir, selection, variables
+from sparkfleet.ansible_options import AnsibleOptions, private_files
 from sparkfleet.arguments import REPORT_ROOT
 from sparkfleet.collection_home import PROJECT_DIR, collection_module
 from sparkfleet.command_table import CONFIGURED, Command, extra_vars
 from sparkfleet.events import Fleet
-from sparkfleet.runner import (
-    EXIT_BAD_INPUT,
-    EXIT_BUSY,
-    EXIT_OK,
-    AnsibleOptions,
-    InventoryBusy,
-    Run,
-    ansible_config,
-    inventory_lock,
-    private_files,
-)
+from sparkfleet.outcome import EXIT_BAD_INPUT, EXIT_BUSY, EXIT_OK
+from sparkfleet.run_lock import InventoryBusy, run_lock
+from sparkfleet.runner import Run, ansible_config
 from sparkfleet.terminal import make_console, print_summary
 
 
@@ -195,7 +188,7 @@ def run_command(record: Command, args: argparse.Namespace, console: Console) -> 
     fleet = Fleet()
     try:
         # the controller's checks write nothing into the inventory: they need not wait for a provision
-        with inventory_lock("localhost," if record.controller else inventory, command.replace("-", " ")):
+        with run_lock("localhost," if record.controller else inventory, command.replace("-", " ")):
             # Claimed once the inventory is this run's: a run refused as busy touches no report directory.
             try:
                 directory = report_dir_for(command.replace("-", "_"), args.report_dir)

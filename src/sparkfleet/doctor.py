@@ -10,9 +10,9 @@ from pathlib import Path
 from rich.console import Console
 
 from sparkfleet import reportdir
+from sparkfleet.ansible_options import private_files
 from sparkfleet.collection_home import collection_module
 from sparkfleet.events import Fleet
-from sparkfleet.runner import private_files
 
 
 def doctor_args(args: argparse.Namespace) -> argparse.Namespace:

@@ -11,7 +11,7 @@ from rich.console import Console
 from sparkfleet.collection_home import PROJECT_DIR
 from sparkfleet.command_table import named
 from sparkfleet.commands import error, run_command
-from sparkfleet.runner import EXIT_BAD_INPUT, EXIT_FAILED_HOSTS, EXIT_OK
+from sparkfleet.outcome import EXIT_BAD_INPUT, EXIT_FAILED_HOSTS, EXIT_OK
 
 
 def lab(args: argparse.Namespace, console: Console) -> int:

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from sparkfleet import reportdir
+from sparkfleet.ansible_options import private_files
 from sparkfleet.collection_home import collection_module
 from sparkfleet.events import Fleet, Host
-from sparkfleet.runner import private_files
 
 table = collection_module("verification._fleet_table")
 

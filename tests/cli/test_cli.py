@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkfleet import cli, commands, doctor, runner
+from sparkfleet import ansible_options, cli, commands, doctor, outcome
 from sparkfleet.arguments import build_parser
 
 
@@ -36,7 +36,7 @@ def test_connection_privilege_vault_and_verbosity_options_pass_through():
 
 
 def test_each_password_ansible_will_ask_for_is_asked_once_with_its_prompt():
-    options = runner.AnsibleOptions.from_args(_args("-K", "--ask-vault-pass", "--vault-id", "ngc@prompt",
+    options = ansible_options.AnsibleOptions.from_args(_args("-K", "--ask-vault-pass", "--vault-id", "ngc@prompt",
                                                  "--vault-id", "lab@pass.txt"))
     prompts = options.prompts()
     assert [asked for asked, _ in prompts] == ["BECOME password: ", "Vault password: ", "Vault password (ngc): "]
@@ -47,9 +47,9 @@ def test_each_password_ansible_will_ask_for_is_asked_once_with_its_prompt():
 
 def test_the_commands_default_tags_apply_unless_the_user_gives_tags():
     verify = build_parser().parse_args(["verify", "-i", "inv"])
-    assert runner.AnsibleOptions.from_args(verify, "spark_verify").tags == "spark_verify"
+    assert ansible_options.AnsibleOptions.from_args(verify, "spark_verify").tags == "spark_verify"
     chosen = build_parser().parse_args(["verify", "-i", "inv", "-t", "spark_images"])
-    assert runner.AnsibleOptions.from_args(chosen, "spark_verify").tags == "spark_images"
+    assert ansible_options.AnsibleOptions.from_args(chosen, "spark_verify").tags == "spark_images"
 
 
 def test_no_options_no_arguments():
@@ -57,18 +57,18 @@ def test_no_options_no_arguments():
 
 
 @pytest.mark.parametrize(("status", "rc", "stats", "code"), [
-    ("successful", 0, {"ok": {"a": 3}, "failures": {}, "dark": {}}, runner.EXIT_OK),
-    ("failed", 2, {"ok": {"a": 3}, "failures": {"b": 1}, "dark": {}}, runner.EXIT_FAILED_HOSTS),
-    ("failed", 4, {"failures": {"b": 1}, "dark": {"c": 1}}, runner.EXIT_UNREACHABLE),
-    ("failed", 1, None, runner.EXIT_BAD_INPUT),  # ansible-playbook stopped on its own error, no host failed
-    ("canceled", 254, None, runner.EXIT_CANCELLED),
+    ("successful", 0, {"ok": {"a": 3}, "failures": {}, "dark": {}}, outcome.EXIT_OK),
+    ("failed", 2, {"ok": {"a": 3}, "failures": {"b": 1}, "dark": {}}, outcome.EXIT_FAILED_HOSTS),
+    ("failed", 4, {"failures": {"b": 1}, "dark": {"c": 1}}, outcome.EXIT_UNREACHABLE),
+    ("failed", 1, None, outcome.EXIT_BAD_INPUT),  # ansible-playbook stopped on its own error, no host failed
+    ("canceled", 254, None, outcome.EXIT_CANCELLED),
 ])
 def test_exit_codes_tell_failed_from_unreachable(status, rc, stats, code):
-    assert runner.outcome_from_stats(status, rc, stats).exit_code() == code
+    assert outcome.outcome_from_stats(status, rc, stats).exit_code() == code
 
 
 def test_missing_inventory_is_bad_input(capsys):
-    assert cli.main(["provision", "-i", "/nonexistent/inventory"]) == runner.EXIT_BAD_INPUT
+    assert cli.main(["provision", "-i", "/nonexistent/inventory"]) == outcome.EXIT_BAD_INPUT
     assert "inventory /nonexistent/inventory not found" in capsys.readouterr().err
 
 
@@ -81,7 +81,7 @@ def test_help_is_a_manual(capsys):
 
 
 def test_fast_runs_ansible_under_mitogens_strategy_plugin():
-    from sparkfleet.runner import mitogen_env
+    from sparkfleet.mitogen import mitogen_env
 
     env = mitogen_env()
     assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
@@ -97,7 +97,7 @@ MITOGEN_0_3_54 = "ANSIBLE_VERSION_MIN = (2, 10)\n"  # no ceiling since 0.3.x dro
     ("2.19.14", MITOGEN_0_3_0, True), ("2.11.12", MITOGEN_0_3_0, False),
 ])
 def test_fast_says_so_when_mitogen_does_not_support_the_installed_core(core, source, refused):
-    from sparkfleet.runner import mitogen_refuses
+    from sparkfleet.mitogen import mitogen_refuses
 
     said = mitogen_refuses(core, source)
     assert bool(said) == refused

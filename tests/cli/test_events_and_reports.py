@@ -21,9 +21,10 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.verification impo
 
 from conftest import REPO
 from sparkfleet import report
+from sparkfleet.ansible_options import extra_vars_files
 from sparkfleet.events import WATCHED_FACTS, Fleet
+from sparkfleet.outcome import EXIT_FAILED_HOSTS, outcome_from_stats
 from sparkfleet.progress import status_lines
-from sparkfleet.runner import EXIT_FAILED_HOSTS, extra_vars_files, outcome_from_stats
 
 FIXTURES = REPO / "tests" / "fixtures" / "events"
 SCHEMA = json.loads((REPO / "src" / "sparkfleet" / "report-schema.json").read_text())
@@ -196,7 +197,7 @@ def test_malformed_extra_vars_are_bad_input_with_the_position(value, message, tm
                                                     (1, {"a"}, 2), (0, set(), 0)])
 def test_ansible_stopping_on_its_own_error_is_bad_input(rc, failed, code):
     """ansible-playbook's 1 (error), 4 (parser error), 5 (bad options) with no failed host: exit 4."""
-    from sparkfleet.runner import RunOutcome
+    from sparkfleet.outcome import RunOutcome
 
     assert RunOutcome("failed" if rc else "successful", rc, failed=failed).exit_code() == code
 

@@ -185,7 +185,8 @@ from pathlib import Path
 from rich.console import Console
 from sparkfleet import report
 from sparkfleet.events import Fleet
-from sparkfleet.runner import AnsibleOptions, Run
+from sparkfleet.ansible_options import AnsibleOptions
+from sparkfleet.runner import Run
 from sparkfleet.terminal import print_summary
 options = AnsibleOptions(check=sys.argv[3] == "check", diff=True)
 run = Run(playbook=sys.argv[1], inventory="localhost,", report_dir=Path(sys.argv[2]), live=False, options=options,

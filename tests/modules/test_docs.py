@@ -222,3 +222,17 @@ def test_every_page_of_docs_is_listed_in_its_index_and_links_back():
     pages = sorted(p.name for p in (REPO / "docs").glob("*.md") if p.name != "README.md")
     assert [name for name in pages if f"]({name})" not in index] == [], "docs/README.md does not list them"
     assert [name for name in pages if "](README.md)" not in (REPO / "docs" / name).read_text()] == []
+
+
+def test_the_map_names_every_file_of_the_driver_and_of_module_utils():
+    """CONTRIBUTING.md's rows for src/sparkfleet/ and plugins/module_utils/ name each file (a file added without a
+    word there fails here); each file opens with a docstring that says its one concern."""
+    text = (REPO / "CONTRIBUTING.md").read_text()
+    rows = {key: next(line for line in text.splitlines() if line.startswith(f"| `{key}`"))
+            for key in ("src/sparkfleet/", "plugins/modules/")}
+    driver = [p for p in sorted((REPO / "src" / "sparkfleet").glob("*.py")) if p.name != "__init__.py"]
+    shared = [p for p in sorted((REPO / "plugins" / "module_utils").glob("*/*.py"))
+              if p.name != "__init__.py" and not p.name.startswith("_program")]
+    assert [p.name for p in driver if f"`{p.name}`" not in rows["src/sparkfleet/"]] == []
+    assert [str(p.relative_to(REPO)) for p in shared if f"`{p.name}`" not in rows["plugins/modules/"]] == []
+    assert [str(p.relative_to(REPO)) for p in driver + shared if not ast.get_docstring(ast.parse(p.read_text()))] == []
