@@ -214,22 +214,189 @@ def framework_line(result: dict) -> str:
     return f"{head}: failed at {result.get('stage')} - {result.get('error')}"
 
 
+# --- the diagnosis: the user's hypotheses, in order, one function each -------------------------------------------
+# Each takes the case (what the probe found, see diagnose) and returns {hypothesis, evidence, fix} when it holds,
+# else None; the first that holds is the diagnosis.
+
+
+def _torch_works_but_not_on_a_spark_gpu(case: dict) -> dict | None:
+    """torch works, on a GPU that is not a Spark's GB10 (compute capability 12.1)"""
+    cap = case["capability"]
+    if case["spark"] and cap != (12, 1):
+        return {"hypothesis": NOT_SPARK_GPU,
+                "evidence": f"device {case['device'].get('name')} has compute capability {cap}, a DGX Spark's GB10 "
+                            f"has (12, 1)",
+                "fix": "check that this host is a DGX Spark and that the right device is visible"}
+    return None
+
+
+def _torch_works_but_a_framework_hung(case: dict) -> dict | None:
+    """torch works; the probe hung in another GPU framework"""
+    hung, timeout = case["frameworks"]["hung"], case["timeout"]
+    if hung and case["timed_out"]:
+        return {"hypothesis": STUCK,
+                "evidence": f"torch is fine; the probe hung while probing {hung}"
+                            + (f" (killed after {timeout} s)" if timeout else ""),
+                "fix": f"a stuck process may hold the GPU, or {hung} waits on it: reopen the shell or restart the "
+                       "container, then check nvidia-smi for leftover processes"}
+    return None
+
+
+def _torch_works_but_a_framework_failed(case: dict) -> dict | None:
+    """torch works; another GPU framework failed or ran on the CPU"""
+    broken = [r for r in case["frameworks"]["results"] if r.get("verdict") == "failed"]
+    if broken:
+        return {"hypothesis": FRAMEWORK,
+                "evidence": "torch is fine; " + "; ".join(framework_line(r) for r in broken),
+                "fix": "; ".join(f"{r['name']}: {r.get('fix')}" for r in broken)}
+    return None
+
+
+def _the_container_did_not_start(case: dict) -> dict | None:
+    """1. runtime/flags: the container did not start"""
+    if case["launch_error"] is None:
+        return None
+    return {"hypothesis": RUNTIME_FLAGS, "evidence": f"the container did not start: {case['launch_error'].strip()}",
+            "fix": "register the nvidia runtime with Docker (role spark_container_runtime) and start the container "
+                   "with --runtime=nvidia --gpus all"}
+
+
+def _nvidia_smi_fails(case: dict) -> dict | None:
+    """1. runtime/flags: nvidia-smi is missing or fails"""
+    env, where = case["env"], case["where"]
+    smi = env.get("nvidia_smi") or {}
+    if not env or (smi.get("found") and smi.get("rc") == 0):
+        return None
+    evidence = (f"nvidia-smi is not present {where}" if not smi.get("found")
+                else f"nvidia-smi {where} failed (rc {smi.get('rc')}): {smi.get('output')}")
+    fix = ("start the container with --runtime=nvidia --gpus all (the launchers do); without them the "
+           "container sees no GPU" if case["container"] else
+           "the driver or its device nodes are not working on the host: check 'nvidia-smi' and the DGX OS "
+           "driver (updated through OTA only); leave the Python packages alone until it works")
+    return {"hypothesis": RUNTIME_FLAGS, "evidence": evidence, "fix": fix}
+
+
+def _cuda_visible_devices_hides_the_gpu(case: dict) -> dict | None:
+    """2. CUDA_VISIBLE_DEVICES hides the GPU"""
+    visibility = _visibility_problem(case["env"].get("cuda_visible_devices"))
+    if visibility:
+        return {"hypothesis": VISIBILITY, "evidence": visibility, "fix": "unset CUDA_VISIBLE_DEVICES (or set it to 0)"}
+    return None
+
+
+def _no_device_nodes(case: dict) -> dict | None:
+    """3. permissions: no /dev/nvidia* device nodes"""
+    if case["env"] and not case["env"].get("devices"):
+        return {"hypothesis": PERMISSIONS, "evidence": f"no /dev/nvidia* device nodes {case['where']}",
+                "fix": "the device nodes must exist and be passed into containers (--gpus all)"}
+    return None
+
+
+def _device_nodes_denied(case: dict) -> dict | None:
+    """3. permissions: the user cannot open /dev/nvidia*"""
+    denied = [d for d in case["env"].get("devices") or [] if not d.get("access")]
+    if not denied:
+        return None
+    listing = ", ".join(f"{d['path']} ({d['mode']})" for d in denied)
+    return {"hypothesis": PERMISSIONS, "evidence": f"uid {case['env'].get('uid')} cannot open {listing}",
+            "fix": "give the user read/write access to /dev/nvidia* (DGX OS: the video group)"}
+
+
+def _killed_by_a_signal(case: dict) -> dict | None:
+    """5. ABI: the probe died of a signal (a segfault on the first .cuda()) once 1-3 are ruled out"""
+    if case["signal_number"] is None:
+        return None
+    torch, expected = case["torch"], case["expected"]
+    built = (f"torch {torch.get('version')} is built for CUDA {torch.get('cuda')}" if torch.get("version")
+             else "torch had not answered yet")
+    return {"hypothesis": ABI,
+            "evidence": f"the probe was killed by {signal_name(case['signal_number'])} while "
+                        f"{_died_while(case['probe'])} {case['where']}; {built}",
+            "fix": f"a crash with no Python error is the ABI symptom: a wheel built for another CUDA major loaded "
+                   f"beside CUDA {expected}. Run spark_abi_scan on this environment (the verification does; it names "
+                   f"the wheel) and reinstall that wheel from the cu130 index (https://download.pytorch.org/whl/"
+                   f"cu130); nvidia-smi, visibility and permissions are fine"}
+
+
+def _the_probe_hung(case: dict) -> dict | None:
+    """4. a stuck process: the probe hung"""
+    if not case["timed_out"]:
+        return None
+    probe, timeout = case["probe"], case["timeout"]
+    stage = ("importing torch" if "torch" not in probe else
+             "asking torch for CUDA" if "cuda" not in probe else "querying the device")
+    killed = f" (killed after {timeout} s)" if timeout else ""
+    return {"hypothesis": STUCK, "evidence": f"the probe hung while {stage}{killed}",
+            "fix": "a stuck process holds the GPU: reopen the shell or restart the container, then check for "
+                   "leftover processes in nvidia-smi"}
+
+
+def _torch_does_not_import(case: dict) -> dict | None:
+    """5. ABI (a CUDA library missing) or torch not importable"""
+    torch, expected = case["torch"], case["expected"]
+    if not torch or torch.get("imported"):
+        return None
+    error = torch.get("error", "")
+    if re.search(r"libcu\w*\.so\.\d+|undefined symbol|libnvrtc|libnvJitLink", error):
+        return {"hypothesis": ABI, "evidence": f"torch does not import: {error}",
+                "fix": f"a wheel needs a CUDA library this system does not have: install torch from the cu130 index "
+                       f"(https://download.pytorch.org/whl/cu130) and run spark_abi_scan for other wheels built "
+                       f"for CUDA != {expected}"}
+    return {"hypothesis": NO_TORCH, "evidence": f"torch does not import: {error}",
+            "fix": "use the NGC PyTorch container, or build the pinned venv (role spark_venv)"}
+
+
+def _torch_built_for_another_cuda(case: dict) -> dict | None:
+    """5. ABI: torch.version.cuda is not 13.x"""
+    torch, expected = case["torch"], case["expected"]
+    if not torch or case["major"] == expected:
+        return None
+    built = f"CUDA {torch.get('cuda')}" if torch.get("cuda") else "no CUDA (a CPU-only build)"
+    return {"hypothesis": ABI,
+            "evidence": f"torch {torch.get('version')} is built for {built}, expected CUDA {expected}.x",
+            "fix": "reinstall torch from the cu130 index (https://download.pytorch.org/whl/cu130); the ABI is "
+                   "confirmed as the cause (nvidia-smi, visibility and permissions are fine)"}
+
+
+def _a_computation_failed(case: dict) -> dict | None:
+    """unexplained: the device answers, a computation on it failed"""
+    device = case["device"]
+    if device and not device.get("compute"):
+        return {"hypothesis": UNKNOWN,
+                "evidence": f"the device answers but a computation on it failed: {device.get('compute_error')}",
+                "fix": "check dmesg and nvidia-smi for GPU errors"}
+    return None
+
+
+def _unexplained(case: dict) -> dict | None:
+    """unexplained: everything the document names is fine"""
+    torch = case["torch"]
+    return {"hypothesis": UNKNOWN,
+            "evidence": f"torch.cuda.is_available() is {torch.get('available')} with nvidia-smi, visibility, "
+                        f"permissions and the CUDA build all fine ({torch.get('available_error') or 'no error'})",
+            "fix": "check 'dmesg' and 'nvidia-smi -q' on the host"}
+
+
+# When torch computes on the GPU: what can still fail the verdict, in order.
+WHEN_TORCH_WORKS = (_torch_works_but_not_on_a_spark_gpu, _torch_works_but_a_framework_hung,
+                    _torch_works_but_a_framework_failed)
+# When it does not: the user's hypotheses in the document's order (spark-environment-setup.md, "Verification":
+# 1. nvidia-smi fails (runtime/flags), 2. CUDA_VISIBLE_DEVICES, 3. /dev/nvidia* permissions, 4. a stuck process,
+# 5. torch.version.cuda not 13.x (ABI)); a probe a signal ended is the ABI's crash once 1-3 are ruled out, and a
+# hang says nothing of the ABI. The last always holds.
+HYPOTHESES = (_the_container_did_not_start, _nvidia_smi_fails, _cuda_visible_devices_hides_the_gpu, _no_device_nodes,
+              _device_nodes_denied, _killed_by_a_signal, _the_probe_hung, _torch_does_not_import,
+              _torch_built_for_another_cuda, _a_computation_failed, _unexplained)
+
+
 def diagnose(probe: dict[str, dict], *, launch_error: str | None = None, timed_out: bool = False,
              expected_cuda_major: int = 13, spark: bool = True, container: bool = False,
              signal_number: int | None = None, timeout: int | None = None) -> dict:
-    """Verdict and, when not ok, the first of the user's hypotheses that holds.
-
-    Order (spark-environment-setup.md, "Verification"): 1. nvidia-smi fails
-    (runtime/flags), 2. CUDA_VISIBLE_DEVICES, 3. /dev/nvidia* permissions,
-    4. a stuck process, 5. torch.version.cuda not 13.x (ABI). A wheel
-    reinstall is only ever suggested under 5. A probe a signal ended (a
-    segfault on the first .cuda() is the document's ABI symptom) is an ABI
-    diagnosis once 1-3 are ruled out, never a pass and never "unexplained".
-    """
-    env = probe.get("env", {})
+    """Verdict and, when not ok, the first of the user's hypotheses that holds (HYPOTHESES, in order; a wheel
+    reinstall is only ever suggested under the ABI's). A probe a signal ended is never a pass and never
+    "unexplained"."""
     torch = {**probe.get("torch", {}), **probe.get("cuda", {})}
     device = probe.get("device", {})
-    where = "inside the container" if container else "on the host"
     result = {
         "verdict": "failed",
         "line": torch.get("line"),
@@ -245,104 +412,22 @@ def diagnose(probe: dict[str, dict], *, launch_error: str | None = None, timed_o
     }
     frameworks = result["frameworks"]
     others = frameworks["not_probed"]
-    exercised = (probe.get("frameworks") or {}).get("exercised")
     if frameworks["results"]:
         result["notes"].append("frameworks: " + "; ".join(framework_line(r) for r in frameworks["results"]))
-    if others and not exercised:
+    if others and not (probe.get("frameworks") or {}).get("exercised"):
         result["notes"].append("probed torch only; installed, not probed: " + ", ".join(
             f"{f['framework']} ({', '.join(f['distributions'])})" for f in others))
-    broken = [r for r in frameworks["results"] if r.get("verdict") == "failed"]
-    cap = tuple(device.get("capability") or ()) or None
-    major = cuda_major(torch.get("cuda"))
-    if (torch.get("available") and major == expected_cuda_major and device.get("compute", False)
-            and signal_number is None):
-        if spark and cap != (12, 1):
-            return {**result, "hypothesis": NOT_SPARK_GPU,
-                    "evidence": f"device {device.get('name')} has compute capability {cap}, a DGX Spark's GB10 "
-                                f"has (12, 1)",
-                    "fix": "check that this host is a DGX Spark and that the right device is visible"}
-        if not spark:
-            result["notes"].append(f"compute capability {cap}: not a Spark ({device.get('name')})")
-        if frameworks["hung"] and timed_out:
-            return {**result, "hypothesis": STUCK,
-                    "evidence": f"torch is fine; the probe hung while probing {frameworks['hung']}"
-                                + (f" (killed after {timeout} s)" if timeout else ""),
-                    "fix": f"a stuck process may hold the GPU, or {frameworks['hung']} waits on it: reopen the shell "
-                           "or restart the container, then check nvidia-smi for leftover processes"}
-        if broken:
-            return {**result, "hypothesis": FRAMEWORK,
-                    "evidence": "torch is fine; " + "; ".join(framework_line(r) for r in broken),
-                    "fix": "; ".join(f"{r['name']}: {r.get('fix')}" for r in broken)}
-        return {**result, "verdict": "ok"}
-
-    smi = env.get("nvidia_smi") or {}
-    if launch_error is not None:
-        return {**result, "hypothesis": RUNTIME_FLAGS,
-                "evidence": f"the container did not start: {launch_error.strip()}",
-                "fix": "register the nvidia runtime with Docker (role spark_container_runtime) and start the "
-                       "container with --runtime=nvidia --gpus all"}
-    if env and (not smi.get("found") or smi.get("rc") != 0):
-        evidence = (f"nvidia-smi is not present {where}" if not smi.get("found")
-                    else f"nvidia-smi {where} failed (rc {smi.get('rc')}): {smi.get('output')}")
-        fix = ("start the container with --runtime=nvidia --gpus all (the launchers do); without them the "
-               "container sees no GPU" if container else
-               "the driver or its device nodes are not working on the host: check 'nvidia-smi' and the DGX OS "
-               "driver (updated through OTA only); leave the Python packages alone until it works")
-        return {**result, "hypothesis": RUNTIME_FLAGS, "evidence": evidence, "fix": fix}
-    visibility = _visibility_problem(env.get("cuda_visible_devices"))
-    if visibility:
-        return {**result, "hypothesis": VISIBILITY, "evidence": visibility,
-                "fix": "unset CUDA_VISIBLE_DEVICES (or set it to 0)"}
-    devices = env.get("devices")
-    if env and not devices:
-        return {**result, "hypothesis": PERMISSIONS, "evidence": f"no /dev/nvidia* device nodes {where}",
-                "fix": "the device nodes must exist and be passed into containers (--gpus all)"}
-    denied = [d for d in devices or [] if not d.get("access")]
-    if denied:
-        listing = ", ".join(f"{d['path']} ({d['mode']})" for d in denied)
-        return {**result, "hypothesis": PERMISSIONS,
-                "evidence": f"uid {env.get('uid')} cannot open {listing}",
-                "fix": "give the user read/write access to /dev/nvidia* (DGX OS: the video group)"}
-    if signal_number is not None:
-        built = (f"torch {torch.get('version')} is built for CUDA {torch.get('cuda')}" if torch.get("version")
-                 else "torch had not answered yet")
-        return {**result, "hypothesis": ABI,
-                "evidence": f"the probe was killed by {signal_name(signal_number)} while {_died_while(probe)} "
-                            f"{where}; {built}",
-                "fix": f"a crash with no Python error is the ABI symptom: a wheel built for another CUDA major "
-                       f"loaded beside CUDA {expected_cuda_major}. Run spark_abi_scan on this environment (the "
-                       f"verification does; it names the wheel) and reinstall that wheel from the cu130 index "
-                       f"(https://download.pytorch.org/whl/cu130); nvidia-smi, visibility and permissions are "
-                       f"fine"}
-    if timed_out:
-        stage = ("importing torch" if "torch" not in probe else
-                 "asking torch for CUDA" if "cuda" not in probe else "querying the device")
-        killed = f" (killed after {timeout} s)" if timeout else ""
-        return {**result, "hypothesis": STUCK, "evidence": f"the probe hung while {stage}{killed}",
-                "fix": "a stuck process holds the GPU: reopen the shell or restart the container, then "
-                       "check for leftover processes in nvidia-smi"}
-    if torch and not torch.get("imported"):
-        error = torch.get("error", "")
-        if re.search(r"libcu\w*\.so\.\d+|undefined symbol|libnvrtc|libnvJitLink", error):
-            return {**result, "hypothesis": ABI,
-                    "evidence": f"torch does not import: {error}",
-                    "fix": f"a wheel needs a CUDA library this system does not have: install torch from the "
-                           f"cu130 index (https://download.pytorch.org/whl/cu130) and run spark_abi_scan for "
-                           f"other wheels built for CUDA != {expected_cuda_major}"}
-        return {**result, "hypothesis": NO_TORCH, "evidence": f"torch does not import: {error}",
-                "fix": "use the NGC PyTorch container, or build the pinned venv (role spark_venv)"}
-    if torch and major != expected_cuda_major:
-        built = f"CUDA {torch.get('cuda')}" if torch.get("cuda") else "no CUDA (a CPU-only build)"
-        return {**result, "hypothesis": ABI,
-                "evidence": f"torch {torch.get('version')} is built for {built}, expected CUDA "
-                            f"{expected_cuda_major}.x",
-                "fix": "reinstall torch from the cu130 index (https://download.pytorch.org/whl/cu130); "
-                       "the ABI is confirmed as the cause (nvidia-smi, visibility and permissions are fine)"}
-    if device and not device.get("compute"):
-        return {**result, "hypothesis": UNKNOWN,
-                "evidence": f"the device answers but a computation on it failed: {device.get('compute_error')}",
-                "fix": "check dmesg and nvidia-smi for GPU errors"}
-    return {**result, "hypothesis": UNKNOWN,
-            "evidence": f"torch.cuda.is_available() is {torch.get('available')} with nvidia-smi, visibility, "
-                        f"permissions and the CUDA build all fine ({torch.get('available_error') or 'no error'})",
-            "fix": "check 'dmesg' and 'nvidia-smi -q' on the host"}
+    case = {"probe": probe, "env": probe.get("env", {}), "torch": torch, "device": device,
+            "where": "inside the container" if container else "on the host", "container": container,
+            "launch_error": launch_error, "timed_out": timed_out, "expected": expected_cuda_major, "spark": spark,
+            "signal_number": signal_number, "timeout": timeout, "frameworks": frameworks,
+            "capability": tuple(device.get("capability") or ()) or None, "major": cuda_major(torch.get("cuda"))}
+    works = (torch.get("available") and case["major"] == expected_cuda_major and device.get("compute", False)
+             and signal_number is None)
+    if works and not spark:
+        result["notes"].append(f"compute capability {case['capability']}: not a Spark ({device.get('name')})")
+    for hypothesis in WHEN_TORCH_WORKS if works else HYPOTHESES:
+        found = hypothesis(case)
+        if found:
+            return {**result, **found}
+    return {**result, "verdict": "ok"}

@@ -193,3 +193,14 @@ def test_the_module_documentation_names_every_framework_the_probe_knows():
         others = where.split("the others it knows (")[1].split(")")[0]
         assert sorted(others.split(", ")) == sorted(imported), "the imported-only list: FRAMEWORKS without a probe"
         assert [name for name in probed if name not in where] == []
+
+
+def test_the_hypotheses_are_one_function_each_in_the_documents_order():
+    """diagnose walks HYPOTHESES in order (spark-environment-setup.md: 1. runtime/flags, 2. visibility,
+    3. permissions, 4. a stuck process, 5. the ABI); a crash by a signal is the ABI's symptom and is named before a
+    hang, then what the document does not name. Reordering them changes which diagnosis a user gets."""
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import HYPOTHESES
+
+    places = [h.__doc__.split(".")[0] if h.__doc__[0].isdigit() else h.__doc__.split(":")[0] for h in HYPOTHESES]
+    assert places == ["1", "1", "2", "3", "3", "5", "4", "5", "5", "unexplained", "unexplained"]
+    assert HYPOTHESES[-1]({"torch": {}})["hypothesis"] == "unexplained", "the last always holds"
