@@ -105,7 +105,8 @@ def tree(request, tmp_path_factory):
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for part in ("unit", "sanity"):
         shutil.copytree(REPO / "tests" / part, root / "tests" / part, ignore=ignore)
-    shutil.copy2(REPO / "tests" / "conftest.py", root / "tests" / "conftest.py")
+    for helper in ("conftest.py", "fake_http.py"):  # what tests/unit imports from tests/
+        shutil.copy2(REPO / "tests" / helper, root / "tests" / helper)
     home = REPO / ".cache" / ("ansible-test-home" if bin_dir == BIN else f"ansible-test-home-{core}")
     cache = home / ".ansible" / "test" / "cache"
     cache.mkdir(parents=True, exist_ok=True)

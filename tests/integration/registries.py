@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import base64
 import datetime
-import http.server
 import json
 import socket
 import subprocess
-import threading
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
@@ -26,6 +23,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
+from fake_http import FakeHTTP
 
 
 def free_port() -> int:
@@ -99,33 +97,18 @@ class TokenServer:
                      .sign(self.key, hashes.SHA256()))
         self.bundle = workdir / f"token-{port}.pem"
         self.bundle.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
-        server = self
+        self.http = FakeHTTP(self.answer, port=port)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                server.requests.append(self.path)
-                query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
-                if server.users is not None:
-                    given = self.headers.get("Authorization", "")
-                    ok = given.startswith("Basic ") and base64.b64decode(given[6:]).decode() in {
-                        f"{u}:{p}" for u, p in server.users.items()}
-                    if not ok:
-                        self.send_response(401)
-                        self.end_headers()
-                        return
-                token = server.token(query.get("scope", [""])[0])
-                body = json.dumps({"token": token, "access_token": token, "expires_in": 300}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    def answer(self, request) -> tuple:
+        self.requests.append(request.path)
+        query = self.http.seen[-1]["query"]
+        if self.users is not None:
+            given = request.headers.get("Authorization", "")
+            if not (given.startswith("Basic ") and base64.b64decode(given[6:]).decode() in {
+                    f"{u}:{p}" for u, p in self.users.items()}):
+                return 401, {}, b""
+        token = self.token(query.get("scope", [""])[0])
+        return 200, {}, {"token": token, "access_token": token, "expires_in": 300}
 
     def token(self, scope: str) -> str:
         access = []
@@ -146,4 +129,4 @@ class TokenServer:
                           "rootcertbundle": str(self.bundle)}}
 
     def stop(self) -> None:
-        self.httpd.shutdown()
+        self.http.close()

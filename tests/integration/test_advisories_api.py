@@ -4,17 +4,15 @@ a rate limit with Retry-After, an unreachable API). No test leaves 127.0.0.1."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import re
 import subprocess
-import threading
 import time
-import urllib.parse
 
 import pytest
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._advisories import AdvisoryError, github_issues
+from fake_http import FakeHTTP
 from pty_screen import Screen
 
 from conftest import BIN, REPO, SHOW_INVOCATION, run_module
@@ -32,43 +30,37 @@ def issue(number: int, pull: bool = False) -> dict:
     return item
 
 
-class GitHubLike(http.server.BaseHTTPRequestHandler):
-    """Two pages of issues (one pull request among them); the first request may be rate-limited."""
+class GitHubLike:
+    """Two pages of issues (one pull request among them); the first request may be rate-limited (rate_limit: a
+    Retry-After value). `requests`: each one's path, query and Authorization header."""
 
-    rate_limit: str | None = None  # a Retry-After value for the first request
-    requests: list[dict]
+    def __init__(self):
+        self.rate_limit: str | None = None
+        self.http = FakeHTTP(self.answer)
+        self.url = self.http.url
 
-    def do_GET(self):
-        parsed = urllib.parse.urlparse(self.path)
-        query = urllib.parse.parse_qs(parsed.query)
-        self.requests.append({"path": parsed.path, "query": query, "auth": self.headers.get("Authorization")})
-        if self.rate_limit and len(self.requests) == 1:
-            self.send_response(429)
-            self.send_header("Retry-After", self.rate_limit)
-            self.end_headers()
-            return
-        page = int(query.get("page", ["1"])[0])
+    @property
+    def requests(self) -> list[dict]:
+        return [{"path": r["path"], "query": r["query"], "auth": r["headers"].get("Authorization")}
+                for r in self.http.seen]
+
+    def answer(self, request):
+        if self.rate_limit and len(self.http.seen) == 1:
+            return 429, {"Retry-After": self.rate_limit}, b""
+        page = int(self.http.seen[-1]["query"].get("page", ["1"])[0])
         body = [issue(112), issue(111, pull=True), issue(110)] if page == 1 else [issue(108)]
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
+        headers = {}
         if page == 1:
-            base = f"http://127.0.0.1:{self.server.server_port}{parsed.path}"
-            self.send_header("Link", f'<{base}?since=x&page=2>; rel="next", <{base}?since=x&page=2>; rel="last"')
-        self.end_headers()
-        self.wfile.write(json.dumps(body).encode())
-
-    def log_message(self, *args):
-        pass
+            base = f"{self.url}{self.http.seen[-1]['path']}"
+            headers["Link"] = f'<{base}?since=x&page=2>; rel="next", <{base}?since=x&page=2>; rel="last"'
+        return 200, headers, body
 
 
 @pytest.fixture
 def api():
-    handler = type("Handler", (GitHubLike,), {"requests": [], "rate_limit": None})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield handler, f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
+    server = GitHubLike()
+    yield server, server.url
+    server.http.close()
 
 
 def test_every_page_is_read_and_pull_requests_are_left_out(api):

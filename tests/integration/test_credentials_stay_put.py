@@ -5,12 +5,11 @@ see no credential. Real HTTP through the modules' own clients (spark_image_resol
 from __future__ import annotations
 
 import base64
-import http.server
 import json
-import threading
 
 import pytest
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._advisories import AdvisoryError, github_issues
+from fake_http import FakeHTTP
 
 from conftest import run_module
 
@@ -18,42 +17,9 @@ PASSWORD = "planted-registry-password-77e1"
 TOKEN = "ghp_planted_token_0c3f9a"
 
 
-class Server:
-    """An HTTP server on `address` answering with `answer(handler)`; every request's headers recorded."""
-
-    def __init__(self, address: str, answer):
-        self.seen: list[dict] = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _any(self):
-                outer.seen.append({"path": self.path, **{k.lower(): v for k, v in self.headers.items()}})
-                status, headers, body = answer(self)
-                self.send_response(status)
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
-
-            do_GET = do_HEAD = _any
-
-        self.httpd = http.server.ThreadingHTTPServer((address, 0), Handler)
-        self.url = f"http://{address}:{self.httpd.server_address[1]}"
-        self.netloc = f"{address}:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-
-
 @pytest.fixture
 def elsewhere():
-    server = Server("127.0.0.2", lambda h: (404, {"Content-Type": "application/json"}, b'{"errors": []}'))
+    server = FakeHTTP(lambda _request: (404, {}, {"errors": []}), address="127.0.0.2")
     yield server
     server.close()
 
@@ -66,7 +32,7 @@ def test_a_registry_redirect_to_another_host_gets_no_credential(elsewhere):
             return 401, {"WWW-Authenticate": 'Basic realm="sparkfleet"'}, b""
         return 307, {"Location": f"{elsewhere.url}{handler.path}"}, b""
 
-    origin = Server("127.0.0.1", registry)
+    origin = FakeHTTP(registry)
     try:
         result = run_module("spark_image_resolve", {
             "images": [{"name": "img", "registry": origin.netloc, "repository": "nvidia/pytorch",
@@ -74,9 +40,9 @@ def test_a_registry_redirect_to_another_host_gets_no_credential(elsewhere):
             "credentials": {origin.netloc: {"username": "fleet", "password": PASSWORD}}, "retries": 1})
     finally:
         origin.close()
-    assert any(r.get("authorization") == expected for r in origin.seen), "the registry got its credential"
+    assert any(r["headers"].get("authorization") == expected for r in origin.seen), "the registry got its credential"
     assert elsewhere.seen, "the redirect was followed"
-    assert [r for r in elsewhere.seen if "authorization" in r] == []
+    assert [r for r in elsewhere.seen if "authorization" in r["headers"]] == []
     assert PASSWORD not in json.dumps(result)
 
 
@@ -85,13 +51,13 @@ def test_a_next_page_on_another_host_gets_no_token_and_http_never_gets_one(elsew
         link = f'<{elsewhere.url}/repos/NVIDIA/dgx-spark-playbooks/issues?page=2>; rel="next"'
         return 200, {"Content-Type": "application/json", "Link": link}, b"[]"
 
-    origin = Server("127.0.0.1", api)
+    origin = FakeHTTP(api)
     try:
         with pytest.raises(AdvisoryError):  # page 2 answers 404 there: what matters is what it was sent
             github_issues(origin.url, "NVIDIA/dgx-spark-playbooks", "2026-12-01", token=TOKEN, timeout=5)
     finally:
         origin.close()
-    assert origin.seen[0]["authorization"] == f"Bearer {TOKEN}"
-    assert elsewhere.seen and [r for r in elsewhere.seen if "authorization" in r] == []
+    assert origin.seen[0]["headers"]["authorization"] == f"Bearer {TOKEN}"
+    assert elsewhere.seen and [r for r in elsewhere.seen if "authorization" in r["headers"]] == []
     with pytest.raises(AdvisoryError, match="GITHUB_TOKEN is never sent over plain http"):
         github_issues("http://api.github.invalid", "NVIDIA/dgx-spark-playbooks", "2026-12-01", token=TOKEN)

@@ -10,20 +10,18 @@ into .cache/tests), served to the build from a signed apt repository on 127.0.0.
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
-import threading
 import urllib.request
 from pathlib import Path
 
 import pytest
 import thishost
 import yaml
+from fake_http import FakeHTTP
 from pyindex import build_wheel
 from thishost import HOST, lock_of, sparkfleet
 
@@ -65,12 +63,8 @@ def apt_repo(tmp_path_factory):
     run(*gpg, "--clearsign", "-o", str(root / "InRelease"), str(root / "Release"))
     run(*gpg, "-abs", "-o", str(root / "Release.gpg"), str(root / "Release"))
     (root / "key.asc").write_text(run(*gpg, "--armor", "--export").stdout)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with FakeHTTP.folder(root) as server:
+        yield server.url
 
 
 def push_base(work: Path, registry: str, apt_url: str, marker: str) -> str:

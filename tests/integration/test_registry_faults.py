@@ -8,18 +8,17 @@ through: what a rate limit looks like to the controller's resolution (`sparkflee
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
 
 import pytest
+from fake_http import FakeHTTP
 from oci_push import push
 
 from conftest import BIN, REPO, ansible_env, run_module
@@ -32,55 +31,31 @@ class Limiter:
     blob downloads wait `blob_delay` seconds first."""
 
     def __init__(self, upstream: str, limited: int = 0, retry_after: str = "1", blob_delay: float = 0) -> None:
-        self.limited, self.seen, self.blob_delay = limited, [], blob_delay
-        outer = self
+        self.limited, self.blob_delay, self.upstream, self.retry_after = limited, blob_delay, upstream, retry_after
+        self.http = FakeHTTP(self.relay)
+        self.seen, self.host = self.http.seen, self.http.host
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _relay(self):
-                outer.seen.append((self.command, self.path, time.monotonic()))
-                if "/manifests/" in self.path and outer.limited > 0:
-                    outer.limited -= 1
-                    body = (b'{"errors":[{"code":"TOOMANYREQUESTS","message":"You have reached your pull rate '
-                            b'limit."}]}')
-                    self.send_response(429)
-                    self.send_header("Retry-After", retry_after)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                    return
-                if "/blobs/" in self.path and self.command == "GET" and outer.blob_delay:
-                    time.sleep(outer.blob_delay)
-                length = int(self.headers.get("Content-Length") or 0)
-                data = self.rfile.read(length) if length else None
-                headers = {k: ", ".join(self.headers.get_all(k)) for k in set(self.headers.keys()) if k != "Host"}
-                request = urllib.request.Request(upstream + self.path, data=data, method=self.command,
-                                                 headers=headers)
-                try:
-                    response = urllib.request.urlopen(request, timeout=30)
-                except urllib.error.HTTPError as exc:
-                    response = exc
-                body = response.read()
-                self.send_response(response.status if hasattr(response, "status") else response.code)
-                for key, value in response.headers.items():
-                    if key.lower() not in ("transfer-encoding", "connection", "content-length"):
-                        self.send_header(key, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
-
-            do_GET = do_HEAD = _relay
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.host = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def relay(self, request):
+        if "/manifests/" in request.path and self.limited > 0:
+            self.limited -= 1
+            return 429, {"Retry-After": self.retry_after}, {"errors": [
+                {"code": "TOOMANYREQUESTS", "message": "You have reached your pull rate limit."}]}
+        if "/blobs/" in request.path and request.command == "GET" and self.blob_delay:
+            time.sleep(self.blob_delay)
+        headers = {k: ", ".join(request.headers.get_all(k)) for k in set(request.headers.keys()) if k != "Host"}
+        forwarded = urllib.request.Request(self.upstream + request.path, data=self.seen[-1]["body"] or None,
+                                           method=request.command, headers=headers)
+        try:
+            response = urllib.request.urlopen(forwarded, timeout=30)
+        except urllib.error.HTTPError as exc:
+            response = exc
+        body = response.read()
+        return (response.status if hasattr(response, "status") else response.code,
+                {k: v for k, v in response.headers.items()
+                 if k.lower() not in ("transfer-encoding", "connection", "content-length")}, body)
 
     def close(self) -> None:
-        self.server.shutdown()
+        self.http.close()
 
 
 def resolve(host: str) -> dict:
@@ -94,7 +69,7 @@ def test_pin_waits_out_a_short_retry_after_and_refuses_a_long_one_at_once(anon):
     try:
         result = resolve(limiter.host)
         assert result["images"][0]["index_digest"] == pushed["digest"], result
-        (_, _, limited_at), (_, _, retried_at) = [s for s in limiter.seen if "/manifests/" in s[1]][:2]
+        limited_at, retried_at = [s["at"] for s in limiter.seen if "/manifests/" in s["path"]][:2]
         assert retried_at - limited_at >= 2, "the registry's Retry-After was honoured"
     finally:
         limiter.close()
@@ -107,7 +82,7 @@ def test_pin_waits_out_a_short_retry_after_and_refuses_a_long_one_at_once(anon):
         assert (f"{limiter.host} rate-limits this client (HTTP 429) and asks to wait 3600 s, longer than "
                 "retry_after_max (60 s)") in result["msg"]
         assert "The lock was not changed" in result["msg"]
-        assert len([s for s in limiter.seen if "/manifests/" in s[1]]) == 1, "no hammering"
+        assert len([s for s in limiter.seen if "/manifests/" in s["path"]]) == 1, "no hammering"
     finally:
         limiter.close()
 
@@ -141,7 +116,7 @@ def test_a_pull_cut_off_half_way_leaves_nothing_half_pulled_and_the_next_run_com
                                cwd=REPO, env=ansible_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)
         for _ in range(300):
-            if any("/blobs/" in path for _, path, _ in slow.seen):
+            if any("/blobs/" in s["path"] for s in slow.seen):
                 break
             time.sleep(0.1)
         else:

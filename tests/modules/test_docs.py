@@ -236,3 +236,11 @@ def test_the_map_names_every_file_of_the_driver_and_of_module_utils():
     assert [p.name for p in driver if f"`{p.name}`" not in rows["src/sparkfleet/"]] == []
     assert [str(p.relative_to(REPO)) for p in shared if f"`{p.name}`" not in rows["plugins/modules/"]] == []
     assert [str(p.relative_to(REPO)) for p in driver + shared if not ast.get_docstring(ast.parse(p.read_text()))] == []
+
+
+def test_the_tests_have_one_fake_http_server():
+    """tests/fake_http.py is the tests' only HTTP server of their own (six files each wrote one)."""
+    own = [str(p.relative_to(REPO)) for p in sorted((REPO / "tests").rglob("*.py"))
+           if p.name != "fake_http.py" and re.search(r"BaseHTTPRequestHandler|HTTPServer\(|UnixStreamServer",
+                                                      p.read_text())]
+    assert own == []

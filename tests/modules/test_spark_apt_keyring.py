@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-import http.server
 import re
 import subprocess
-import threading
 import urllib.request
 
 import pytest
+from fake_http import FakeHTTP
 
 from conftest import REPO, run_module
 
@@ -123,15 +121,10 @@ def test_a_second_key_served_beside_the_pinned_one_is_left_out_of_the_keyring(tm
     both = tmp_path / "both.asc"
     both.write_bytes(served + b"\n" + intruder)
     assert len(re.findall(r"^fpr:", _show(both), re.MULTILINE)) >= 2
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(
-        http.server.SimpleHTTPRequestHandler, directory=str(tmp_path)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     dest = tmp_path / "nvidia.gpg"
-    try:
-        result = run_module("spark_apt_keyring", {"url": f"http://127.0.0.1:{server.server_address[1]}/both.asc",
-                                                  "dest": str(dest), "fingerprint": fingerprint})
-    finally:
-        server.shutdown()
+    with FakeHTTP.folder(tmp_path) as server:
+        result = run_module("spark_apt_keyring", {"url": f"{server.url}/both.asc", "dest": str(dest),
+                                                  "fingerprint": fingerprint})
     assert not result["failed"], result.get("msg")
     keys = re.findall(r"^pub:.*?\n(?:.*\n)*?fpr:+([0-9A-F]{40}):", _show(dest), re.MULTILINE)
     assert keys == [fingerprint], "the keyring holds the pinned key and nothing else"

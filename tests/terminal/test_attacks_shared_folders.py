@@ -310,21 +310,9 @@ def test_suspicion_5f_an_indexs_upload_time_is_checked_before_it_is_shown_or_wri
 def test_suspicion_5g_the_owners_proxy_reaches_the_controllers_wheel_fetch(tmp_path):
     """Suspected, proved (a function bug): spark_wheelhouse never received spark_venv_pip_env, so a proxy or CA set
     there did not reach the controller's fetch of the lock's wheels. A proxy of the test's own records the request."""
-    import http.server
-    import threading
+    from fake_http import FakeHTTP
 
-    asked = []
-
-    class Proxy(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            asked.append(self.path)
-            self.send_error(502)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = FakeHTTP(lambda _request: (502, {}, b"bad gateway"))  # a proxy that records what it is asked
     sys.path.insert(0, str(REPO / "collections"))
     from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import check, fingerprint
 
@@ -336,8 +324,9 @@ def test_suspicion_5g_the_owners_proxy_reaches_the_controllers_wheel_fetch(tmp_p
     try:
         result = run_module("spark_wheelhouse", {"lock": lock, "matrix": matrix, "cache": str(tmp_path / "cache"),
                                                  "timeout": 5,
-                                                 "pip_env": {"HTTP_PROXY": f"http://127.0.0.1:{server.server_port}"}})
+                                                 "pip_env": {"HTTP_PROXY": server.url}})
     finally:
-        server.shutdown()
+        server.close()
+    asked = [r["target"] for r in server.seen]
     assert result["failed"], "the index is not there"
     assert any(path.startswith("http://index.invalid/simple/six") for path in asked), asked

@@ -4,14 +4,11 @@ and the CLI through the module's runner where the socket cannot be used."""
 
 from __future__ import annotations
 
-import http.server
 import json
-import socketserver
-import threading
-from typing import ClassVar
 
 import pytest
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _docker_api as docker_api
+from fake_http import FakeHTTP
 
 INFO = {"ServerVersion": "28.5.1", "DockerRootDir": "/var/lib/docker", "Runtimes": {"runc": {}, "nvidia": {}}}
 IMAGE = {"Id": "sha256:" + "a" * 64, "Architecture": "arm64", "RepoDigests": ["r/x@sha256:" + "b" * 64],
@@ -20,47 +17,22 @@ SEEN = {"Id": IMAGE["Id"], "Architecture": "arm64", "RepoDigests": IMAGE["RepoDi
         "Labels": {"io.sparkfleet.recipe": "abc"}}
 
 
-class _Engine(http.server.BaseHTTPRequestHandler):
-    asked: ClassVar[list[str]] = []
-
-    def do_GET(self):
-        self.asked.append(self.path)
-        if self.path == "/info":
-            body, status = INFO, 200
-        elif self.path == "/images/r/x:1/json":
-            body, status = IMAGE, 200
-        else:
-            body, status = {"message": f"No such image: {self.path}"}, 404
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-
-    def get_request(self):
-        request, _unused = super().get_request()
-        return request, ("local", 0)
+def _engine(request) -> tuple:
+    """Docker's engine API as the two calls sparkfleet makes see it."""
+    if request.path == "/info":
+        return 200, {}, INFO
+    if request.path == "/images/r/x:1/json":
+        return 200, {}, IMAGE
+    return 404, {}, {"message": f"No such image: {request.path}"}
 
 
 @pytest.fixture
 def engine(tmp_path, monkeypatch):
     path = tmp_path / "docker.sock"
-    server = _UnixServer(str(path), _Engine)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
     monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
-    _Engine.asked = []
-    yield _Engine.asked
-    server.shutdown()
-    server.server_close()
+    with FakeHTTP(_engine, unix_socket=str(path)) as server:
+        yield server.seen
 
 
 def no_cli(argv):
@@ -72,7 +44,7 @@ def test_the_api_answers_and_no_cli_is_run(engine):
     assert docker_api.inspect_image(no_cli, "/usr/bin/docker", "r/x:1") == SEEN
     assert docker_api.inspect_image(no_cli, "/usr/bin/docker", "r/x:missing") is None
     assert docker_api.data_root(no_cli, "/usr/bin/docker") == "/var/lib/docker"
-    assert engine == ["/info", "/images/r/x:1/json", "/images/r/x:missing/json", "/info"]
+    assert [r["path"] for r in engine] == ["/info", "/images/r/x:1/json", "/images/r/x:missing/json", "/info"]
 
 
 def test_a_remote_engine_is_asked_through_the_cli_and_its_words_are_kept(monkeypatch):

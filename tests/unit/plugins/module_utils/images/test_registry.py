@@ -7,10 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from ansible_collections.sparkfleet.spark.plugins.module_utils.images._registry import (
@@ -18,6 +15,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.images._registry 
     RegistryError,
     resolve_tag,
 )
+from fake_http import FakeHTTP
 
 INDEX = "application/vnd.oci.image.index.v1+json"
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -33,34 +31,15 @@ class Served:
 
     def __init__(self):
         self.routes: dict[tuple[str, str], list] = {}
-        self.seen: list[dict] = []
-        served = self
+        self.http = FakeHTTP(self.answer)
+        self.seen, self.host = self.http.seen, self.http.host
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *_args):
-                pass
-
-            def answer(self):
-                split = urlsplit(self.path)
-                served.seen.append({"method": self.command, "path": split.path, "query": parse_qs(split.query),
-                                    "headers": dict(self.headers)})
-                answers = served.routes.get((self.command if self.command != "HEAD" else "GET", split.path)) or [
-                    (404, {}, b'{"errors": [{"code": "MANIFEST_UNKNOWN"}]}')]
-                chosen = answers.pop(0) if len(answers) > 1 else answers[0]
-                status, headers, body = chosen(self) if callable(chosen) else chosen
-                self.send_response(status)
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
-
-            do_GET = do_HEAD = answer
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.host = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def answer(self, request):
+        method = request.command if request.command != "HEAD" else "GET"
+        answers = self.routes.get((method, self.seen[-1]["path"])) or [
+            (404, {}, b'{"errors": [{"code": "MANIFEST_UNKNOWN"}]}')]
+        chosen = answers.pop(0) if len(answers) > 1 else answers[0]
+        return chosen(request) if callable(chosen) else chosen
 
     def registry(self, **options) -> Registry:
         return Registry(self.host, self.host, **options)
@@ -81,8 +60,7 @@ class Served:
         return {"digest": digest(body), "arm64": manifests[-1]["digest"]}
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()  # the listening socket too: a connection is then refused, not left waiting
+        self.http.close()  # the listening socket too: a connection is then refused, not left waiting
 
 
 @pytest.fixture
