@@ -241,6 +241,6 @@ def test_the_map_names_every_file_of_the_driver_and_of_module_utils():
 def test_the_tests_have_one_fake_http_server():
     """tests/fake_http.py is the tests' only HTTP server of their own (six files each wrote one)."""
     own = [str(p.relative_to(REPO)) for p in sorted((REPO / "tests").rglob("*.py"))
-           if p.name != "fake_http.py" and re.search(r"BaseHTTPRequestHandler|HTTPServer\(|UnixStreamServer",
-                                                      p.read_text())]
+           if p.name != "fake_http.py" and re.search(r"^\s*class \w+\((http\.server\.)?BaseHTTPRequestHandler\)|"
+                                                      r"HTTPServer\(\(|UnixStreamServer\)", p.read_text(), re.M)]
     assert own == []
