@@ -185,7 +185,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _closure as closure
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import override
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import mirrored
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_module import start
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_dry_run import (
     dry_run,
@@ -264,8 +264,8 @@ def resolve_sequence(pip: list[str], matrix: dict, overrides: dict, skip: list[s
             jobs.append({"step": step["id"], "status": "skipped"})
             continue
         earlier = steps[:position]
-        indexes = [override(step["index_url"], overrides)]
-        indexes += [url for url in dict.fromkeys(override(e["index_url"], overrides) for e in earlier
+        indexes = [mirrored(step["index_url"], overrides)]
+        indexes += [url for url in dict.fromkeys(mirrored(e["index_url"], overrides) for e in earlier
                                                  if e["id"] not in skip) if url not in indexes]
         # A held step (hold: true) runs with every pin of the matrix as a constraint, the later steps' too.
         constraints = [spec for e in (steps if step.get("hold") else earlier) for spec in e["packages"]
@@ -381,7 +381,7 @@ def main() -> None:
     for step in matrix["steps"]:
         for spec in step["packages"]:
             name, version = parse_pin(spec)
-            index = override(step["index_url"], p["index_overrides"])
+            index = mirrored(step["index_url"], p["index_overrides"])
             jobs.append({"step": step["id"], "package": name, "version": version, "index": index, "spec": spec})
     width = max(len(j["package"]) for j in jobs)  # the whole matrix's, so that steps checked apart align
     step_width = max(8, *(len(i) for i in ids))

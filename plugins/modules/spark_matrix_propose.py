@@ -129,7 +129,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _closure as closure
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import override
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import mirrored
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_module import start
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_proposal import (
     added_lines,
@@ -268,8 +268,8 @@ def propose(module: AnsibleModule, matrix: dict, given: dict, overrides: dict, t
     installed: list[tuple[str, str]] = []
     steps = matrix["steps"]
     for position, step in enumerate(steps):
-        indexes = [override(step["index_url"], overrides)]
-        indexes += [url for url in dict.fromkeys(override(e["index_url"], overrides) for e in steps[:position])
+        indexes = [mirrored(step["index_url"], overrides)]
+        indexes += [url for url in dict.fromkeys(mirrored(e["index_url"], overrides) for e in steps[:position])
                     if url not in indexes]
         constraints = [f"{parse_pin(spec)[0]}=={chosen[normalize(parse_pin(spec)[0])]}"
                        for earlier in steps[:position] for spec in earlier["packages"]]
@@ -333,7 +333,7 @@ def main() -> None:
     added = [entry["name"] for entry in found["additions"].values()]
     proposed = candidate(matrix, chosen, today, added, accepted)
     rows = [{**row, "given": normalize(row["package"]) in given} for row in changes(matrix, proposed)]
-    indexes = {parse_pin(spec)[0]: override(step["index_url"], p["index_overrides"])
+    indexes = {parse_pin(spec)[0]: mirrored(step["index_url"], p["index_overrides"])
                for step in proposed["steps"] for spec in step["packages"]}
     asked = sorted({(row["package"], version) for row in rows for version in (row["old"], row["new"]) if version})
     with ThreadPoolExecutor(max_workers=4) as pool:

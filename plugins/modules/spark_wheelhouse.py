@@ -122,7 +122,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _trusted as trusted
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._hash_lock import hashed_requirements, validate_lock
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import index_env, override
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import index_env, mirrored
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_module import start
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_commands import platform_tags
 
@@ -149,8 +149,8 @@ def fetch(module: AnsibleModule, matrix: dict, position: int, entries: list[dict
     """pip download the step's missing wheels (exactly the lock's, --require-hashes) and keep each by its sha256."""
     step = matrix["steps"][position]
     overrides = module.params["index_overrides"]
-    indexes = [override(step["index_url"], overrides)]
-    indexes += [url for url in dict.fromkeys(override(e["index_url"], overrides) for e in matrix["steps"][:position])
+    indexes = [mirrored(step["index_url"], overrides)]
+    indexes += [url for url in dict.fromkeys(mirrored(e["index_url"], overrides) for e in matrix["steps"][:position])
                 if url not in indexes]
     target = matrix["target"]
     with tempfile.TemporaryDirectory(dir=cache) as work:

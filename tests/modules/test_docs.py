@@ -244,3 +244,19 @@ def test_the_tests_have_one_fake_http_server():
            if p.name != "fake_http.py" and re.search(r"^\s*class \w+\((http\.server\.)?BaseHTTPRequestHandler\)|"
                                                       r"HTTPServer\(\(|UnixStreamServer\)", p.read_text(), re.M)]
     assert own == []
+
+
+def test_the_glossary_words_keep_their_sense_in_the_code():
+    """One word per idea (docs/glossary.md): "override" is a host that is not a Spark, provisioned on purpose, and
+    no function of the code is named for another sense (an index's mirror is mirrored(), the CLI's mutex is the run
+    lock, never inventory_lock)."""
+    glossary = (REPO / "docs" / "glossary.md").read_text()
+    for word in ("override", "mirror", "run lock", "fallback tag", "local blessed tag", "lock"):
+        assert f"| {word} |" in glossary, word
+    names = set()
+    for path in list((REPO / "plugins").rglob("*.py")) + list((REPO / "src").rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        names |= {node.name for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    assert sorted(n for n in names if n in ("override", "inventory_lock") or n.endswith("_override")) == []

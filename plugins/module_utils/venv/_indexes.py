@@ -11,8 +11,8 @@ import urllib.parse
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._secrets import redact_url
 
 
-def override(url: str, overrides: dict) -> str:
-    """The index URL to use: a configured mirror for the upstream URL, else the URL itself."""
+def mirrored(url: str, overrides: dict) -> str:
+    """The index URL to use: the mirror configured for the upstream URL, else the URL itself."""
     table = {k.rstrip("/"): v.rstrip("/") for k, v in (overrides or {}).items()}
     return table.get(url.rstrip("/"), url.rstrip("/"))
 
@@ -72,7 +72,7 @@ def mirrors(matrix: dict, overrides: dict) -> list[str]:
         url = step.get("index_url") if isinstance(step, dict) else None
         if not isinstance(url, str):
             continue
-        used = override(url, overrides)
+        used = mirrored(url, overrides)
         if used != url.rstrip("/") and not loopback(urllib.parse.urlsplit(used).hostname or ""):
             found.append(f"{redact_url(url.rstrip('/'))} -> {redact_url(used)}")
     return list(dict.fromkeys(found))

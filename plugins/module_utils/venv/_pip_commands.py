@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import override
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import mirrored
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._secrets import redact_url
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import installer, venv_steps
 
@@ -31,12 +31,12 @@ def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str
     steps = []
     tool = "uv" if installer(matrix) else "pip"
     for position, step in enumerate(matrix["steps"]):
-        indexes = [override(step["index_url"], overrides)]
+        indexes = [mirrored(step["index_url"], overrides)]
         args = [*step.get("args", []), *step["packages"]]
         if step.get("hold"):  # every pin of the matrix held: what the steps before installed cannot move
             args = ["--constraint", constraints_file, *args]
         if lock is not None:
-            indexes += [url for url in dict.fromkeys(override(e["index_url"], overrides)
+            indexes += [url for url in dict.fromkeys(mirrored(e["index_url"], overrides)
                                                      for e in matrix["steps"][:position]) if url not in indexes]
             args = ["--require-hashes", "--no-deps", "-r", hashes_file(hashes_dir, step["id"])]
             if wheelhouse:
@@ -44,7 +44,7 @@ def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str
         # The installer itself is installed by pip (into a venv of its own, beside the venvs).
         steps.append({"id": step["id"], "why": step.get("why", ""), "indexes": indexes, "args": args, "env": {},
                       "tool": "pip" if step.get("installer") else tool, "installer": bool(step.get("installer"))})
-    default_index = override(venv_steps(matrix)[-1]["index_url"], overrides)
+    default_index = mirrored(venv_steps(matrix)[-1]["index_url"], overrides)
     for extra in extras:
         # The matrix's pins are held: an extra that wants another torch fails instead of replacing it.
         args = ["--constraint", constraints_file, *extra["args"], extra["requirement"]]
@@ -55,7 +55,7 @@ def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str
             # of the same name on the matrix's index (PyPI) would win over the one the component table names.
             # The package alone from its own index, then its dependencies from the matrix's index (the package,
             # installed, is not fetched again).
-            steps.append({**step, "indexes": [override(extra["index_url"], overrides)],
+            steps.append({**step, "indexes": [mirrored(extra["index_url"], overrides)],
                           "args": ["--no-deps", *args]})
             step = {**step, "id": f"extra:{extra['name']}:dependencies"}
         steps.append(step)
