@@ -19,6 +19,9 @@ BIN = Path(sys.executable).parent
 # Tests import these helpers as `conftest`; under ansible-test's importer this file is loaded by another
 # name, so it registers itself under that one too.
 sys.modules.setdefault("conftest", sys.modules[__name__])
+# The tests' other helpers beside this file (fake_http.py) import as top-level modules there too.
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.append(str(Path(__file__).resolve().parent))
 
 # Tests import module_utils the way modules do, from the collection sparkfleet.spark
 # (ansible_collections.sparkfleet.spark.plugins.module_utils.<concept>._x): pyproject's

@@ -58,7 +58,7 @@ _CATALOG_CHECKS = {"name": validate.launcher, "registry": validate.registry, "re
 
 
 def spark_images_effective(catalog: list[dict], overrides: dict) -> list[dict]:
-    """The catalog with registries replaced as spark_images_registry_overrides says (a lab's stand-in), each
+    """The catalog with registries replaced as spark_images_registry_replacements says (a lab's stand-in), each
     value checked first: a bad one fails naming the entry, the field, what was found and what is expected."""
     for index, image in enumerate(catalog or []):
         if not isinstance(image, dict):
@@ -73,7 +73,7 @@ def spark_images_effective(catalog: list[dict], overrides: dict) -> list[dict]:
     for source, target in (overrides or {}).items():
         said = [problem for problem in (validate.registry(source), validate.registry(target)) if problem]
         if said:
-            raise AnsibleFilterError(f"spark_images_registry_overrides {source!r}: {target!r}: registry "
+            raise AnsibleFilterError(f"spark_images_registry_replacements {source!r}: {target!r}: registry "
                                      f"{'; '.join(said)}")
     return [{**image, "registry": (overrides or {}).get(image["registry"], image["registry"])} for image in catalog]
 

@@ -3,6 +3,8 @@
 """What enters from the inventory. spark_checked: one value from an inventory, a lock or a matrix, checked where
 it enters a path, a script or a URL, by the validator of its kind (module_utils/common/_validate.py).
 spark_inventory_dir: the inventory's one directory (module_utils/common/_inventory.py), or a path in it.
+spark_renamed: a variable's value under its old name, read with a deprecation warning (a role's defaults say
+`new: "{{ old | spark_renamed('old', 'new') if old is defined else <default> }}"`; the CLI reads the renames there).
 (ansible-doc reads each filter's documentation from plugins/filter/<filter>.yml.)
 """
 
@@ -28,6 +30,15 @@ def spark_checked(value, kind: str, what: str):
     return value
 
 
+def spark_renamed(value, old: str, new: str):
+    """The value set under a variable's old name, with a deprecation warning naming the new one."""
+    from ansible.utils.display import Display
+
+    Display().deprecated(f"the variable {old} is now {new}: rename it where you set it ({old} is still read)",
+                         version="1.0.0", collection_name="sparkfleet.spark")
+    return value
+
+
 def spark_inventory_dir(sources: list, path: str = "", host_list: str | None = None) -> str:
     """The inventory's directory (or `path` in it); for a host list, `host_list` when it is given, else fail."""
     try:
@@ -41,4 +52,5 @@ def spark_inventory_dir(sources: list, path: str = "", host_list: str | None = N
 
 class FilterModule:
     def filters(self):
-        return {"spark_checked": spark_checked, "spark_inventory_dir": spark_inventory_dir}
+        return {"spark_checked": spark_checked, "spark_inventory_dir": spark_inventory_dir,
+                "spark_renamed": spark_renamed}

@@ -96,9 +96,11 @@ def inventory_folders_problems(inventory: str) -> list[str]:
     return found
 
 
-def problems_before_run(record: Command, args: argparse.Namespace, inventory: str, config) -> list[tuple[str, list]]:
+def problems_before_run(record: Command, args: argparse.Namespace, inventory: str, config,
+                        notes: list[str] | None = None) -> list[tuple[str, list]]:
     """What makes the run bad input, found before anything runs, as (heading, one line each) groups: variables
-    named or typed wrong, a broken image lock, a --limit or a tag that matches nothing."""
+    named or typed wrong, a broken image lock, a --limit or a tag that matches nothing. What is not bad input but
+    should change (a variable set under its old name) is added to `notes`."""
     unsafe = inventory_folders_problems(inventory)
     if unsafe:  # before ansible-inventory reads a group_vars file another user put there
         return [("the inventory is in a folder other users can write to (nothing was run)", unsafe)]
@@ -107,6 +109,8 @@ def problems_before_run(record: Command, args: argparse.Namespace, inventory: st
     values = {**inventoried, **variables.extra_values(args.extra_vars)}
     found = []
     misnamed = variables.unknown({source: set(named) for source, named in values.items()})
+    if notes is not None:
+        notes += variables.renamed_in_use({source: set(named) for source, named in values.items()})
     if misnamed:
         found.append(("these variables look like sparkfleet's but are not (nothing was run; fix each name, or "
                       "remove it, then run again)", misnamed))
@@ -174,7 +178,8 @@ def run_command(record: Command, args: argparse.Namespace, console: Console) -> 
         return refused(record, args, console, inventory, config, [(
             f"inventory {inventory} not found; expected a directory such as inventory/example (copy it to "
             "inventory/<yours> and list your Sparks there).", [])])
-    found = problems_before_run(record, args, inventory, config)
+    notes: list[str] = []
+    found = problems_before_run(record, args, inventory, config, notes)
     if found:
         return refused(record, args, console, inventory, config, found)
     if record.prepare:
@@ -186,6 +191,7 @@ def run_command(record: Command, args: argparse.Namespace, console: Console) -> 
               live=False if args.plain or as_json else None, console=console, fast=getattr(args, "fast", False),
               config=config)
     fleet = Fleet()
+    fleet.warnings += notes  # in the summary and the report, with Ansible's own warnings
     try:
         # the controller's checks write nothing into the inventory: they need not wait for a provision
         with run_lock("localhost," if record.controller else inventory, command.replace("-", " ")):

@@ -36,11 +36,39 @@ def specs() -> dict[str, dict]:
         for entry in (yaml.safe_load(path.read_text()) or {}).get("argument_specs", {}).values():
             for name, spec in ((entry or {}).get("options") or {}).items():
                 found.setdefault(name, {**(spec or {}), "role": path.parts[-3]})
+    for old, new in renamed().items():  # an old name is held to its new name's type
+        if new in found:
+            found.setdefault(old, found[new])
+    return found
+
+
+# A renamed variable's role default reads its old name through the filter spark_renamed (one place for each rename:
+# `new: "{{ old | sparkfleet.spark.spark_renamed('old', 'new') if old is defined else ... }}"`).
+_RENAMED = re.compile(r"spark_renamed\('(\w+)',\s*'(\w+)'\)")
+
+
+def renamed() -> dict[str, str]:
+    """{old name: new name} for each variable a role renamed and still reads under its old name."""
+    found = {}
+    for path in sorted((PROJECT_DIR / "roles").glob("*/defaults/main.yml")):
+        found.update(dict(_RENAMED.findall(path.read_text())))
     return found
 
 
 def known() -> set[str]:
-    return set(PLAYBOOK_VARIABLES) | set(WRITTEN) | set(specs())
+    return set(PLAYBOOK_VARIABLES) | set(WRITTEN) | set(specs()) | set(renamed())
+
+
+def renamed_in_use(names_by_source: dict[str, set[str]]) -> list[str]:
+    """One warning per old name still set: where, and what to rename it to."""
+    old_to_new = renamed()
+    found: dict[str, list[str]] = {}
+    for source, names in names_by_source.items():
+        for name in names & set(old_to_new):
+            found.setdefault(name, []).append(source)
+    return [f"{name} is now {old_to_new[name]} (set for {', '.join(sorted(sources)[:4])}"
+            f"{' ...' if len(sources) > 4 else ''}): rename it there; the old name is still read, until 1.0.0"
+            for name, sources in sorted(found.items())]
 
 
 BOOLEANS = {"yes", "no", "true", "false", "on", "off", "y", "n", "t", "f", "1", "0"}

@@ -18,7 +18,7 @@ SPECS = variables.specs()
     ("spark_images_derived", ["ngc-audio"], "a list holding strings, expected a list of mappings"),
     ("spark_venv_keep", "two", "a string, expected a whole number"),
     ("spark_verify_smoke", "maybe", "a string, expected true or false"),
-    ("spark_venv_index_overrides", ["https://pypi.org/simple"], "a list, expected a mapping"),
+    ("spark_venv_index_mirrors", ["https://pypi.org/simple"], "a list, expected a mapping"),
     ("spark_venv_python", ["python3"], "a list, expected a single value (a string)"),
 ])
 def test_a_value_of_the_wrong_type_is_named_with_the_type_found_and_expected(name, value, said):

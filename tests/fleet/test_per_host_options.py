@@ -26,7 +26,7 @@ NOT_VARIED = {
     "spark_verify_smoke": "needs a venv: tests/integration/test_smoke_train.py and the venv lab",
     "spark_verify_fleet_record_dir": "the controller's record of the inventory, one folder for the fleet",
     "spark_images_lock_file": "the fleet's one lock, written on the controller by pin",
-    "spark_images_registry_overrides": "where the fleet's images live, recorded in the one lock; a host's own "
+    "spark_images_registry_replacements": "where the fleet's images live, recorded in the one lock; a host's own "
                                        "way to them is spark_images_mirrors (varied on host 3)",
     "spark_images_registry_credentials": "given with -e in the fleet's runs (extra vars outrank host_vars); a "
                                          "vaulted one in test_fleet.py test 7",

@@ -78,7 +78,7 @@ def venv_fleet(workdir: Path, index: Index, hosts: int, wheelhouse: bool, own: d
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
         "spark_preflight_require_spark": False, "spark_preflight_simulated": True,
         "spark_venv_enabled": True, "spark_venv_require_hashes": locked, "spark_venv_python": sys.executable,
-        "spark_venv_matrix_file": str(workdir / "matrix.yml"), "spark_venv_index_overrides": index.overrides,
+        "spark_venv_matrix_file": str(workdir / "matrix.yml"), "spark_venv_index_mirrors": index.overrides,
         "spark_venv_wheelhouse": wheelhouse, "spark_venv_wheelhouse_cache": str(workdir / "controller-cache")}}}))
     play = workdir / "venv.yml"
     play.write_text(yaml.safe_dump([{"hosts": "sparks", "gather_facts": False, "tasks": [

@@ -47,7 +47,7 @@ def test_ctrl_c_cancels_the_run_through_the_runner(tmp_path):
 def matrix_check(pyindex, tmp_path, *flags: str) -> subprocess.CompletedProcess:
     """`sparkfleet matrix check` against the test bed's index, its report in tmp_path/report."""
     overrides = tmp_path / "overrides.json"
-    overrides.write_text(json.dumps({"matrix_check_index_overrides": pyindex.overrides}))
+    overrides.write_text(json.dumps({"matrix_check_index_mirrors": pyindex.overrides}))
     return subprocess.run([str(BIN / "sparkfleet"), "matrix", "check", "-e", f"@{overrides}", *flags,
                            "--report-dir", str(tmp_path / "report")], cwd=REPO, capture_output=True, text=True,
                           env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}, check=False)
@@ -76,7 +76,7 @@ def vaulted_inventory(tmp_path, overrides: dict):
     (inventory / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"localhost": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
     vault = inventory / "group_vars" / "all" / "vault.yml"
-    vault.write_text(json.dumps({"spark_venv_index_overrides": overrides,
+    vault.write_text(json.dumps({"spark_venv_index_mirrors": overrides,
                                  "spark_images_registry_credentials": {"nvcr.io": {
                                      "username": "$oauthtoken", "password": VAULTED_SECRET}}}))
     password_file = tmp_path / "vault-pass"
@@ -150,7 +150,7 @@ def test_a_second_run_on_the_same_inventory_is_refused_and_changes_nothing(pyind
     (inventory / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"localhost": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
     (inventory / "group_vars" / "all" / "main.yml").write_text(json.dumps({
-        "spark_venv_index_overrides": pyindex.overrides}))
+        "spark_venv_index_mirrors": pyindex.overrides}))
     lock = inventory / ".sparkfleet" / "run.lock"
     lock.parent.mkdir()
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}

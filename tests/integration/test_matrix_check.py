@@ -114,7 +114,7 @@ def test_the_playbook_fails_on_a_missing_pin_and_says_which(pyindex, tmp_path):
     candidate.write_text(yaml.safe_dump(matrix))
     proc = subprocess.run([str(BIN / "ansible-playbook"), "playbooks/matrix_check.yml",
                            "-e", f"matrix_check_file={candidate}",
-                           "-e", "{\"matrix_check_index_overrides\": " + __import__("json").dumps(pyindex.overrides)
+                           "-e", "{\"matrix_check_index_mirrors\": " + __import__("json").dumps(pyindex.overrides)
                            + "}"],
                           cwd=REPO, capture_output=True, text=True, env=ansible_env(), check=False)
     assert proc.returncode == 2
@@ -158,7 +158,7 @@ def _inventory(tmp_path, pyindex):
     (inventory / "group_vars" / "all").mkdir(parents=True)
     (inventory / "hosts.yml").write_text("all:\n  hosts:\n    spark-01:\n")
     (inventory / "group_vars" / "all" / "main.yml").write_text(
-        yaml.safe_dump({"spark_venv_index_overrides": pyindex.overrides}))
+        yaml.safe_dump({"spark_venv_index_mirrors": pyindex.overrides}))
     return inventory
 
 

@@ -114,7 +114,7 @@ def test_at_the_command_line_a_set_that_does_not_resolve_fails_on_the_controller
     inventory.mkdir()
     (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"sparks": {"hosts": {"spark-01": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-        "spark_venv_index_overrides": index.overrides}}}}}}))
+        "spark_venv_index_mirrors": index.overrides}}}}}}))
     report = tmp_path / "report"
     proc = subprocess.run([str(BIN / "sparkfleet"), "matrix", "propose", "-i", str(inventory), "--canary", "spark-01",
                            "-e", '{"matrix_propose_pins": ["trl==1.10.0", "datasets==4.3.0"]}', "--plain",
@@ -177,7 +177,7 @@ def canary(tmp_path_factory):
         "spark_venv_python": "/usr/bin/python3.11",
         "spark_venv_matrix_file": str(home / "matrix.yml"),
         "spark_venv_root": str(home / "venvs"), "spark_venv_link": str(home / "venv"),
-        "spark_venv_index_overrides": {"https://pypi.org/simple": f"{url}/pypi",
+        "spark_venv_index_mirrors": {"https://pypi.org/simple": f"{url}/pypi",
                                        "https://download.pytorch.org/whl/cpu": f"{url}/cpu"}}}}}}}))
     yield {"home": home, "inventory": inventory, "active": active}
     served.shutdown()

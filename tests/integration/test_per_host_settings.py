@@ -47,9 +47,9 @@ def test_a_per_host_require_hashes_is_judged_on_that_host_alone(tmp_path):
     # spark-d builds from a mirror off its loopback with no lock at the inventory's path: refused (issue 34, a
     # mirror's wheels are trusted only against the lock); spark-e's mirror is on its own loopback: no lock asked.
     (inventory / "host_vars" / "spark-d.yml").write_text(json.dumps(
-        {"spark_venv_index_overrides": {"https://pypi.org/simple": "https://ci:TOKEN@mirror.lan/pypi"}}))
+        {"spark_venv_index_mirrors": {"https://pypi.org/simple": "https://ci:TOKEN@mirror.lan/pypi"}}))
     (inventory / "host_vars" / "spark-e.yml").write_text(json.dumps(
-        {"spark_venv_index_overrides": {"https://pypi.org/simple": "http://127.0.0.1:5090/pypi"}}))
+        {"spark_venv_index_mirrors": {"https://pypi.org/simple": "http://127.0.0.1:5090/pypi"}}))
     proc, result = preflight(tmp_path, inventory)
     stats = result["stats"]
     for fine in ("spark-a", "spark-c", "spark-e"):

@@ -22,7 +22,7 @@ def inventory(tmp_path: Path, registry: str, hosts: int = 0) -> Path:
     inv = tmp_path / "inventory"
     (inv / "group_vars" / "all").mkdir(parents=True)
     (inv / "group_vars" / "all" / "main.yml").write_text(yaml.safe_dump({
-        "spark_images_registry_overrides": {"nvcr.io": registry, "docker.io": registry},
+        "spark_images_registry_replacements": {"nvcr.io": registry, "docker.io": registry},
         "spark_images_catalog": [
             {"name": "ngc", "registry": "nvcr.io", "repository": "pintest/pytorch", "tags": ["25.11-py3", "25.09-py3"],
              "launcher": "spark-ngc"},

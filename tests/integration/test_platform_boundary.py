@@ -42,7 +42,7 @@ def inventory(tmp_path, registry: str, catalog: list[dict], **extra):
     (inv / "group_vars" / "all" / "main.yml").write_text(yaml.safe_dump({
         "spark_preflight_require_spark": False, "spark_preflight_min_docker_free_gib": 0,
         "spark_images_catalog": catalog,
-        "spark_images_registry_overrides": {"nvcr.io": registry, "docker.io": registry},
+        "spark_images_registry_replacements": {"nvcr.io": registry, "docker.io": registry},
         **extra}))
     return inv
 

@@ -34,7 +34,7 @@ def inventory(tmp_path: Path, registry: str, **group_vars) -> Path:
         "spark_images_platform": "linux/arm64",
         "spark_images_catalog": [{"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch",
                                   "tags": ["25.11-py3"], "launcher": "spark-ngc"}],
-        "spark_images_registry_overrides": {"nvcr.io": registry},
+        "spark_images_registry_replacements": {"nvcr.io": registry},
         "spark_images_launcher_dir": str(tmp_path / "bin"),
         "spark_images_record_file": str(tmp_path / "pulled-images.json"),
         "spark_images_build_dir": str(tmp_path / "build"),

@@ -39,7 +39,7 @@ def unreachable_registry_inventory(home: Path, registry: str = "127.0.0.1:9") ->
     (inventory / "group_vars" / "all").mkdir(parents=True)
     (inventory / "hosts.yml").write_text("all:\n  children:\n    sparks:\n      hosts:\n        spark-01:\n")
     (inventory / "group_vars" / "all" / "main.yml").write_text(
-        json.dumps({"spark_images_registry_overrides": {"nvcr.io": registry, "docker.io": registry}}))
+        json.dumps({"spark_images_registry_replacements": {"nvcr.io": registry, "docker.io": registry}}))
     return inventory
 
 
@@ -355,7 +355,7 @@ def index_inventory(home: Path, pyindex) -> Path:
     (inventory / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"localhost": {
         "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}}}))
     (inventory / "group_vars" / "all" / "main.yml").write_text(
-        json.dumps({"spark_venv_index_overrides": pyindex.overrides}))
+        json.dumps({"spark_venv_index_mirrors": pyindex.overrides}))
     return inventory
 
 

@@ -186,7 +186,7 @@ def test_the_inventory_comes_from_ansible_inventory_or_the_users_ansible_cfg_as_
 def test_a_controller_failure_counts_on_the_controller_and_on_no_host(tmp_path):
     """Item 5: the registry down during `refresh` said `localhost: FAILED Resolve the images on the controller` but
     the table, report.json and JUnit gave the first host `failed 1` and localhost `failed 0`."""
-    _inventory(tmp_path, spark_images_registry_overrides={"nvcr.io": "127.0.0.1:9", "docker.io": "127.0.0.1:9"})
+    _inventory(tmp_path, spark_images_registry_replacements={"nvcr.io": "127.0.0.1:9", "docker.io": "127.0.0.1:9"})
     screen = Screen(["refresh", "-i", "inv", "--check"], tmp_path, columns=100).wait()
     assert screen.rc == 2, screen.text[-3000:]
     assert any(line.startswith("localhost: FAILED ") for line in screen.lines()), screen.text[-3000:]

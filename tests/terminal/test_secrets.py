@@ -71,7 +71,7 @@ def inventory(root: Path, registry: str) -> tuple[Path, Path]:
     (inv / "group_vars" / "all").mkdir(parents=True)
     (inv / "hosts.yml").write_text("all:\n  children:\n    sparks:\n      hosts: {}\n")
     (inv / "group_vars" / "all" / "main.yml").write_text(yaml.safe_dump({
-        "spark_images_registry_overrides": {"nvcr.io": registry, "docker.io": registry},
+        "spark_images_registry_replacements": {"nvcr.io": registry, "docker.io": registry},
         "spark_images_catalog": [{"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch",
                                   "tags": ["25.11-py3"], "launcher": "spark-ngc"}]}))
     vault = inv / "group_vars" / "all" / "vault.yml"
@@ -172,7 +172,7 @@ def test_a_vaulted_index_token_leaves_no_trace_of_a_matrix_check_at_vvv(tmp_path
     (inv / "hosts.yml").write_text(json.dumps({"all": {"hosts": {"localhost": {
         "ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}}}))
     vault = inv / "group_vars" / "all" / "vault.yml"
-    vault.write_text(yaml.safe_dump({"spark_venv_index_overrides": {
+    vault.write_text(yaml.safe_dump({"spark_venv_index_mirrors": {
         up: mine.replace("http://", f"http://ci:{INDEX_TOKEN}@", 1) for up, mine in pyindex.overrides.items()}}))
     password_file = root / "vault-pass"
     password_file.write_text(VAULT_PASSWORD)

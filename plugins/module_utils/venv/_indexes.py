@@ -59,7 +59,7 @@ def loopback(host: str) -> bool:
 
 
 def mirrors(matrix: dict, overrides: dict) -> list[str]:
-    """The mirrors (spark_venv_index_overrides) the matrix's steps would be installed from instead of their own
+    """The mirrors (spark_venv_index_mirrors) the matrix's steps would be installed from instead of their own
     indexes, each as 'upstream -> mirror' (credentials masked), leaving out mirrors on the host's own loopback.
 
     A mirror is another party between the index the matrix was verified against and the host: it can serve other

@@ -110,8 +110,6 @@ class Variants:
         return max(good, key=int) if good else None
 
 
-
-
 @dataclass
 class Distribution:
     name: str

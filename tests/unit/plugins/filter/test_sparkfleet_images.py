@@ -83,7 +83,7 @@ def test_lock_diff_old_to_new_per_image():
 def test_a_catalog_value_that_would_escape_a_path_or_run_in_a_launcher_is_refused(field, value):
     with pytest.raises(AnsibleFilterError, match=rf"spark_images_catalog\[0\] \('?ngc.*{field} is "):
         images.spark_images_effective([{**CATALOG[0], field: value}], {})
-    with pytest.raises(AnsibleFilterError, match="spark_images_registry_overrides"):
+    with pytest.raises(AnsibleFilterError, match="spark_images_registry_replacements"):
         images.spark_images_effective(CATALOG, {"nvcr.io": "127.0.0.1:5000/../x"})
 
 

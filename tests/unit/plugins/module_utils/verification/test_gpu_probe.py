@@ -201,6 +201,6 @@ def test_the_hypotheses_are_one_function_each_in_the_documents_order():
     hang, then what the document does not name. Reordering them changes which diagnosis a user gets."""
     from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import HYPOTHESES
 
-    places = [h.__doc__.split(".")[0] if h.__doc__[0].isdigit() else h.__doc__.split(":")[0] for h in HYPOTHESES]
+    places = [h.__doc__.split("." if h.__doc__[0].isdigit() else ":", maxsplit=1)[0] for h in HYPOTHESES]
     assert places == ["1", "1", "2", "3", "3", "5", "4", "5", "5", "unexplained", "unexplained"]
     assert HYPOTHESES[-1]({"torch": {}})["hypothesis"] == "unexplained", "the last always holds"

@@ -1,0 +1,77 @@
+"""A variable renamed for the glossary (issue 50) is still read under its old name, with a deprecation warning
+that names the new one: real ansible-playbook runs of the role's own entry point, and the CLI's check before a run.
+
+Renamed: spark_venv_index_overrides -> spark_venv_index_mirrors (an index's mirror, as the prose says),
+spark_images_registry_overrides -> spark_images_registry_replacements (override is the glossary's host that is not
+a Spark), spark_images_blessed_local_fallback -> spark_images_local_blessed (the glossary's local blessed tag; the
+fallback tag is pin's)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import yaml
+
+from conftest import BIN, REPO, ansible_env
+from sparkfleet import variables
+
+CATALOG = [{"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch", "tags": ["25.11-py3"],
+            "launcher": "spark-ngc"}]
+
+
+def _effective(tmp_path, **role_vars) -> subprocess.CompletedProcess:
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "hosts": "localhost", "gather_facts": False, "vars": {"spark_images_catalog": CATALOG, **role_vars},
+        "tasks": [{"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_images",
+                                                    "tasks_from": "inputs.yml", "public": True}},
+                  {"ansible.builtin.copy": {"dest": str(tmp_path / "said.json"), "mode": "0600", "content":
+                                            "{{ {'effective': __spark_images_effective,"
+                                            " 'blessed': spark_images_local_blessed} | to_json }}"}}],
+    }]))
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook),
+                           "-e", f"ansible_python_interpreter={sys.executable}"], cwd=REPO,
+                          env=ansible_env(ANSIBLE_DEPRECATION_WARNINGS="true"), capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def _said(tmp_path) -> tuple[list, object]:
+    said = json.loads((tmp_path / "said.json").read_text())
+    return said["effective"], said["blessed"]
+
+
+def test_the_old_names_are_still_read_and_each_is_told_its_new_name(tmp_path):
+    proc = _effective(tmp_path, spark_images_registry_overrides={"nvcr.io": "127.0.0.1:5000"},
+                      spark_images_blessed_local_fallback=False)
+    effective, blessed = _said(tmp_path)
+    assert effective[0]["registry"] == "127.0.0.1:5000" and blessed is False
+    warned = " ".join((proc.stdout + proc.stderr).split())
+    for old, new in (("spark_images_registry_overrides", "spark_images_registry_replacements"),
+                     ("spark_images_blessed_local_fallback", "spark_images_local_blessed")):
+        assert f"the variable {old} is now {new}: rename it where you set it" in warned, warned[-2000:]
+
+
+def test_the_new_names_are_read_without_a_warning_and_the_defaults_hold(tmp_path):
+    _effective(tmp_path, spark_images_registry_replacements={"nvcr.io": "127.0.0.1:5001"})
+    effective, blessed = _said(tmp_path)
+    assert effective[0]["registry"] == "127.0.0.1:5001" and blessed is True
+    proc = _effective(tmp_path)
+    effective, blessed = _said(tmp_path)
+    assert (effective[0]["registry"], blessed) == ("nvcr.io", True)
+    assert "is now" not in proc.stdout + proc.stderr
+
+
+def test_the_cli_knows_each_old_name_by_its_role_defaults_and_says_what_to_rename():
+    assert variables.renamed() == {"spark_venv_index_overrides": "spark_venv_index_mirrors",
+                                   "spark_images_registry_overrides": "spark_images_registry_replacements",
+                                   "spark_images_blessed_local_fallback": "spark_images_local_blessed"}
+    assert variables.unknown({"group all": {"spark_venv_index_overrides"}}) == [], "not a typo: still read"
+    assert variables.renamed_in_use({"group all": {"spark_venv_index_overrides"}, "host spark-01": set()}) == [
+        "spark_venv_index_overrides is now spark_venv_index_mirrors (set for group all): rename it there; the old "
+        "name is still read, until 1.0.0"]
+    # the old name is held to the new name's type before the run, as the new one is
+    assert variables.mistyped({"group all": {"spark_venv_index_overrides": ["http://mirror/simple"]}})
