@@ -25,40 +25,11 @@ import os
 from dataclasses import dataclass, field
 
 try:
-    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._cuda_majors import (
-        SONAME_STRINGS,
-        CudaLink,
-        Requirement,
-        _normal,
-        cuda_link,
-        cuda_requirements,
-        cuda_wheel_major,
-        name_major,
-        variant_key,
-    )
-    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._dist_info import (
-        installed_distributions,
-        shared_objects,
-    )
-    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._elf import (
-        ElfSkip,
-        read_dynamic_path,
-        read_rodata_matches_path,
-    )
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _cuda_majors, _dist_info, _elf
 except ImportError:  # inside an image: _program_abi_image.py runs these files side by side, as plain modules
-    from _cuda_majors import (
-        SONAME_STRINGS,
-        CudaLink,
-        Requirement,
-        _normal,
-        cuda_link,
-        cuda_requirements,
-        cuda_wheel_major,
-        name_major,
-        variant_key,
-    )
-    from _dist_info import installed_distributions, shared_objects
-    from _elf import ElfSkip, read_dynamic_path, read_rodata_matches_path
+    import _cuda_majors
+    import _dist_info
+    import _elf
 
 
 EVIDENCE = ("dt_needed", "dt_soname", "strings", "requires_dist", "cuda_wheel", "name")
@@ -88,10 +59,11 @@ SHARED_CUDA_DIR = "nvidia"
 @dataclass
 class SharedObject:
     relpath: str  # relative to site-packages
-    needs: list[CudaLink]
-    provides: CudaLink | None
+    needs: list[_cuda_majors.CudaLink]
+    provides: _cuda_majors.CudaLink | None
     private: bool  # outside the shared nvidia/ folder
-    strings: list[CudaLink] = field(default_factory=list)  # CUDA sonames named in its .rodata (dlopen targets)
+    # CUDA sonames named in its .rodata (dlopen targets)
+    strings: list[_cuda_majors.CudaLink] = field(default_factory=list)
 
 
 @dataclass
@@ -115,7 +87,7 @@ class Distribution:
     name: str
     version: str
     files: list[SharedObject] = field(default_factory=list)
-    requires: list[Requirement] = field(default_factory=list)  # Requires-Dist on CUDA wheels
+    requires: list[_cuda_majors.Requirement] = field(default_factory=list)  # Requires-Dist on CUDA wheels
     # Filled by judge_variants(), judge_links() and judge_evidence():
     findings: list[str] = field(default_factory=list)
     bundles: list[str] = field(default_factory=list)
@@ -131,20 +103,21 @@ class Distribution:
 
     def has_cuda_evidence(self) -> bool:
         return bool(self.needs or self.provides or self.requires or any(f.strings for f in self.files)
-                    or cuda_wheel_major(self.name, self.version) or name_major(self.name, self.version))
+                    or _cuda_majors.cuda_wheel_major(self.name, self.version)
+                    or _cuda_majors.name_major(self.name, self.version))
 
     @property
-    def needs(self) -> dict[str, CudaLink]:
+    def needs(self) -> dict[str, _cuda_majors.CudaLink]:
         return {lk.elf_name: lk for f in self.files for lk in f.needs}
 
     @property
-    def provides(self) -> dict[str, CudaLink]:
+    def provides(self) -> dict[str, _cuda_majors.CudaLink]:
         return {f.provides.elf_name: f.provides for f in self.files if f.provides}
 
     def variant_families(self) -> list[Variants]:
         groups: dict[str, dict[str, SharedObject]] = {}
         for shared in self.files:
-            keyed = variant_key(shared.relpath)
+            keyed = _cuda_majors.variant_key(shared.relpath)
             if keyed and any(lk.tracks_cuda for lk in shared.needs):
                 groups.setdefault(keyed[0], {})[keyed[1]] = shared
         return [Variants(key, builds) for key, builds in sorted(groups.items()) if len(builds) > 1]
@@ -224,12 +197,12 @@ class Distribution:
         label = self.label
         own = {f.provides.library for f in self.files if f.provides}  # what it bundles: its dlopen targets too
         weaker: list[tuple[str, bool, str, str]] = []  # (kind, excludes, detail, finding line)
-        named: dict[str, tuple[CudaLink, str]] = {}
+        named: dict[str, tuple[_cuda_majors.CudaLink, str]] = {}
         for shared in self.files:
             for link in shared.strings:
                 if link.cuda_majors is not None and link.library not in own:
                     named.setdefault(link.soname, (link, shared.relpath))
-        by_library: dict[str, list[tuple[CudaLink, str]]] = {}
+        by_library: dict[str, list[tuple[_cuda_majors.CudaLink, str]]] = {}
         for link, relpath in named.values():
             by_library.setdefault(link.library, []).append((link, relpath))
         for _library, links in sorted(by_library.items()):
@@ -253,14 +226,14 @@ class Distribution:
                 majors = ", ".join(map(str, req.cuda_majors))
                 weaker.append(("requires_dist", expected_major not in req.cuda_majors, detail,
                                f"{label}: requires {req.name} (CUDA {majors}; {state}) (expected {expected_major})"))
-        major = cuda_wheel_major(self.name, self.version)
+        major = _cuda_majors.cuda_wheel_major(self.name, self.version)
         if major is not None:
             detail = f"NVIDIA's CUDA {major} wheel {self.name}"
             self._evidence("cuda_wheel", (major,), detail)
             weaker.append(("cuda_wheel", major != expected_major, detail,
                            f"{label}: NVIDIA's CUDA {major} build of its library (expected {expected_major})"))
         else:
-            token = name_major(self.name, self.version)
+            token = _cuda_majors.name_major(self.name, self.version)
             if token:
                 detail = f"its name or version says CUDA {token[0]} ({token[1]})"
                 self._evidence("name", (token[0],), detail)
@@ -294,7 +267,7 @@ class Distribution:
         """Record the family under variants (and a finding when it is one); return the build loaded."""
         label = f"{self.name} {self.version}"
         versions = sorted(family.builds, key=int)
-        selector = VARIANT_SELECTORS.get(_normal(self.name))
+        selector = VARIANT_SELECTORS.get(_cuda_majors._normal(self.name))
         forced = environment.get(selector) if selector else None
         chosen = forced or family.serving(expected_major)
         self.variants.append({
@@ -350,34 +323,34 @@ def scan(site_packages: str, expected_major: int, environment: dict[str, str] | 
     turn (Distribution.judge_evidence). Reading .rodata stops at `strings_limit` bytes per file and
     `strings_total` per scan (reported under `strings`).
     """
-    infos = installed_distributions(site_packages)
-    installed = {_normal(d.name): d.version for d in infos}
+    infos = _dist_info.installed_distributions(site_packages)
+    installed = {_cuda_majors._normal(d.name): d.version for d in infos}
     owner_of = {path: (d.name, d.version) for d in infos for path in d.shared_objects}
     dists: dict[tuple[str, str], Distribution] = {(d.name, d.version): Distribution(d.name, d.version) for d in infos}
     for info in infos:
-        dists[(info.name, info.version)].requires = cuda_requirements(info.requires, installed)
+        dists[(info.name, info.version)].requires = _cuda_majors.cuda_requirements(info.requires, installed)
     skipped: list[dict] = []
     scanned = bytes_read = strings_read = 0
     strings_cut: list[str] = []
-    for path in shared_objects(site_packages):
+    for path in _dist_info.shared_objects(site_packages):
         try:
-            info = read_dynamic_path(path)
-        except ElfSkip as exc:
+            info = _elf.read_dynamic_path(path)
+        except _elf.ElfSkip as exc:
             skipped.append({"path": path, "reason": str(exc)})
             continue
         scanned += 1
         bytes_read += info.bytes_read
         relpath = os.path.relpath(path, site_packages)
-        named: list[CudaLink] = []
+        named: list[_cuda_majors.CudaLink] = []
         budget = min(strings_limit, strings_total - strings_read)
         if budget > 0:
             try:
-                rodata = read_rodata_matches_path(path, SONAME_STRINGS, budget)
-            except ElfSkip:
+                rodata = _elf.read_rodata_matches_path(path, _cuda_majors.SONAME_STRINGS, budget)
+            except _elf.ElfSkip:
                 rodata = None
             if rodata is not None:
                 strings_read += rodata.bytes_read
-                named = [lk for lk in map(cuda_link, rodata.matches) if lk]
+                named = [lk for lk in map(_cuda_majors.cuda_link, rodata.matches) if lk]
                 if rodata.truncated:
                     strings_cut.append(relpath)
         else:
@@ -386,8 +359,8 @@ def scan(site_packages: str, expected_major: int, environment: dict[str, str] | 
         dist = dists.setdefault((name, version), Distribution(name, version))
         dist.files.append(SharedObject(
             relpath=relpath,
-            needs=[lk for lk in map(cuda_link, info.needed) if lk],
-            provides=cuda_link(info.soname) if info.soname else None,
+            needs=[lk for lk in map(_cuda_majors.cuda_link, info.needed) if lk],
+            provides=_cuda_majors.cuda_link(info.soname) if info.soname else None,
             private=relpath.split(os.sep, 1)[0] != SHARED_CUDA_DIR,
             strings=named,
         ))
@@ -407,8 +380,9 @@ def scan(site_packages: str, expected_major: int, environment: dict[str, str] | 
         "findings_by_evidence": [{"distribution": d.name, "version": d.version, "evidence": d.judged_by,
                                   "finding": m} for d in cuda_dists for m in d.findings],
         "notes": [n for d in cuda_dists for n in d.notes],
-        "cuda_wheels": [{"name": d.name, "version": d.version, "cuda_major": cuda_wheel_major(d.name, d.version)}
-                        for d in cuda_dists if cuda_wheel_major(d.name, d.version) is not None],
+        "cuda_wheels": [{"name": d.name, "version": d.version,
+                         "cuda_major": _cuda_majors.cuda_wheel_major(d.name, d.version)}
+                        for d in cuda_dists if _cuda_majors.cuda_wheel_major(d.name, d.version) is not None],
         "variants": [{"distribution": d.name, "version": d.version, **v} for d in cuda_dists for v in d.variants],
         "verdict": "mismatch" if findings else "ok",
         "shared_objects_scanned": scanned,
