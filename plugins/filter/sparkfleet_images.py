@@ -40,7 +40,7 @@ def spark_images_lock_entries(lock: dict | None, names: list[str]) -> list[dict]
     return image_lock.entries(lock, names)
 
 
-def spark_images_stale(recorded: list[str], pinned: list[dict]) -> list[str]:
+def spark_images_unused(recorded: list[str], pinned: list[dict]) -> list[str]:
     """Images this project pulled (REPO@DIGEST) whose digest no pinned image uses."""
     keep = {p["index_digest"] for p in pinned}
     return sorted(ref for ref in recorded or [] if ref.rpartition("@")[2] not in keep)
@@ -203,7 +203,7 @@ def spark_images_host_platform(arch: str | None) -> str:
 
 class FilterModule:
     def filters(self):
-        return {"spark_images_stale": spark_images_stale,
+        return {"spark_images_unused": spark_images_unused,
                 "spark_images_effective": spark_images_effective,
                 "spark_images_pull_repository": spark_images_pull_repository,
                 "spark_images_pull_requests": spark_images_pull_requests,

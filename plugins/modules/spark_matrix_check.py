@@ -42,7 +42,8 @@ options:
     description: The stack matrix (matrix/spark-stack.yml, loaded).
     type: dict
     required: true
-  index_overrides:
+  index_mirrors:
+    aliases: [index_overrides]
     description: Upstream index URL -> the URL to ask instead.
     type: dict
     default: {}
@@ -71,7 +72,7 @@ options:
   buildable:
     description:
       - Only whether a venv can be built from the matrix, asked before the build downloads anything (role
-        spark_venv) - the sequence resolved on its indexes (O(index_overrides) applied) and its declared closure
+        spark_venv) - the sequence resolved on its indexes (O(index_mirrors) applied) and its declared closure
         judged, no pin asked alone, no table. Fails naming each step that does not resolve and each violation the
         matrix does not accept; an index this machine cannot ask is a warning and RV(checked) false.
     type: bool
@@ -346,7 +347,9 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "matrix": {"type": "dict", "required": True},
-            "index_overrides": {"type": "dict", "default": {}},
+            "index_mirrors": {"type": "dict", "default": {}, "aliases": ["index_overrides"],
+                              "deprecated_aliases": [{"name": "index_overrides", "version": "1.0.0",
+                                                      "collection_name": "sparkfleet.spark"}]},
             "skip_steps": {"type": "list", "elements": "str", "default": []},
             "max_age_days": {"type": "int", "default": 90},
             "today": {"type": "str"},
@@ -369,7 +372,7 @@ def main() -> None:
         module.exit_json(changed=False, rows=[], table=[CLOSURE_HEADING, *judged["lines"]], closure=judged,
                          closure_lines=judged["lines"], closure_heading=CLOSURE_HEADING)
     if p["buildable"]:
-        buildable(module, matrix, p["index_overrides"], p["timeout"])
+        buildable(module, matrix, p["index_mirrors"], p["timeout"])
     ids = [s["id"] for s in matrix["steps"]]
     unknown = sorted(set(p["skip_steps"]) - set(ids))
     if unknown:
@@ -381,7 +384,7 @@ def main() -> None:
     for step in matrix["steps"]:
         for spec in step["packages"]:
             name, version = parse_pin(spec)
-            index = mirrored(step["index_url"], p["index_overrides"])
+            index = mirrored(step["index_url"], p["index_mirrors"])
             jobs.append({"step": step["id"], "package": name, "version": version, "index": index, "spec": spec})
     width = max(len(j["package"]) for j in jobs)  # the whole matrix's, so that steps checked apart align
     step_width = max(8, *(len(i) for i in ids))
@@ -396,7 +399,7 @@ def main() -> None:
     for job in jobs:
         job.setdefault("status", "skipped")
         job.pop("spec")
-    sequence = resolve_sequence(pip, matrix, p["index_overrides"], p["skip_steps"], p["timeout"], p["step"])
+    sequence = resolve_sequence(pip, matrix, p["index_mirrors"], p["skip_steps"], p["timeout"], p["step"])
     for entry in sequence:  # a step that does not resolve: its pins' own metadata, for the closure
         if entry["status"] != "resolves":
             entry["declared"] = [j["declared"] for j in jobs if j["step"] == entry["step"] and j.get("declared")]

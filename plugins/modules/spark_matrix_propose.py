@@ -41,7 +41,8 @@ options:
     type: list
     elements: str
     default: []
-  index_overrides:
+  index_mirrors:
+    aliases: [index_overrides]
     description: Upstream index URL -> the URL to ask instead (a mirror, the test bed's index).
     type: dict
     default: {}
@@ -301,7 +302,9 @@ def main() -> None:
         argument_spec={
             "matrix": {"type": "dict", "required": True},
             "pins": {"type": "list", "elements": "str", "default": []},
-            "index_overrides": {"type": "dict", "default": {}},
+            "index_mirrors": {"type": "dict", "default": {}, "aliases": ["index_overrides"],
+                              "deprecated_aliases": [{"name": "index_overrides", "version": "1.0.0",
+                                                      "collection_name": "sparkfleet.spark"}]},
             "today": {"type": "str"},
             "timeout": {"type": "int", "default": 20},
         },
@@ -314,7 +317,7 @@ def main() -> None:
         today = datetime.date.fromisoformat(p["today"]) if p["today"] else datetime.date.today()
     except (MatrixError, ValueError) as exc:
         module.fail_json(msg=str(exc))
-    found = respecting_closure(module, matrix, given, p["index_overrides"], p["timeout"])
+    found = respecting_closure(module, matrix, given, p["index_mirrors"], p["timeout"])
     chosen = {**{normalize(parse_pin(s)[0]): parse_pin(s)[1] for st in matrix["steps"] for s in st["packages"]},
               **{name: public(version) for name, version in found["chosen"].items()}}
     for name, version in given.items():  # a step not reached keeps the given pin in the diff
@@ -333,7 +336,7 @@ def main() -> None:
     added = [entry["name"] for entry in found["additions"].values()]
     proposed = candidate(matrix, chosen, today, added, accepted)
     rows = [{**row, "given": normalize(row["package"]) in given} for row in changes(matrix, proposed)]
-    indexes = {parse_pin(spec)[0]: mirrored(step["index_url"], p["index_overrides"])
+    indexes = {parse_pin(spec)[0]: mirrored(step["index_url"], p["index_mirrors"])
                for step in proposed["steps"] for spec in step["packages"]}
     asked = sorted({(row["package"], version) for row in rows for version in (row["old"], row["new"]) if version})
     with ThreadPoolExecutor(max_workers=4) as pool:

@@ -71,7 +71,8 @@ options:
     description: The interpreter the venv is made from.
     type: str
     default: python3
-  index_overrides:
+  index_mirrors:
+    aliases: [index_overrides]
     description:
       - Upstream index URL -> the URL to use instead (a mirror, the test bed's index).
       - A mirror off the host's loopback is used only with O(lock) (its wheels checked against the lock's sha256);
@@ -293,7 +294,7 @@ class Venv:
         if p["wheelhouse"] and self.lock is None:
             module.fail_json(msg=f"wheelhouse {p['wheelhouse']} is given without the hash lock: its wheels are "
                                  "installed only against the lock's sha256. Give the lock too. Nothing was changed.")
-        self.steps = pip_steps(self.matrix, self.extras, p["index_overrides"], os.path.join(self.path, CONSTRAINTS),
+        self.steps = pip_steps(self.matrix, self.extras, p["index_mirrors"], os.path.join(self.path, CONSTRAINTS),
                                self.lock, self.path, p["wheelhouse"])
         refused = plain_http_refused([url for step in self.steps for url in step["indexes"]],
                                      p["insecure_indexes"])
@@ -303,7 +304,7 @@ class Venv:
             if self.lock is None else []
         if strangers:
             module.fail_json(msg="; ".join(strangers) + ". Nothing was changed.")
-        unlocked = mirrors(self.matrix, p["index_overrides"]) if self.lock is None else []
+        unlocked = mirrors(self.matrix, p["index_mirrors"]) if self.lock is None else []
         if unlocked:
             module.fail_json(msg=f"the venv would be built from a mirror ({'; '.join(unlocked)}) without the hash "
                                  "lock: a mirror can serve other bytes under the same name and version, so its "
@@ -613,7 +614,9 @@ def main() -> None:
             "root": {"type": "path", "default": "/opt/sparkfleet/venvs"},
             "link": {"type": "path", "default": "/opt/sparkfleet/venv"},
             "python": {"type": "str", "default": "python3"},
-            "index_overrides": {"type": "dict", "default": {}},
+            "index_mirrors": {"type": "dict", "default": {}, "aliases": ["index_overrides"],
+                              "deprecated_aliases": [{"name": "index_overrides", "version": "1.0.0",
+                                                      "collection_name": "sparkfleet.spark"}]},
             "insecure_indexes": {"type": "list", "elements": "str", "default": []},
             "wheelhouse": {"type": "path"},
             "extra_packages": {"type": "list", "elements": "str", "default": []},

@@ -36,7 +36,8 @@ options:
     description: The stack matrix the lock was written for (its target and its steps' indexes).
     type: dict
     required: true
-  index_overrides:
+  index_mirrors:
+    aliases: [index_overrides]
     description: Upstream index URL -> the URL to use instead (a mirror).
     type: dict
     default: {}
@@ -148,7 +149,7 @@ def cached(cache: str, entry: dict) -> str | None:
 def fetch(module: AnsibleModule, matrix: dict, position: int, entries: list[dict], cache: str) -> list[str]:
     """pip download the step's missing wheels (exactly the lock's, --require-hashes) and keep each by its sha256."""
     step = matrix["steps"][position]
-    overrides = module.params["index_overrides"]
+    overrides = module.params["index_mirrors"]
     indexes = [mirrored(step["index_url"], overrides)]
     indexes += [url for url in dict.fromkeys(mirrored(e["index_url"], overrides) for e in matrix["steps"][:position])
                 if url not in indexes]
@@ -188,7 +189,9 @@ def main() -> None:
         argument_spec={
             "lock": {"type": "dict", "required": True},
             "matrix": {"type": "dict", "required": True},
-            "index_overrides": {"type": "dict", "default": {}},
+            "index_mirrors": {"type": "dict", "default": {}, "aliases": ["index_overrides"],
+                              "deprecated_aliases": [{"name": "index_overrides", "version": "1.0.0",
+                                                      "collection_name": "sparkfleet.spark"}]},
             "cache": {"type": "path", "required": True},
             "timeout": {"type": "int", "default": 60},
             "pip_env": {"type": "dict", "default": {}, "no_log": False},

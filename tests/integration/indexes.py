@@ -68,7 +68,7 @@ def venv_fleet(workdir: Path, index: Index, hosts: int, wheelhouse: bool, own: d
     inventory = workdir / "inventory"
     (inventory / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
     if locked:
-        checked = run_module("spark_matrix_check", {"matrix": matrix, "index_overrides": index.overrides})
+        checked = run_module("spark_matrix_check", {"matrix": matrix, "index_mirrors": index.overrides})
         (inventory / "group_vars" / "all" / "spark_venv_lock.yml").write_text(yaml.safe_dump(
             {"spark_venv_lock": lock_from_sequence(matrix, checked["sequence"])}))
     names = {f"venv-host-{n}": {"spark_venv_root": str(workdir / f"host-{n}" / "venvs"),

@@ -20,7 +20,7 @@ MATRIX = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())
 
 
 def test_every_pin_of_the_matrix_is_on_the_test_beds_index(pyindex):
-    result = run_module("spark_matrix_check", {"matrix": MATRIX, "index_overrides": pyindex.overrides,
+    result = run_module("spark_matrix_check", {"matrix": MATRIX, "index_mirrors": pyindex.overrides,
                                                "today": "2026-08-01"})
     assert not result["failed"], result.get("msg")
     assert [(r["package"], r["status"]) for r in result["rows"]][:3] == [
@@ -34,14 +34,14 @@ def test_an_index_token_is_in_no_row_and_no_unasked_index(pyindex):
     token = "planted-index-token-9a27"
     overrides = {up: mine.replace("http://", f"http://ci:{token}@", 1) for up, mine in pyindex.overrides.items()}
     overrides["https://download.pytorch.org/whl/cu130"] = f"http://ci:{token}@127.0.0.1:9/cu130"
-    result = run_module("spark_matrix_check", {"matrix": MATRIX, "index_overrides": overrides, "timeout": 3})
+    result = run_module("spark_matrix_check", {"matrix": MATRIX, "index_mirrors": overrides, "timeout": 3})
     assert {r["package"]: r["status"] for r in result["rows"]}["transformers"] == "available", "the token worked"
     assert result["unasked_indexes"] == ["http://ci:***@127.0.0.1:9/cu130"]
     assert token not in str({k: v for k, v in result.items() if not k.startswith("_")})
 
 
 def test_the_sequence_resolves_step_by_step_on_the_test_beds_index(pyindex):
-    result = run_module("spark_matrix_check", {"matrix": MATRIX, "index_overrides": pyindex.overrides})
+    result = run_module("spark_matrix_check", {"matrix": MATRIX, "index_mirrors": pyindex.overrides})
     steps = {s["step"]: s for s in result["sequence"]}
     assert [s["status"] for s in result["sequence"]] == ["resolves"] * 6, result["table"]
     assert result["conflicts"] == []
@@ -67,7 +67,7 @@ def test_a_package_a_later_step_moves_is_a_note_of_the_step_and_a_violation_of_t
     accept (issue 48)."""
     matrix = copy.deepcopy(MATRIX)
     matrix["steps"][1]["packages"] = [p.replace("trl==1.8.0", "trl==1.8.1") for p in matrix["steps"][1]["packages"]]
-    result = run_module("spark_matrix_check", {"matrix": matrix, "index_overrides": pyindex.overrides})
+    result = run_module("spark_matrix_check", {"matrix": matrix, "index_mirrors": pyindex.overrides})
     steps = {s["step"]: s for s in result["sequence"]}
     assert steps["stack"]["notes"] == ["installs torchao 0.13.0, which step torchao then moves to 0.17.0"]
     judged = run_module("spark_matrix_check", {"matrix": matrix, "closure_of": result["sequence"]})
@@ -82,7 +82,7 @@ def test_dropping_no_deps_makes_unsloth_ask_for_another_transformers(pyindex):
     matrix = copy.deepcopy(MATRIX)
     unsloth = next(s for s in matrix["steps"] if s["id"] == "unsloth")
     unsloth["args"] = [a for a in unsloth.get("args", []) if a != "--no-deps"]
-    result = run_module("spark_matrix_check", {"matrix": matrix, "index_overrides": pyindex.overrides})
+    result = run_module("spark_matrix_check", {"matrix": matrix, "index_mirrors": pyindex.overrides})
     steps = {s["step"]: s for s in result["sequence"]}
     assert steps["unsloth"]["status"] == "conflict"
     assert steps["torchao"]["status"] == "resolves"
@@ -97,7 +97,7 @@ def test_a_missing_pin_and_an_unreachable_index_are_told_apart(pyindex):
     matrix = copy.deepcopy(MATRIX)
     matrix["steps"][1]["packages"][4] = "trl==9.9.9"
     overrides = {**pyindex.overrides, "https://download.pytorch.org/whl/cu130": "http://127.0.0.1:9/cu130"}
-    result = run_module("spark_matrix_check", {"matrix": matrix, "index_overrides": overrides, "timeout": 3})
+    result = run_module("spark_matrix_check", {"matrix": matrix, "index_mirrors": overrides, "timeout": 3})
     rows = {r["package"]: r for r in result["rows"]}
     assert rows["trl"]["status"] == "missing"
     assert rows["trl"]["detail"] == "no wheel for this target; the index offers 1.8.0, 1.8.1, 1.9.0, 1.10.0"

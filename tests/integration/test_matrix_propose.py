@@ -40,7 +40,7 @@ def index(tmp_path_factory):
 
 
 def propose(index, **args) -> dict:
-    return run_module("spark_matrix_propose", {"matrix": MATRIX, "index_overrides": index.overrides,
+    return run_module("spark_matrix_propose", {"matrix": MATRIX, "index_mirrors": index.overrides,
                                                "today": "2026-12-04", **args})
 
 
@@ -320,7 +320,7 @@ def test_what_the_set_declares_and_no_step_installs_is_added_to_the_held_step_an
     held["packages"] = [pin for pin in held["packages"] if not pin.startswith("tyro==")]
     stale = {"declared_by": "peft", "requires": "torch", "reason": "no longer needed"}
     matrix["accepted"] = [*matrix["accepted"], stale]
-    result = run_module("spark_matrix_propose", {"matrix": matrix, "index_overrides": index.overrides,
+    result = run_module("spark_matrix_propose", {"matrix": matrix, "index_mirrors": index.overrides,
                                                  "today": "2026-12-04"})
     assert not result["failed"], result.get("msg")
     candidate = next(step for step in result["candidate"]["steps"] if step.get("hold"))
@@ -337,7 +337,7 @@ def test_what_the_set_declares_and_no_step_installs_is_added_to_the_held_step_an
 
     # Without a held step the matrix keeps its package lists: what is missing is said, not added.
     matrix["steps"] = [step for step in matrix["steps"] if not step.get("hold")]
-    result = run_module("spark_matrix_propose", {"matrix": matrix, "index_overrides": index.overrides,
+    result = run_module("spark_matrix_propose", {"matrix": matrix, "index_mirrors": index.overrides,
                                                  "today": "2026-12-04"})
     assert not result["failed"] and result["added"] == 0, result.get("msg")
     assert [line for line in result["closure"]["lines"] if line.startswith("MISSING unsloth 2026.7.2")] == [

@@ -31,7 +31,7 @@ def place(tmp_path, pyindex):
     """Arguments shared by every call: where the venvs live, the link, the index."""
     def args(matrix=None, **extra):
         return {"matrix": matrix or MATRIX, "root": str(tmp_path / "venvs"), "link": str(tmp_path / "venv"),
-                "python": sys.executable, "index_overrides": pyindex.overrides, **extra}
+                "python": sys.executable, "index_mirrors": pyindex.overrides, **extra}
     return args
 
 
@@ -226,7 +226,7 @@ def test_an_index_token_never_reaches_pips_argv_or_the_result(place, pyindex, tm
     watcher.start()
     try:
         # -vvv with the invocation shown: the result as callbacks show it then, the module_args (the overrides) too.
-        built = run_module("spark_venv", place(index_overrides=overrides), "-vvv", **SHOW_INVOCATION)
+        built = run_module("spark_venv", place(index_mirrors=overrides), "-vvv", **SHOW_INVOCATION)
     finally:
         stop.set()
         watcher.join()
@@ -275,15 +275,15 @@ def test_a_plain_http_index_off_the_loopback_is_refused_unless_named(place, pyin
     default, no hash lock: anyone on the path could swap a wheel. It is refused before anything is made, unless
     the user names it as Docker's insecure registries are named; the loopback's (the test bed's) stay accepted."""
     mirror = {step["index_url"]: "http://wheels.lan:8080/simple" for step in MATRIX["steps"]}
-    refused = run_module("spark_venv", place(index_overrides=mirror), "--check")
+    refused = run_module("spark_venv", place(index_mirrors=mirror), "--check")
     assert refused["failed"]
     assert refused["msg"].startswith("http://wheels.lan:8080/simple is plain http (no TLS: anyone on the path can "
                                      "swap a wheel); use https, or name wheels.lan:8080 in spark_venv_insecure_indexes")
     assert refused["msg"].count("wheels.lan:8080/simple is plain http") == 1, "each index said once"
     assert not (tmp_path / "venvs").exists()
-    named = run_module("spark_venv", place(index_overrides=mirror, insecure_indexes=["wheels.lan:8080"]), "--check")
+    named = run_module("spark_venv", place(index_mirrors=mirror, insecure_indexes=["wheels.lan:8080"]), "--check")
     assert named["failed"] and "without the hash lock" in named["msg"], "a mirror's wheels were taken unlocked"
-    locked = run_module("spark_venv", place(index_overrides=mirror, insecure_indexes=["wheels.lan:8080"],
+    locked = run_module("spark_venv", place(index_mirrors=mirror, insecure_indexes=["wheels.lan:8080"],
                                             lock=_lock(pyindex)), "--check")
     assert not locked["failed"] and locked["action"] == "build", locked.get("msg")
 
@@ -294,7 +294,7 @@ def test_a_mirror_off_the_loopback_is_used_only_with_the_hash_lock(place, pyinde
     made, naming the mirror (its token masked) and the command that writes the lock; the loopback's index (the
     owner's own, as the test bed's) builds without one (test_the_sequence_builds_...)."""
     mirror = {"https://pypi.org/simple": "https://ci:s3cr3t@wheels.example.lan/simple"}
-    refused = run_module("spark_venv", place(index_overrides={**pyindex.overrides, **mirror}), "--check")
+    refused = run_module("spark_venv", place(index_mirrors={**pyindex.overrides, **mirror}), "--check")
     assert refused["failed"]
     assert refused["msg"].startswith("the venv would be built from a mirror (https://pypi.org/simple -> "
                                      "https://ci:***@wheels.example.lan/simple) without the hash lock")
@@ -404,7 +404,7 @@ def _lock(pyindex, matrix: dict = MATRIX) -> dict:
     """The hash lock as `sparkfleet matrix lock` writes it, from the matrix check against the test bed's index."""
     from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._hash_lock import lock_from_sequence
 
-    checked = run_module("spark_matrix_check", {"matrix": matrix, "index_overrides": pyindex.overrides})
+    checked = run_module("spark_matrix_check", {"matrix": matrix, "index_mirrors": pyindex.overrides})
     assert not checked["failed"], checked.get("msg")
     return lock_from_sequence(matrix, checked["sequence"])
 
@@ -477,7 +477,7 @@ def test_a_fleet_fetches_each_locked_wheel_once_and_a_host_cut_off_from_the_inde
         return [r.rsplit("/", 1)[-1] for r in own_index.requests if r.endswith(".whl")]
 
     before = len(wheels_served())
-    hosts = [run_module("spark_wheelhouse", {"lock": lock, "matrix": HERE, "index_overrides": own_index.overrides,
+    hosts = [run_module("spark_wheelhouse", {"lock": lock, "matrix": HERE, "index_mirrors": own_index.overrides,
                                              "cache": str(cache)}) for _host in range(3)]
     assert not any(h["failed"] for h in hosts), hosts[0].get("msg")
     assert sorted(hosts[0]["fetched"]) == sorted(wheels)
@@ -490,7 +490,7 @@ def test_a_fleet_fetches_each_locked_wheel_once_and_a_host_cut_off_from_the_inde
     for path in hosts[2]["files"]:
         shutil.copy(path, house)
     dead = {upstream: "http://127.0.0.1:9/simple" for upstream in own_index.overrides}  # nothing listens on port 9
-    built = run_module("spark_venv", place(HERE, lock=lock, wheelhouse=str(house), index_overrides=dead,
+    built = run_module("spark_venv", place(HERE, lock=lock, wheelhouse=str(house), index_mirrors=dead,
                                            root=str(tmp_path / "cut-off"), link=str(tmp_path / "cut-off-venv")))
     assert not built["failed"], built.get("msg")
     assert all(s["command"].split(" install ", 1)[1].startswith(f"--no-index --find-links {house} --require-hashes")

@@ -260,3 +260,7 @@ def test_the_glossary_words_keep_their_sense_in_the_code():
         names |= {node.name for node in ast.walk(ast.parse(path.read_text()))
                   if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
     assert sorted(n for n in names if n in ("override", "inventory_lock") or n.endswith("_override")) == []
+    # A module option for an index's mirror is index_mirrors (index_overrides only as its deprecated alias).
+    options = [f"{path.name}: {key}" for path in sorted((REPO / "plugins" / "modules").glob("*.py"))
+               for key in re.findall(r'"(\w+_overrides)": \{', path.read_text())]
+    assert options == []

@@ -75,3 +75,17 @@ def test_the_cli_knows_each_old_name_by_its_role_defaults_and_says_what_to_renam
         "name is still read, until 1.0.0"]
     # the old name is held to the new name's type before the run, as the new one is
     assert variables.mistyped({"group all": {"spark_venv_index_overrides": ["http://mirror/simple"]}})
+
+
+def test_a_modules_old_option_name_is_still_taken_with_a_deprecation_and_its_secret_masked():
+    """The matrix modules' option index_overrides is index_mirrors (an alias until 1.0.0): a playbook of the owner's
+    that still says index_overrides works, is told, and a token in a mirror's URL is masked whatever the name."""
+    from conftest import run_module
+
+    result = run_module("spark_matrix_check", {"matrix": {"schema": 1, "steps": "pip install torch"},
+                                               "index_overrides": {"https://pypi.org/simple":
+                                                                   "https://fleet:t0ken-under-old-name@m.example/s"}})
+    assert result["failed"] and result["msg"].endswith("Nothing was checked."), result["msg"]
+    said = " ".join((result["_stdout"] + result["_stderr"]).split())
+    assert "Alias 'index_overrides' is deprecated" in said and "sparkfleet.spark' version 1.0.0" in said, said[-2000:]
+    assert "t0ken-under-old-name" not in json.dumps(result)

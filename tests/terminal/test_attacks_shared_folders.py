@@ -266,7 +266,7 @@ def test_suspicion_5a_a_loopback_index_another_user_bound_is_refused_before_pip_
         matrix = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())
         overrides = {step["index_url"]: f"http://127.0.0.1:{port}/simple" for step in matrix["steps"]}
         result = run_module("spark_venv", {"matrix": matrix, "root": str(tmp_path / "venvs"),
-                                           "link": str(tmp_path / "venv"), "index_overrides": overrides,
+                                           "link": str(tmp_path / "venv"), "index_mirrors": overrides,
                                            "today": "2026-12-04"}, "--check")
     finally:
         theirs.kill()

@@ -19,7 +19,7 @@ def start(module, not_done: str) -> dict:
     params = module.params
     # A token in an index URL (a private mirror's) or a secret of pip's environment is masked in the whole
     # result, module_args included.
-    module.no_log_values.update(matrix_secrets(params["matrix"], params.get("index_overrides") or {}))
+    module.no_log_values.update(matrix_secrets(params["matrix"], params.get("index_mirrors") or {}))
     module.no_log_values.update(env_secrets(params.get("pip_env") or {}))
     try:
         return check(params["matrix"])

@@ -32,8 +32,8 @@ def test_the_pull_requests_filter_hands_its_positional_options_to_the_model():
 
 def test_only_images_this_project_pulled_and_no_longer_pins_are_stale():
     recorded = [f"nvcr.io/nvidia/pytorch@{D1}", f"nvcr.io/nvidia/pytorch@{D2}"]
-    assert images.spark_images_stale(recorded, [{"index_digest": D2}]) == [f"nvcr.io/nvidia/pytorch@{D1}"]
-    assert images.spark_images_stale(None, [{"index_digest": D2}]) == []
+    assert images.spark_images_unused(recorded, [{"index_digest": D2}]) == [f"nvcr.io/nvidia/pytorch@{D1}"]
+    assert images.spark_images_unused(None, [{"index_digest": D2}]) == []
 
 
 def test_registry_overrides_keep_the_catalog_otherwise():
