@@ -135,6 +135,7 @@ requests:
 import datetime
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.sparkfleet.spark.plugins.module_utils.images._lock import fallback_reason
 from ansible_collections.sparkfleet.spark.plugins.module_utils.images._oci import BadReference, parse_reference
 from ansible_collections.sparkfleet.spark.plugins.module_utils.images._registry import (
     Registry,
@@ -186,7 +187,7 @@ def main() -> None:
                 found = resolve_tag(registry, image["repository"], tag, module.params["architecture"])
                 break
             except RegistryError as exc:
-                reasons.append(str(exc))
+                reasons.append(fallback_reason(str(exc)))  # a line the lock accepts
                 if exc.transient:  # the registry is down: an older tag is no answer to that
                     break
         if found is None:

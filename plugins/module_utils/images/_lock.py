@@ -145,6 +145,16 @@ def entry_problems(name: object, entry: dict) -> list[str]:
     return said + _fallback_problems(entry.get("fallback")) + _derived_problems(derived)
 
 
+REASON_MAX = 500
+
+
+def fallback_reason(text: str) -> str:
+    """A registry's answer as a reason the lock's fallback may hold: one line of printable text, REASON_MAX at
+    most (what the registry said can hold newlines, escapes or a whole error body)."""
+    line = "".join(c if c.isprintable() else " " for c in " ".join(str(text).split()))
+    return line if len(line) <= REASON_MAX else line[:REASON_MAX - 3] + "..."
+
+
 def _fallback_problems(fallback: object) -> list[str]:
     """A fallback is shown in the pin line, reports and the summary: its tags are tags, its reasons printable."""
     if fallback is None:
@@ -154,9 +164,9 @@ def _fallback_problems(fallback: object) -> list[str]:
         return [f"fallback is {fallback!r}; {expected}"]
     said = [f"fallback.{key} {problem}" for key in ("wanted", "used")
             if (problem := validate.tag(fallback.get(key)))]
-    said += [f"fallback.reasons has {reason!r}; expected a line of printable text (500 characters at most)"
+    said += [f"fallback.reasons has {reason!r}; expected a line of printable text ({REASON_MAX} characters at most)"
              for reason in fallback.get("reasons", [])
-             if not isinstance(reason, str) or len(reason) > 500 or not reason.isprintable()]
+             if not isinstance(reason, str) or len(reason) > REASON_MAX or not reason.isprintable()]
     return said
 
 
