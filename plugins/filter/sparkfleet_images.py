@@ -18,13 +18,20 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.images._oci impor
 
 
 def spark_images_pull_requests(targets: list[dict], mirrors: dict, platform: str, catalog: list[dict],
-                               moving: list[str], launcher_dir: str, blessed_fallback: bool = True,
-                               sized: bool = True) -> list[dict]:
+                               moving: list[str], launcher_dir: str, local_blessed: bool = True,
+                               sized: bool = True, blessed_fallback: bool | None = None) -> list[dict]:
     """What spark_image_pull's O(images) takes for the lock entries a host pulls: one complete request each
-    (module_utils/images/_pinned.py's pull_request), so that provision and refresh pull the same way."""
+    (module_utils/images/_pinned.py's pull_request), so that provision and refresh pull the same way.
+    blessed_fallback: local_blessed's old keyword (deprecated)."""
+    if blessed_fallback is not None:
+        from ansible.utils.display import Display
+
+        Display().deprecated("spark_images_pull_requests: the keyword blessed_fallback is now local_blessed",
+                             version="1.0.0", collection_name="sparkfleet.spark")
+        local_blessed = blessed_fallback
     try:
         return pinned_model.pull_requests(targets, catalog, mirrors=mirrors, platform=platform, moving=moving,
-                                          launcher_dir=launcher_dir, blessed_fallback=blessed_fallback, sized=sized)
+                                          launcher_dir=launcher_dir, local_blessed=local_blessed, sized=sized)
     except ValueError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

@@ -30,12 +30,16 @@ def spark_checked(value, kind: str, what: str):
     return value
 
 
-def spark_renamed(value, old: str, new: str):
-    """The value set under a variable's old name, with a deprecation warning naming the new one."""
+def spark_renamed(value, old: str, new: str, kind: str = "variable"):
+    """The value set under a variable's old name (or a role entry point's, kind="entry point"), with a deprecation
+    warning naming the new one."""
     from ansible.utils.display import Display
 
-    Display().deprecated(f"the variable {old} is now {new}: rename it where you set it ({old} is still read)",
-                         version="1.0.0", collection_name="sparkfleet.spark")
+    if kind == "variable":
+        said = f"the variable {old} is now {new}: rename it where you set it ({old} is still read)"
+    else:
+        said = f"the {kind} {old} is now {new}: rename it where you name it ({old} still works)"
+    Display().deprecated(said, version="1.0.0", collection_name="sparkfleet.spark")
     return value
 
 

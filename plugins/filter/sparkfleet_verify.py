@@ -46,9 +46,9 @@ def spark_fleet_table(hosts: list, hostvars: Any, active: list | None = None) ->
     return table.text_lines(rows, table.HEADERS[:-len(table.COUNT_HEADERS)])
 
 
-def spark_verification_limits(platform: dict, can_run_containers: bool) -> dict:
+def spark_verification_limits(preflight: dict, can_run_containers: bool) -> dict:
     """Why a check cannot run on this host (module_utils/verification/_verification.py's limits)."""
-    return verification.limits(platform, can_run_containers)
+    return verification.limits(preflight, can_run_containers)
 
 
 def spark_verification_history(state: dict, record: dict | None = None, read: bool = False) -> str:

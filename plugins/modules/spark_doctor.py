@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 module: spark_doctor
 short_description: Report what someone debugging a DGX Spark needs, paste-able, without secrets
 description:
-  - Reads, and changes nothing - the platform facts of spark_preflight_facts
+  - Reads, and changes nothing - the preflight facts of spark_preflight_facts
     (DGX OS release, GPU name and compute capability, driver and CUDA from
     C(nvidia-smi)), the kernel, Docker's version, registered runtimes, default
     runtime and CDI, the NVIDIA Container Toolkit packages' versions and holds,
@@ -37,10 +37,12 @@ extends_documentation_fragment:
   - sparkfleet.spark.sparkfleet_read_only
   - sparkfleet.spark.sparkfleet_docker
 options:
-  platform:
+  preflight:
     description: The facts spark_preflight_facts gathered (C(ansible_facts['spark_preflight'])).
     type: dict
     required: true
+    aliases: [platform]
+    version_added: 0.2.0
   state_file:
     description: The host's sparkfleet state file.
     type: path
@@ -78,19 +80,19 @@ options:
 """
 
 EXAMPLES = r"""
-- name: Gather the platform facts
+- name: Gather the preflight facts
   sparkfleet.spark.spark_preflight_facts:
 
 - name: The doctor's report
   sparkfleet.spark.spark_doctor:
-    platform: "{{ ansible_facts['spark_preflight'] }}"
+    preflight: "{{ ansible_facts['spark_preflight'] }}"
     hostnames: ["{{ inventory_hostname }}"]
 """
 
 RETURN = r"""
 report:
-  description: The report - host, platform, simulated, system, gpu, docker, toolkit, images, venv, verification,
-    abi_findings, memory, problems, unreadable.
+  description: The report - host, host_class (C(platform), its old key, is deprecated and goes in 1.0.0),
+    simulated, system, gpu, docker, toolkit, images, venv, verification, abi_findings, memory, problems, unreadable.
   returned: success
   type: dict
   contains:
@@ -126,7 +128,10 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.host._doctor impo
     redact,
 )
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host._state import STATE_FILE
-from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._verification import recorded_lines
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._verification import (
+    host_class,
+    recorded_lines,
+)
 
 
 class Doctor:
@@ -221,14 +226,15 @@ class Doctor:
         return memory_signs(kernel_log, self.text("/proc/swaps"), comms, self.text("/proc/pressure/memory"))
 
     def report(self) -> dict:
-        p = self.module.params["platform"]
+        p = self.module.params["preflight"]
         state = self.read_json(self.module.params["state_file"], "the state file") or {}
         verification = state.get("verification") or {}
         lines = recorded_lines(verification)  # the judge's own lines, each failure with its fix
         gpus = p.get("gpus") or []
         found = {
             "host": self.module.params["label"],
-            "platform": p.get("platform"),
+            "host_class": host_class(p),
+            "platform": host_class(p),  # deprecated, the host class under its old key (removed in 1.0.0)
             "simulated": bool(p.get("simulated")),
             "system": {"dgx_os": (p.get("dgx") or {}).get("swbuild_version"),
                        "os": (p.get("os") or {}).get("pretty_name"), "kernel": os.uname().release,
@@ -255,7 +261,10 @@ class Doctor:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "platform": {"type": "dict", "required": True},
+            # platform: the option's old name (a platform is an OCI platform in sparkfleet's words).
+            "preflight": {"type": "dict", "required": True, "aliases": ["platform"],
+                          "deprecated_aliases": [{"name": "platform", "version": "1.0.0",
+                                                  "collection_name": "sparkfleet.spark"}]},
             "state_file": {"type": "path", "default": STATE_FILE},
             "venv_link": {"type": "path", "default": "/opt/sparkfleet/venv"},
             "toolkit_packages": {"type": "list", "elements": "str"},

@@ -34,7 +34,8 @@ options:
   images:
     description:
       - All the images to pull, each a mapping of C(name) (how results name it), C(repository), C(digest) and,
-        optionally, C(platforms), C(size) and C(local_fallback) (as the options of the same names).
+        optionally, C(platforms), C(size) and C(local_blessed) (as the options of the same names; C(local_fallback),
+        its old key, is still read).
         O(platform), O(headroom_bytes) and O(record) hold for all of them.
       - A complete request (the filter C(spark_images_pull_requests) makes one from a lock entry) also carries
         C(launcher), C(launcher_path) and C(lock), the lock entry; from them RV(pinned) says what the host runs.
@@ -69,15 +70,19 @@ options:
     description: Bytes to keep free on Docker's data root after the pull.
     type: int
     default: 0
-  local_fallback:
+  local_blessed:
     description:
       - Blessed tags (C(REPO:TAG), newest first) to use when the pull fails, because the registry cannot be
-        reached or no longer has the locked digest, and the host already has one of them for O(platform).
-      - The one used is returned as RV(local_fallback) with the reason and a warning, never recorded as pulled
+        reached or no longer has the locked digest, and the host already has one of them for O(platform) (a
+        local blessed tag).
+      - The one used is returned as RV(local_blessed) with the reason and a warning, never recorded as pulled
         (so never pruned), and runs by its own digest.
+      - C(local_fallback), its old name, is a deprecated alias (removed in 1.0.0).
     type: list
     elements: str
     default: []
+    aliases: [local_fallback]
+    version_added: 0.2.0
   docker_data_root:
     description:
       - Docker's data root (spark_preflight_facts' C(docker_data_root)). With O(converged_key), the image store's
@@ -116,7 +121,8 @@ RETURN = r"""
 images:
   description: With O(images), one entry per image in its order - C(name), C(ref), C(pulled), C(repo_digests),
     C(present_before) (the host had the locked digest before this call; in check mode, whether it has it now),
-    C(local_fallback) when used, and C(failed) and C(msg) for one that failed.
+    C(local_blessed) when used (and C(local_fallback), its deprecated old key, until 1.0.0), and C(failed) and
+    C(msg) for one that failed.
   returned: with O(images)
   type: list
   elements: dict
@@ -135,8 +141,13 @@ pulled:
   description: Whether the image was pulled in this run.
   returned: success
   type: bool
-local_fallback:
+local_blessed:
   description: When a blessed tag already on the host was used instead, C(wanted), C(used), C(image_id) and C(reason).
+  returned: when used
+  type: dict
+  version_added: 0.2.0
+local_fallback:
+  description: Deprecated, the same as RV(local_blessed) (removed in 1.0.0).
   returned: when used
   type: dict
 repo_digests:
@@ -264,7 +275,7 @@ class Puller:
                              free_bytes=free, needed_bytes=needed)
 
     def pull(self, image: dict) -> dict:
-        """One image: {ref, pulled, repo_digests[, local_fallback]}, or PullFailed saying why."""
+        """One image: {ref, pulled, repo_digests[, local_blessed]}, or PullFailed saying why."""
         module, platform = self.module, self.params["platform"]
         repository, digest = image.get("repository"), image.get("digest")
         platforms = image.get("platforms") or []
@@ -296,22 +307,24 @@ class Puller:
         rc, out, err = module.run_command(cmd, environ_update=environ)
         if rc != 0:
             reason = (err or out).strip()[-800:]
-            fallback = image.get("local_fallback") or []
-            local = blessed_local(module, docker, fallback, platform)
+            blessed = image.get("local_blessed") or image.get("local_fallback") or []  # (its old key, still read)
+            local = blessed_local(module, docker, blessed, platform)
             if local:
                 module.warn(f"{ref} could not be pulled ({reason[-300:]}); using the blessed tag {local['used']} "
                             f"that this host already has ({local['ref']}), as the rules allow. Pull the locked "
                             "digest when the registry answers again (re-run).")
+                used = {"wanted": ref, "used": local["used"], "image_id": local["id"],
+                        "reason": reason.splitlines()[-1] if reason else f"rc {rc}"}
+                # local_fallback: the deprecated old key, until 1.0.0
                 return {"changed": False, "pulled": False, "ref": local["ref"], "repo_digests": local["repo_digests"],
-                        "local_fallback": {"wanted": ref, "used": local["used"], "image_id": local["id"],
-                                           "reason": reason.splitlines()[-1] if reason else f"rc {rc}"}}
+                        "local_blessed": used, "local_fallback": used}
             if "toomanyrequests" in reason.lower() or "429" in reason:
                 reason += (" - the registry rate-limits pulls (HTTP 429). Log in to it "
                            "(spark_images_registry_credentials: Docker Hub's limit is higher for an account), pull "
                            "through a mirror (spark_images_mirrors) so the fleet fetches each layer once, or re-run "
                            "later")
-            looked = (f" No blessed tag is on the host to fall back to (looked for {', '.join(fallback)})."
-                      if fallback else "")
+            looked = (f" No blessed tag is on the host to run instead (looked for {', '.join(blessed)})."
+                      if blessed else "")
             raise PullFailed(f"docker pull {ref} failed (rc {rc}): {reason}. The previously pinned image, if any, "
                              f"is untouched.{looked}", cmd=cmd, rc=rc, stdout=out, stderr=err)
         after = repo_digests(module, docker, ref) or []
@@ -335,7 +348,9 @@ def main() -> None:
             "digest": {"type": "str"},
             "platform": {"type": "str", "default": "linux/arm64"},
             "platforms": {"type": "list", "elements": "str", "default": []},
-            "local_fallback": {"type": "list", "elements": "str", "default": []},
+            "local_blessed": {"type": "list", "elements": "str", "default": [], "aliases": ["local_fallback"],
+                              "deprecated_aliases": [{"name": "local_fallback", "version": "1.0.0",
+                                                      "collection_name": "sparkfleet.spark"}]},
             "size": {"type": "int"},
             "headroom_bytes": {"type": "int", "default": 0},
             "record": {"type": "path", "default": "/var/lib/sparkfleet/pulled-images.json"},
@@ -357,7 +372,7 @@ def main() -> None:
         try:
             result = puller.pull({"repository": params["repository"], "digest": params["digest"],
                                   "platforms": params["platforms"], "size": params["size"],
-                                  "local_fallback": params["local_fallback"]})
+                                  "local_blessed": params["local_blessed"]})
         except PullFailed as exc:
             module.fail_json(msg=exc.msg, **exc.extra)
         module.exit_json(**result)
@@ -374,13 +389,13 @@ def main() -> None:
     changed = any(entry.get("changed") for entry in results)
     for entry in results:
         if not entry.get("failed"):  # whether the host had the image before this call (check mode: has it now)
-            entry["present_before"] = not entry.get("changed") or bool(entry.get("local_fallback"))
+            entry["present_before"] = not entry.get("changed") or bool(entry.get("local_blessed"))
         entry.pop("changed", None)
     if failed:
         module.fail_json(msg="; ".join(failed), changed=changed, images=results, pinned=records)
     store = sorted(glob.glob(os.path.join(params["docker_data_root"] or "/nonexistent", "image", "*",
                                           "repositories.json")))
-    if not module.check_mode and store and not any(entry.get("local_fallback") for entry in results):
+    if not module.check_mode and store and not any(entry.get("local_blessed") for entry in results):
         # What a converged re-run returns: each image there, none pulled. Docker rewrites its image store's
         # repositories.json on every pull, tag and removal: the state is there. (A blessed tag used in place of
         # the locked digest is not recorded: the next run tries the digest again. Docker's containerd image store

@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: spark_preflight_facts
-short_description: Gather DGX Spark platform facts and classify the host
+short_description: Gather the facts every sparkfleet role reads and classify the host
 description:
   - Reads the architecture, C(/etc/os-release), C(/etc/dgx-release), what
     C(nvidia-smi) reports (GPU name, compute capability, driver version and
@@ -63,11 +63,13 @@ options:
     type: path
     default: /var/lib/sparkfleet/state.json
 notes:
-  - The facts are returned as C(ansible_facts.spark_preflight) and C(ansible_facts.spark_platform).
+  - The facts are returned as C(ansible_facts.spark_preflight) and C(ansible_facts.spark_host_class).
+  - C(spark_platform) and C(spark_preflight.platform) are the host class under its old name (a platform is an OCI
+    platform, C(linux/arm64), everywhere else); deprecated, they go in 1.0.0.
 """
 
 EXAMPLES = r"""
-- name: Gather Spark platform facts
+- name: Gather the preflight facts
   sparkfleet.spark.spark_preflight_facts:
 
 - name: Classify a lab host that carries an nvidia-smi stand-in
@@ -76,7 +78,7 @@ EXAMPLES = r"""
 
 - name: Refuse anything that is not a Spark
   ansible.builtin.assert:
-    that: ansible_facts['spark_platform'] == 'spark'
+    that: ansible_facts['spark_host_class'] == 'spark'
     fail_msg: "{{ ansible_facts['spark_preflight']['reasons'] | join('; ') }}"
 """
 
@@ -86,17 +88,25 @@ ansible_facts:
   returned: always
   type: dict
   contains:
-    spark_platform:
+    spark_host_class:
       description: The class of the host.
       type: str
       choices: [spark, aarch64-other, not-spark]
       sample: spark
+      version_added: 0.2.0
+    spark_platform:
+      description: Deprecated, the same as C(spark_host_class) (removed in 1.0.0).
+      type: str
     spark_preflight:
       description: Everything gathered.
       type: dict
       contains:
+        host_class:
+          description: Same as C(spark_host_class).
+          type: str
+          version_added: 0.2.0
         platform:
-          description: Same as C(spark_platform).
+          description: Deprecated, the same as C(host_class) (removed in 1.0.0).
           type: str
         reasons:
           description: Why the host is not a Spark; empty for a Spark.
@@ -223,7 +233,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_daem
     parse_daemon_json,
 )
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host._dpkg import PACKAGES, lock_holders, read_status
-from ansible_collections.sparkfleet.spark.plugins.module_utils.host._spark_platform import (
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._host_class import (
     QUERY_ARGS,
     classify,
     parse_cuda_banner,
@@ -322,7 +332,7 @@ class PreflightFacts:
     def gather(self) -> dict:
         arch = os.uname().machine
         gpus, cuda, nvsmi = self.nvidia()
-        platform, reasons = classify(arch, gpus, cuda)
+        host_class, reasons = classify(arch, gpus, cuda)
         dgx_text = _read("/etc/dgx-release")
         info = self.docker_info()
         config, daemon_json = self.daemon_json()
@@ -331,7 +341,8 @@ class PreflightFacts:
         runtimes = info.get("Runtimes")
         mem = parse_meminfo(_read("/proc/meminfo") or "")
         return {
-            "platform": platform,
+            "host_class": host_class,
+            "platform": host_class,  # deprecated (the host class under its old name), removed in 1.0.0
             "reasons": reasons,
             "simulated": self.module.params["simulated"],
             "arch": arch,
@@ -373,7 +384,9 @@ def main() -> None:
     facts = PreflightFacts(module).gather()
     module.exit_json(
         changed=False,
-        ansible_facts={"spark_preflight": facts, "spark_platform": facts["platform"]},
+        # spark_platform: deprecated, the host class under its old name, removed in 1.0.0.
+        ansible_facts={"spark_preflight": facts, "spark_host_class": facts["host_class"],
+                       "spark_platform": facts["host_class"]},
     )
 
 

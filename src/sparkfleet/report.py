@@ -29,8 +29,10 @@ def host_report(host: Host, refresh: dict | None = None, rollout: str | None = N
     entry = None if not refresh else table.refresh_entry(
         host.facts.get("spark_images_pinned") or [], refresh.get("diff") or [], host.batches.get(rollout or ""),
         host.facts.get("spark_images_refresh_failure"), check=check)
-    return table.host_entry(host.facts, unreachable=host.unreachable, counts=host.counts, failures=host.failures,
-                            refresh=entry, changes=host.changes)
+    found = table.host_entry(host.facts, unreachable=host.unreachable, counts=host.counts, failures=host.failures,
+                             refresh=entry, changes=host.changes)
+    # platform: the host class under its old key, deprecated (a platform is an OCI platform), removed in 1.0.0.
+    return {**found, "platform": found["host_class"]}
 
 
 def with_history(entry: dict, check: bool) -> dict:
@@ -176,10 +178,10 @@ def junit(report: dict) -> str:
         if h.get("refresh"):
             case(name, "refresh", failure=h["refresh_failure"] if h["refresh"]["outcome"] == "rolled back" else None,
                  text=f"batch {h['refresh']['batch']}: {h['refresh']['outcome']}")
-        if h["platform"] is not None:  # None: a controller-side play, no platform gathered
-            case(name, "platform", failure=None if h["platform"] == "spark" or h.get("override")
-                 else f"platform {h['platform']}",
-                 text=f"{h.get('override') or h['platform']}{' (simulated)' if h['simulated'] else ''}")
+        if h["host_class"] is not None:  # None: a controller-side play, no class gathered
+            case(name, "class", failure=None if h["host_class"] == "spark" or h.get("override")
+                 else f"class {h['host_class']}",
+                 text=f"{h.get('override') or h['host_class']}{' (simulated)' if h['simulated'] else ''}")
         if h["runtime"] is not None:
             case(name, "runtime", failure=None if h["runtime"]["registered"] else
                  f"nvidia runtime not registered; Docker's runtimes: {', '.join(h['runtime']['runtimes'])}")

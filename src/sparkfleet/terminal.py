@@ -23,10 +23,10 @@ from sparkfleet.collection_home import collection_module
 # under the table and are all in report.md. What an Ansible user reads first (the host, its verdict, changed and
 # failed) stays at any width from 80 columns, and what each host runs (each image's short digest) next.
 PRIORITY = ("host", "verdict", "changed", "failed", "images (digest)", "line", "history", "runtime", "venv",
-            "platform", "ABI findings")
+            "class", "ABI findings")
 # Columns that may fold onto several lines (long by nature); every other cell stays on one line (the images
 # cell has a line per image, each digest short and whole, never folded).
-FOLDING = {"line": 18, "venv": 12, "platform": 11, "image or venv": 24, "frameworks": 16, "GPU": 14}
+FOLDING = {"line": 18, "venv": 12, "class": 11, "image or venv": 24, "frameworks": 16, "GPU": 14}
 # The table of each image and venv: what stays when the width is short.
 TARGET_PRIORITY = ("host", "image or venv", "GPU", "smoke", "ABI", "frameworks")
 

@@ -50,7 +50,10 @@ def test_provision_stream_gives_each_hosts_facts():
     data = report.build(fleet, META)
     jsonschema.validate(data, SCHEMA)
     one = data["hosts"][LAB]
-    assert (one["platform"], one["simulated"], one["reachable"], one["history"]) == ("spark", True, True, "fresh")
+    assert (one["host_class"], one["simulated"], one["reachable"], one["history"]) == ("spark", True, True, "fresh")
+    # Recorded by an older sparkfleet (its facts say platform for the host class): still read; and report.json
+    # keeps the key platform beside host_class until 1.0.0, for the scripts that read it.
+    assert "host_class" not in json.dumps(fleet.hosts[LAB].facts) and one["platform"] == "spark"
     assert one["runtime"]["registered"] is True and "nvidia" in one["runtime"]["runtimes"]
     assert [i["name"] for i in one["images"]] == ["ngc", "unsloth"]
     assert all("@sha256:" in i["ref"] for i in one["images"])
@@ -210,7 +213,7 @@ def test_a_host_provisioned_on_purpose_is_marked_and_each_image_says_where_it_co
     fleet = Fleet()
     d1 = "sha256:" + "1" * 64
     fleet.handle(event("ok", "box", {"ansible_facts": {
-        "spark_preflight": {"platform": "not-spark", "simulated": False}, "spark_preflight_override": True}}))
+        "spark_preflight": {"host_class": "not-spark", "simulated": False}, "spark_preflight_override": True}}))
     fleet.handle(event("ok", "box", {"ansible_facts": {"spark_images_pinned": [
         {"name": "ngc", "ref": f"r/nvidia/pytorch@{d1}", "tag": "25.11-py3"},
         {"name": "ngc-audio", "ref": d1, "tag": "0123456789ab", "derived": True, "base": "ngc",
@@ -228,7 +231,7 @@ def test_a_host_provisioned_on_purpose_is_marked_and_each_image_says_where_it_co
     assert row[1] == "not a Spark (override)"
     assert row[4] == "ngc@111111111111\nngc-audio@111111111111\nunsloth@111111111111 LOCAL", "a line per image"
     cases = {c.get("name"): c for c in ET.fromstring(report.junit(data)).iter("testcase")}
-    assert cases["platform"].find("failure") is None, "an override is the user's decision, not a failure"
+    assert cases["class"].find("failure") is None, "an override is the user's decision, not a failure"
 
 
 def test_a_failed_loop_says_which_items_failed_and_why():
@@ -484,7 +487,7 @@ def test_each_image_and_venv_is_a_row_of_its_own_naming_what_each_check_found_fo
     ngc, venv_python = "nvcr.io/nvidia/pytorch@sha256:" + "0123456789ab" + "c" * 52, "/opt/sparkfleet/venv/bin/python"
     pinned = [{"name": "ngc", "ref": ngc, "tag": "25.11-py3", "launcher_path": "/usr/local/bin/spark-ngc"}]
     verdict = judge({
-        "platform": {"platform": "spark"}, "pinned": pinned,
+        "preflight": {"host_class": "spark"}, "pinned": pinned,
         "images": {"results": [{"item": "/usr/local/bin/spark-ngc", "verdict": "ok", "line": "True 13.0",
                                 "frameworks": {"results": [{"name": "jax", "verdict": "ok"},
                                                            {"name": "triton", "verdict": "failed",
@@ -496,7 +499,7 @@ def test_each_image_and_venv_is_a_row_of_its_own_naming_what_each_check_found_fo
                                           "gpu_verified": True, "drop": 0.084}]},
                   "pythons": {"results": [{"item": venv_python, "verdict": "failed", "stage": "lora",
                                            "error": "ImportError: torchao"}]}}})
-    facts = {"spark_preflight": {"platform": "spark"}, "spark_images_pinned": pinned,
+    facts = {"spark_preflight": {"host_class": "spark"}, "spark_images_pinned": pinned,
              "spark_venv_active": {"path": "/opt/sparkfleet/venvs/unsloth-2026.7.2-0123456789ab",
                                    "matrix": "unsloth-2026.7.2", "status": "verified"},
              "spark_verify_result": {**verdict, "history": "converged"}}

@@ -95,7 +95,7 @@ def test_a_playbook_outside_the_repository_uses_the_installed_roles_modules_and_
             {"name": "Show the preflight's verdict", "ansible.builtin.debug": {"var": "spark_preflight_override"}},
             # A module by FQCN whose module_utils import is ansible_collections.sparkfleet.spark...
             {"name": "Record state", "sparkfleet.spark.spark_state": {
-                "path": str(tmp_path / "state.json"), "content": {"platform": "not-spark"}}},
+                "path": str(tmp_path / "state.json"), "content": {"host_class": "not-spark"}}},
             # A filter by FQCN from a file holding several.
             {"name": "Show a pin line", "ansible.builtin.debug": {"msg": "{{ {'name': 'ngc', 'registry': 'nvcr.io', "
              "'repository': 'nvidia/pytorch', 'tag': '25.11-py3', 'index_digest': 'sha256:aaa', "
@@ -106,7 +106,7 @@ def test_a_playbook_outside_the_repository_uses_the_installed_roles_modules_and_
                 ANSIBLE_CONFIG=str(tmp_path / "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=str(collections))
     assert "TASK [sparkfleet.spark.spark_preflight : Say when a host that is not a Spark" in proc.stdout
     assert '"spark_preflight_override": true' in proc.stdout, proc.stdout
-    assert json.loads((tmp_path / "state.json").read_text())["platform"] == "not-spark"
+    assert json.loads((tmp_path / "state.json").read_text())["host_class"] == "not-spark"
     assert "ngc: nvcr.io/nvidia/pytorch:25.11-py3 @ sha256:aaa (linux/arm64 sha256:bbb)" in proc.stdout
     # Roles came from the installed copy, not from this checkout.
     verbose = _run(BIN / "ansible-playbook", "-i", "hosts.yml", "play.yml", "--list-tasks", "-v", cwd=tmp_path,

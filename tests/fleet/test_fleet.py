@@ -194,7 +194,7 @@ def test_1_provision_a_fresh_fleet_without_leaking_the_registry_password(fleet):
     assert sorted(data["hosts"]) == HOSTS
     for host in HOSTS:
         entry = data["hosts"][host]
-        assert (entry["platform"], entry["simulated"], entry["history"]) == ("spark", True, "fresh")
+        assert (entry["host_class"], entry["simulated"], entry["history"]) == ("spark", True, "fresh")
         assert entry["runtime"]["registered"] is True
         assert {i["name"]: i["ref"].rsplit("@", 1)[1] for i in entry["images"]} == own_images(host, pinned)
         assert entry["verification"]["verdict"] == "not verified"  # simulated: never a pass
@@ -203,7 +203,7 @@ def test_1_provision_a_fresh_fleet_without_leaking_the_registry_password(fleet):
     assert "sparkfleet provision: successful (exit 0" in proc.stdout
     suite = ET.parse(report_dir / "report.junit.xml").getroot()
     cases = {(c.get("classname"), c.get("name")) for c in suite.iter("testcase")}
-    assert {(f"sparkfleet.{h}", check) for h in HOSTS for check in ("run", "platform", "runtime", "verification")} \
+    assert {(f"sparkfleet.{h}", check) for h in HOSTS for check in ("run", "class", "runtime", "verification")} \
         <= cases
     assert "| sparkfleet-fleet-1 | spark (simulated) | fresh | registered |" in (report_dir / "report.md").read_text()
     assert_no_secret(proc, report_dir)

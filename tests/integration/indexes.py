@@ -82,7 +82,7 @@ def venv_fleet(workdir: Path, index: Index, hosts: int, wheelhouse: bool, own: d
         "spark_venv_wheelhouse": wheelhouse, "spark_venv_wheelhouse_cache": str(workdir / "controller-cache")}}}))
     play = workdir / "venv.yml"
     play.write_text(yaml.safe_dump([{"hosts": "sparks", "gather_facts": False, "tasks": [
-        {"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_preflight", "tasks_from": "platform"}},
+        {"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_preflight", "tasks_from": "facts"}},
         {"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_venv"}}]}]))
     before = len(index.requests)
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(play)], cwd=REPO,

@@ -59,7 +59,7 @@ def test_the_registry_down_a_blessed_tag_on_the_host_is_used_and_without_one_the
         assert proc.returncode == 2, proc.stdout[-4000:]
         (failure,) = report["hosts"][HOST]["failures"]
         assert f"docker pull {registry.host}/nvidia/pytorch@{newer['digest']} failed" in failure["msg"]
-        assert (f"No blessed tag is on the host to fall back to (looked for {registry.host}/nvidia/pytorch:25.11-py3, "
+        assert (f"No blessed tag is on the host to run instead (looked for {registry.host}/nvidia/pytorch:25.11-py3, "
                 f"{registry.host}/nvidia/pytorch:25.09-py3)") in failure["msg"]
     finally:
         for image_id in set(docker("image", "ls", "-q", f"{registry.host}/nvidia/pytorch").stdout.split()):

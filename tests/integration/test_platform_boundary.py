@@ -75,7 +75,7 @@ def test_an_x86_64_host_gets_its_own_platform_or_a_refusal_and_is_reported_as_an
         proc, report = sparkfleet(inv, tmp_path / "p2", "provision", "-t", "spark_preflight,spark_images")
         assert proc.returncode == 0, proc.stdout[-4000:]
         entry = report["hosts"][NAME]
-        assert (entry["platform"], entry["override"], entry["simulated"]) == (
+        assert (entry["host_class"], entry["override"], entry["simulated"]) == (
             "not-spark", "not a Spark (override)", False)
         assert "not a Spark (override)" in proc.stdout
         ref = f"{anon.host}/nvidia/pytorch@{both['digest']}"

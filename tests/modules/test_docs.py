@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -264,3 +266,30 @@ def test_the_glossary_words_keep_their_sense_in_the_code():
     options = [f"{path.name}: {key}" for path in sorted((REPO / "plugins" / "modules").glob("*.py"))
                for key in re.findall(r'"(\w+_overrides)": \{', path.read_text())]
     assert options == []
+
+
+def test_platform_means_an_oci_platform_never_the_host_class():
+    """A platform is linux/arm64 (docs/glossary.md); what preflight found a host to be is its class. The old name
+    spark_platform is set, and report.json's platform written, only where their deprecation keeps them; nothing
+    asks `['platform'] == 'spark'`, no task gathers "platform facts", no table has a platform column."""
+    glossary = (REPO / "docs" / "glossary.md").read_text()
+    assert "| host class |" in glossary and "| platform | an OCI platform" in glossary
+    kept = {"plugins/modules/spark_preflight_facts.py", "roles/spark_preflight/README.md",
+            "molecule/default/verify.yml", "docs/glossary.md"}
+    found = []
+    for folder in ("plugins", "roles", "playbooks", "src", "molecule", "docs"):
+        for path in sorted((REPO / folder).rglob("*")):
+            if path.suffix not in (".py", ".yml", ".md", ".json", ".j2") or "__pycache__" in path.parts:
+                continue
+            rel, text = str(path.relative_to(REPO)), path.read_text()
+            said = re.findall(r"spark_platform\b", text) if rel not in kept else []
+            said += re.findall(r"[Pp]latform facts|\[['\"]platform['\"]\] *[!=]= *"
+                               r"['\"](?:spark|not-spark|aarch64-other)['\"]", text)
+            found += [f"{rel}: {s}" for s in said]
+    assert found == []
+    table = importlib.import_module(
+        "ansible_collections.sparkfleet.spark.plugins.module_utils.verification._fleet_table")
+    assert "platform" not in table.HEADERS and "class" in table.HEADERS
+    hosts = json.loads((REPO / "src" / "sparkfleet" / "report-schema.json").read_text())[
+        "properties"]["hosts"]["additionalProperties"]["properties"]
+    assert hosts["platform"].get("deprecated") is True and "host_class" in hosts

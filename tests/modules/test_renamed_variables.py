@@ -89,3 +89,28 @@ def test_a_modules_old_option_name_is_still_taken_with_a_deprecation_and_its_sec
     said = " ".join((result["_stdout"] + result["_stderr"]).split())
     assert "Alias 'index_overrides' is deprecated" in said and "sparkfleet.spark' version 1.0.0" in said, said[-2000:]
     assert "t0ken-under-old-name" not in json.dumps(result)
+
+
+def test_the_host_class_is_no_platform_and_the_old_entry_point_and_fact_still_work(tmp_path):
+    """The role spark_preflight's entry point platform is facts (a platform is linux/arm64 in sparkfleet's words):
+    a playbook of the owner's that still names it runs the same tasks, is told, and gets the host class under both
+    names (spark_platform deprecated until 1.0.0). This machine is x86_64 with no GPU: not-spark, let through."""
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "hosts": "localhost", "gather_facts": False, "vars": {"spark_preflight_require_spark": False},
+        "tasks": [{"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_preflight",
+                                                    "tasks_from": "platform"}},
+                  {"ansible.builtin.copy": {"dest": str(tmp_path / "said.json"), "mode": "0600", "content":
+                                            "{{ [ansible_facts.spark_host_class, ansible_facts.spark_platform,"
+                                            " ansible_facts.spark_preflight.host_class, spark_preflight_override]"
+                                            " | to_json }}"}}],
+    }]))
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook),
+                           "-e", f"ansible_python_interpreter={sys.executable}"], cwd=REPO,
+                          env=ansible_env(ANSIBLE_DEPRECATION_WARNINGS="true"), capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert json.loads((tmp_path / "said.json").read_text()) == ["not-spark", "not-spark", "not-spark", True]
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert "the entry point platform is now facts: rename it where you name it" in said, said[-2000:]
+    assert "TASK [sparkfleet.spark.spark_preflight : Refuse a host that is not a DGX Spark]" in proc.stdout

@@ -1,5 +1,5 @@
 """spark_doctor on this machine, by real Ansible: its real Docker engine, dpkg and files; the host's
-state file, venv marker and platform facts laid out as sparkfleet writes them (the GPU is the GB10
+state file, venv marker and preflight facts laid out as sparkfleet writes them (the GPU is the GB10
 recording of the nvidia-smi double, at the hardware boundary)."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from conftest import REPO, run_module
 
 PACKAGES = yaml.safe_load((REPO / "roles" / "spark_container_runtime" / "vars" / "main.yml").read_text())[
     "__spark_container_runtime_packages"]
-PLATFORM = {"platform": "spark", "simulated": False, "arch": "aarch64",
-            "os": {"pretty_name": "Ubuntu 24.04.3 LTS"}, "dgx": {"swbuild_version": "7.4.0"},
-            "gpus": [{"name": "NVIDIA GB10", "compute_cap": "12.1", "driver_version": "580.95.05"}],
-            "cuda_driver_version": "13.0"}
+PREFLIGHT = {"host_class": "spark", "simulated": False, "arch": "aarch64",
+             "os": {"pretty_name": "Ubuntu 24.04.3 LTS"}, "dgx": {"swbuild_version": "7.4.0"},
+             "gpus": [{"name": "NVIDIA GB10", "compute_cap": "12.1", "driver_version": "580.95.05"}],
+             "cuda_driver_version": "13.0"}
 PRESENT = "sparkfleet/host-plain:latest"
 MISSING = "127.0.0.1:5000/nvidia/pytorch@sha256:" + "0" * 64
 
@@ -45,7 +45,7 @@ def host(tmp_path):
 
 
 def doctor(host, **extra) -> dict:
-    result = run_module("spark_doctor", {"platform": PLATFORM, "state_file": str(host / "state.json"),
+    result = run_module("spark_doctor", {"preflight": PREFLIGHT, "state_file": str(host / "state.json"),
                                          "venv_link": str(host / "venv"), "toolkit_packages": PACKAGES,
                                          "hostnames": ["spark-07"], "label": "host-3", **extra})
     assert not result["failed"], result.get("msg")
@@ -56,7 +56,7 @@ def doctor(host, **extra) -> dict:
 def test_the_report_holds_what_someone_debugging_needs(host):
     result = doctor(host)
     report, text = result["report"], result["markdown"]
-    assert "| platform | spark |" in text and "| DGX OS | 7.4.0 |" in text
+    assert "| class | spark |" in text and "| DGX OS | 7.4.0 |" in text
     assert "| GPU | NVIDIA GB10 (compute 12.1) |" in text
     assert "| driver | 580.95.05 |" in text and "| CUDA (driver) | 13.0 |" in text
     assert f"| kernel | {os.uname().release} |" in text
@@ -86,8 +86,13 @@ def test_hostnames_are_replaced_unless_kept(host):
 
 
 def test_a_host_never_provisioned_still_gets_a_report(tmp_path):
-    result = run_module("spark_doctor", {"platform": PLATFORM, "state_file": str(tmp_path / "none.json"),
+    """Asked the old way too: the option platform (now preflight) and facts an older sparkfleet gathered (the
+    host class under the key platform) still give the host's class, with a deprecation that names the new option."""
+    older = {**{k: v for k, v in PREFLIGHT.items() if k != "host_class"}, "platform": "spark"}
+    result = run_module("spark_doctor", {"platform": older, "state_file": str(tmp_path / "none.json"),
                                          "venv_link": str(tmp_path / "none")})
+    assert result["report"]["host_class"] == "spark" and "| class | spark |" in result["markdown"]
+    assert "[DEPRECATION WARNING]" in result["_stderr"] and "platform" in result["_stderr"], result["_stderr"]
     assert "Verification: **never run**" in result["markdown"]
     assert "| venv | none active |" in result["markdown"]
     # Nothing of sparkfleet's is unreadable; Docker's daemon is, where it is stopped (make test-quick starts none),
@@ -102,8 +107,8 @@ def test_a_host_never_provisioned_still_gets_a_report(tmp_path):
 def test_a_box_with_no_gpu_and_no_nvidia_runtime_is_diagnosed_in_order_with_what_to_do(tmp_path):
     """This machine as it is: no GPU (nvidia-smi is not installed), Docker without the nvidia runtime,
     the toolkit not installed. The toolkit's packages left to the module, as playbooks/doctor.yml leaves them."""
-    bare = {**PLATFORM, "gpus": [], "nvidia_smi": {"error": "nvidia-smi not found on PATH"}}
-    result = run_module("spark_doctor", {"platform": bare, "state_file": str(tmp_path / "none.json"),
+    bare = {**PREFLIGHT, "gpus": [], "nvidia_smi": {"error": "nvidia-smi not found on PATH"}}
+    result = run_module("spark_doctor", {"preflight": bare, "state_file": str(tmp_path / "none.json"),
                                          "venv_link": str(tmp_path / "none")})
     assert [p["name"] for p in result["report"]["toolkit"]] == PACKAGES, "the role's four, by default"
     problems = result["report"]["problems"]

@@ -124,7 +124,7 @@ def markdown(report: dict) -> str:
     system, gpu, docker = report["system"], report["gpu"], report["docker"]
     out = [f"## sparkfleet doctor: {report['host']}", "", "| what | found |", "|---|---|"]
     out += [
-        _row("platform", f"{report['platform']}{' (simulated)' if report['simulated'] else ''}"),
+        _row("class", f"{report['host_class']}{' (simulated)' if report['simulated'] else ''}"),
         _row("DGX OS", system.get("dgx_os")),
         _row("OS", system.get("os")),
         _row("kernel", system.get("kernel")),
@@ -179,7 +179,7 @@ def memory_signs(kernel_log: str | None, swaps: str | None, processes: list[str]
 
 
 # The doctor's checks, one function each, in the order a person should look (the GPU, the runtime, the toolkit,
-# the images, the venv, disk, memory). Each is pure: (the report, the platform facts, the thresholds) -> the
+# the images, the venv, disk, memory). Each is pure: (the report, the preflight facts, the thresholds) -> the
 # problems it sees, each {problem, evidence, fix}. To add one: a function here, its line in CHECKS, its test.
 
 
@@ -187,9 +187,9 @@ def _problem(text: str, evidence: str, fix: str) -> dict:
     return {"problem": text, "evidence": evidence, "fix": fix}
 
 
-def check_gpu(report: dict, platform: dict, limits: dict) -> list[dict]:
+def check_gpu(report: dict, preflight: dict, limits: dict) -> list[dict]:
     """no GPU visible"""
-    smi = platform.get("nvidia_smi") or {}
+    smi = preflight.get("nvidia_smi") or {}
     if report["gpu"].get("devices") or report["simulated"]:
         return []
     return [_problem("no GPU visible", smi.get("error") or "nvidia-smi listed no GPU",
@@ -197,7 +197,7 @@ def check_gpu(report: dict, platform: dict, limits: dict) -> list[dict]:
                      "update, or reinstall the DGX OS driver packages")]
 
 
-def check_docker(report: dict, platform: dict, limits: dict) -> list[dict]:
+def check_docker(report: dict, preflight: dict, limits: dict) -> list[dict]:
     """Docker not answering, or the nvidia runtime not registered"""
     runtimes = report["docker"].get("runtimes") or []
     if not report["docker"].get("server_version"):
@@ -210,7 +210,7 @@ def check_docker(report: dict, platform: dict, limits: dict) -> list[dict]:
     return []
 
 
-def check_toolkit(report: dict, platform: dict, limits: dict) -> list[dict]:
+def check_toolkit(report: dict, preflight: dict, limits: dict) -> list[dict]:
     """toolkit packages missing or not held"""
     missing = [p["name"] for p in report["toolkit"] if not p["version"]]
     unheld = [p["name"] for p in report["toolkit"] if p["version"] and not p["held"]]
@@ -225,14 +225,14 @@ def check_toolkit(report: dict, platform: dict, limits: dict) -> list[dict]:
     return found
 
 
-def check_images(report: dict, platform: dict, limits: dict) -> list[dict]:
+def check_images(report: dict, preflight: dict, limits: dict) -> list[dict]:
     """a locked image missing"""
     return [_problem(f"the locked image {image['name']} is missing", image["ref"],
                      "sparkfleet provision -l <this host> pulls it again by its digest")
             for image in report["images"] if not image["present"]]
 
 
-def check_venv(report: dict, platform: dict, limits: dict) -> list[dict]:
+def check_venv(report: dict, preflight: dict, limits: dict) -> list[dict]:
     """the venv's matrix stale"""
     venv = report.get("venv_state") or {}
     if not venv.get("stale"):
@@ -243,17 +243,17 @@ def check_venv(report: dict, platform: dict, limits: dict) -> list[dict]:
                      "commit)")]
 
 
-def check_disk(report: dict, platform: dict, limits: dict) -> list[dict]:
+def check_disk(report: dict, preflight: dict, limits: dict) -> list[dict]:
     """Docker's disk low"""
-    free = platform.get("docker_data_root_free_bytes")
+    free = preflight.get("docker_data_root_free_bytes")
     if not isinstance(free, int) or free >= limits["docker_free_gib"] * GIB:
         return []
-    return [_problem("Docker's disk is low", f"{free / GIB:.1f} GiB free on {platform.get('docker_data_root')} "
+    return [_problem("Docker's disk is low", f"{free / GIB:.1f} GiB free on {preflight.get('docker_data_root')} "
                      f"(under {limits['docker_free_gib']} GiB; an NGC image takes about 20 GiB unpacked)",
                      "docker system df; remove images no launcher uses (spark_images_prune: true)")]
 
 
-def check_gpu_memory(report: dict, platform: dict, limits: dict) -> list[dict]:
+def check_gpu_memory(report: dict, preflight: dict, limits: dict) -> list[dict]:
     """NV_ERR_NO_MEMORY in the kernel log (the GPU driver out of unified memory)"""
     memory = report.get("memory") or {}
     if not memory.get("nv_no_memory"):
@@ -265,7 +265,7 @@ def check_gpu_memory(report: dict, platform: dict, limits: dict) -> list[dict]:
                      "128 GB")]
 
 
-def check_oom_guard(report: dict, platform: dict, limits: dict) -> list[dict]:
+def check_oom_guard(report: dict, preflight: dict, limits: dict) -> list[dict]:
     """no swap and no OOM guard"""
     memory = report.get("memory") or {}
     if memory.get("swap") != [] or memory.get("oom_guard"):
@@ -275,7 +275,7 @@ def check_oom_guard(report: dict, platform: dict, limits: dict) -> list[dict]:
                      "that runs out of memory is stopped rather than the machine hanging")]
 
 
-def check_memory_pressure(report: dict, platform: dict, limits: dict) -> list[dict]:
+def check_memory_pressure(report: dict, preflight: dict, limits: dict) -> list[dict]:
     """memory pressure"""
     pressure = (report.get("memory") or {}).get("pressure_some_avg10")
     if pressure is None or pressure < limits["pressure_avg10"]:
@@ -288,7 +288,7 @@ CHECKS = (check_gpu, check_docker, check_toolkit, check_images, check_venv, chec
           check_oom_guard, check_memory_pressure)
 
 
-def diagnose(report: dict, platform: dict, limits: dict) -> list[dict]:
+def diagnose(report: dict, preflight: dict, limits: dict) -> list[dict]:
     """Each problem the report shows, with its evidence and what to do: every check of CHECKS, in order. Pure:
-    from the report, the platform facts and the thresholds (limits: docker_free_gib, pressure_avg10)."""
-    return [found for check in CHECKS for found in check(report, platform, limits)]
+    from the report, the preflight facts and the thresholds (limits: docker_free_gib, pressure_avg10)."""
+    return [found for check in CHECKS for found in check(report, preflight, limits)]

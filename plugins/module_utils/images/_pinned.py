@@ -62,7 +62,7 @@ def launcher_path(launcher_dir: str, launcher: str | None) -> str:
 
 
 def pull_request(entry: dict, image: dict | None, *, mirrors: dict | None, platform: str, moving: list[str],
-                 launcher_dir: str, blessed_fallback: bool = True, sized: bool = True) -> dict:
+                 launcher_dir: str, local_blessed: bool = True, sized: bool = True) -> dict:
     """One lock entry (with its name) made complete for a host of `platform`: what spark_image_pull takes.
 
     `image` is the catalog's entry of the same name (its launcher, its blessed tags); `sized` False leaves the
@@ -71,8 +71,8 @@ def pull_request(entry: dict, image: dict | None, *, mirrors: dict | None, platf
     image = image or {}
     request = {"name": entry["name"], "repository": pull_repository(entry, mirrors),
                "digest": entry.get("index_digest"), "platforms": entry.get("platforms") or [],
-               "local_fallback": (blessed_local(entry, image.get("tags") or [], mirrors, moving)
-                                  if blessed_fallback else []),
+               "local_blessed": (blessed_local(entry, image.get("tags") or [], mirrors, moving)
+                                 if local_blessed else []),
                "launcher": image.get("launcher"), "launcher_path": launcher_path(launcher_dir, image.get("launcher")),
                "lock": {**{k: entry.get(k) for k in RECORD_LOCK_FIELDS}, "derived": entry.get("derived") or {},
                         "unlocked": bool(entry.get("unlocked"))}}
@@ -83,16 +83,16 @@ def pull_request(entry: dict, image: dict | None, *, mirrors: dict | None, platf
 
 
 def pull_requests(entries: list[dict], catalog: list[dict], *, mirrors: dict | None, platform: str, moving: list[str],
-                  launcher_dir: str, blessed_fallback: bool = True, sized: bool = True) -> list[dict]:
+                  launcher_dir: str, local_blessed: bool = True, sized: bool = True) -> list[dict]:
     """pull_request() for each entry, each joined to its catalog image by name."""
     by_name = {image["name"]: image for image in catalog or []}
     return [pull_request(entry, by_name.get(entry["name"]), mirrors=mirrors, platform=platform, moving=moving,
-                         launcher_dir=launcher_dir, blessed_fallback=blessed_fallback, sized=sized)
+                         launcher_dir=launcher_dir, local_blessed=local_blessed, sized=sized)
             for entry in entries or []]
 
 
 def pinned(request: dict, result: dict) -> dict:
-    """What a host runs for one pull request, from what spark_image_pull did with it (ref, pulled, local_fallback)."""
+    """What a host runs for one pull request, from what spark_image_pull did with it (ref, pulled, local_blessed)."""
     lock = request.get("lock") or {}
     return {
         "name": request.get("name"),
@@ -102,7 +102,7 @@ def pinned(request: dict, result: dict) -> dict:
         "unlocked": bool(lock.get("unlocked")),
         "ref": result.get("ref"),
         "pulled": bool(result.get("pulled")),
-        "local_fallback": result.get("local_fallback"),
+        "local_blessed": result.get("local_blessed"),
         "launcher": request.get("launcher"),
         "launcher_path": request.get("launcher_path"),
     }

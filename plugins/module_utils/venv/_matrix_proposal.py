@@ -215,7 +215,7 @@ def evidence(facts: dict, gpu: dict | None, smoke: dict, lock: dict, *, version:
     gpus = facts.get("gpus") or [{}]
     os_release = facts.get("os") or {}
     dgx = facts.get("dgx") or {}
-    canary = {"platform": facts.get("platform"), "simulated": bool(facts.get("simulated")), "arch": facts.get("arch"),
+    canary = {"host_class": facts.get("host_class"), "simulated": bool(facts.get("simulated")), "arch": facts.get("arch"),
               "os": (f"{dgx['name']} {dgx.get('swbuild_version') or ''}".strip() if dgx.get("name")
                      else os_release.get("pretty_name")),
               "gpu": gpus[0].get("name"), "compute_capability": gpus[0].get("compute_cap"),

@@ -16,11 +16,13 @@ Pure Python and no Ansible import: the CLI imports it from the collection it run
 
 from __future__ import annotations
 
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _verification
+
 # The facts a host's entry is built from (set_fact or ansible_facts, by these names).
 FACTS = ("spark_preflight", "spark_preflight_override", "spark_container_runtime_registered", "spark_images_pinned",
          "spark_venv_active", "spark_verify_result", "spark_verify_refresh_check", "spark_images_refresh_failure")
 
-HEADERS = ("host", "platform", "history", "runtime", "images (digest)", "venv", "verdict", "line", "ABI findings",
+HEADERS = ("host", "class", "history", "runtime", "images (digest)", "venv", "verdict", "line", "ABI findings",
            "changed", "failed")
 # What Ansible's PLAY RECAP already says: the play's own table leaves these out.
 COUNT_HEADERS = ("changed", "failed")
@@ -40,7 +42,7 @@ def image_source(pinned: dict) -> str:
     """Where a host's image comes from: the lock, a build FROM a locked image, or a blessed tag already on the host."""
     if pinned.get("derived"):
         return f"derived from {pinned.get('base')} ({pinned.get('image_tag')})"
-    local = pinned.get("local_fallback")
+    local = pinned.get("local_blessed") or pinned.get("local_fallback")  # (its old key, in older records)
     if local:
         return f"local blessed tag {local.get('used')} (wanted {local.get('wanted')}: {local.get('reason')})"
     return "not locked, resolved for this run" if pinned.get("unlocked") else "lock"
@@ -78,7 +80,7 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
     runtime = facts.get("spark_container_runtime_registered")
     venv = facts.get("spark_venv_active") or None
     entry = {
-        "platform": preflight.get("platform") or state.get("platform"),
+        "host_class": _verification.host_class(preflight) or _verification.host_class(state),
         "simulated": bool(preflight.get("simulated") or state.get("simulated")),
         "override": "not a Spark (override)" if _true(facts.get("spark_preflight_override")) else None,
         "reachable": unreachable is None,
@@ -227,22 +229,22 @@ def row(name: str, entry: dict) -> list[str]:
     """The host's row of the fleet table, one cell per HEADERS (the counts '-' where not known). The images cell
     has a line per image."""
     simulated = " (simulated)" if entry["simulated"] else ""
-    # No platform gathered: the controller's own plays (pin, the checks); a host whose run never read it (stopped
+    # No class gathered: the controller's own plays (pin, the checks); a host whose run never read it (stopped
     # before preflight, or --tags that leave it out) says so with '-', as every column not known.
-    platform = f"{entry.get('override') or entry['platform'] or ('controller' if name == 'localhost' else '-')}"
-    platform += simulated
+    host_class = f"{entry.get('override') or entry['host_class'] or ('controller' if name == 'localhost' else '-')}"
+    host_class += simulated
     runtime = entry["runtime"]
     images = _images_cell(entry)
     venv = entry["venv"]
     verification = entry["verification"] or {}
     verdict = verification.get("verdict") or (
         "unreachable" if not entry["reachable"] else "stopped" if entry.get("failures") else "-")
-    # The GPU lines; none on a simulated host (its platform says simulated; the verdict says it was not verified)
+    # The GPU lines; none on a simulated host (its class says simulated; the verdict says it was not verified)
     line = "; ".join(g["line"] for g in verification.get("gpu") or [] if g.get("line")) or "-"
     counts = entry.get("counts")
     refresh = entry.get("refresh")
     history = entry["history"] or (_refresh_cell(refresh) if refresh else "-")
-    return [name, platform, history,
+    return [name, host_class, history,
             "-" if runtime is None else ("registered" if runtime["registered"] else "NOT registered"),
             images,
             "-" if not venv else f"{venv['matrix']} {venv['status']}" + (" STALE" if venv["stale"] else ""),

@@ -14,6 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 
+def host_class(facts: dict | None) -> str | None:
+    """The host's class (spark, aarch64-other, not-spark) from its preflight facts or a recorded state; `platform`,
+    the key's old name, in what an older sparkfleet gathered or recorded."""
+    facts = facts or {}
+    return facts.get("host_class") or facts.get("platform")
+
+
 def _results(registered: Any) -> list[dict]:
     """A loop's registered results, the skipped ones left out."""
     if isinstance(registered, dict):
@@ -185,9 +192,9 @@ def drift_lines(pinned: list | None, venv: Any, runtime: dict | None) -> list[st
 
 def judge(data: dict) -> dict:
     """{state, failures, lines} of a host's verification, from spark_verify's registered results (`images`,
-    `pythons`, `abi`), its platform facts, why the GPU cannot be verified here, what was wanted, the active venv
-    and the pinned images."""
-    platform = data.get("platform") or {}
+    `pythons`, `abi`), its preflight facts (`preflight`; `platform`, their old key, still read), why the GPU
+    cannot be verified here, what was wanted, the active venv and the pinned images."""
+    preflight = data.get("preflight") or data.get("platform") or {}
     reason = (data.get("gpu_not_verifiable") or "").strip()
     images = named(data.get("pinned"))
     gpu = [gpu_entry("image", r, images) for r in _results(data.get("images"))]
@@ -216,11 +223,11 @@ def judge(data: dict) -> dict:
         lines.append(venv["line"])
     if not lines:
         lines = [f"nothing to verify yet (no images or interpreters provisioned){'; ' + reason if reason else ''}"]
-    if platform.get("simulated"):
+    if preflight.get("simulated"):
         lines = [f"SIMULATED host: {line}" for line in lines]
     state = {
-        "platform": platform.get("platform"),
-        "simulated": bool(platform.get("simulated")),
+        "host_class": host_class(preflight),
+        "simulated": bool(preflight.get("simulated")),
         "gpu": gpu,
         "abi": abi,
         "smoke": smoke,
@@ -287,7 +294,7 @@ def venv_verdict(build: dict, gpu: dict | None, abi: dict | None, simulated: boo
     }
 
 
-def limits(platform: dict | None, can_run_containers: bool) -> dict:
+def limits(preflight: dict | None, can_run_containers: bool) -> dict:
     """Why a check cannot run on this host: C(gpu) (the GPU line) and C(containers) (scans inside images); '' = it can.
 
     A simulated host has a recorded nvidia-smi, so nothing about its GPU is verifiable; a host whose Docker cannot
@@ -295,7 +302,7 @@ def limits(platform: dict | None, can_run_containers: bool) -> dict:
     """
     containers = "" if can_run_containers else \
         "Docker on this host cannot start containers (spark_verify_can_run_containers: false)"
-    if (platform or {}).get("simulated"):
+    if (preflight or {}).get("simulated"):
         gpu = "simulated host: its GPU is a recorded nvidia-smi" + (
             " and its Docker cannot start containers" if containers else "")
     else:

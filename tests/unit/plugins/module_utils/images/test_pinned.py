@@ -22,13 +22,13 @@ def test_a_pull_request_is_complete_for_the_host_and_carries_its_lock_entry():
     (request,) = pull_requests([LOCKED], CATALOG, **{**OPTIONS, "mirrors": {"nvcr.io": "mirror.lan:5000"}})
     assert request["repository"] == "mirror.lan:5000/nvidia/pytorch", "pulled through the registry's mirror"
     assert (request["digest"], request["size"], request["platforms"]) == (D, 123, ["linux/arm64", "linux/amd64"])
-    assert request["local_fallback"] == ["nvcr.io/nvidia/pytorch:25.11-py3", "mirror.lan:5000/nvidia/pytorch:25.11-py3",
-                                         "nvcr.io/nvidia/pytorch:25.09-py3",
-                                         "mirror.lan:5000/nvidia/pytorch:25.09-py3"], "never the moving tag"
+    assert request["local_blessed"] == ["nvcr.io/nvidia/pytorch:25.11-py3", "mirror.lan:5000/nvidia/pytorch:25.11-py3",
+                                        "nvcr.io/nvidia/pytorch:25.09-py3",
+                                        "mirror.lan:5000/nvidia/pytorch:25.09-py3"], "never the moving tag"
     assert (request["launcher"], request["launcher_path"]) == ("spark-ngc", "/usr/local/bin/spark-ngc")
     assert request["lock"]["registry"] == "nvcr.io", "the record names the registry locked, not the mirror"
-    (amd,) = pull_requests([LOCKED], CATALOG, **{**OPTIONS, "platform": "linux/amd64", "blessed_fallback": False})
-    assert (amd["size"], amd["local_fallback"], amd["repository"]) == (456, [], "nvcr.io/nvidia/pytorch")
+    (amd,) = pull_requests([LOCKED], CATALOG, **{**OPTIONS, "platform": "linux/amd64", "local_blessed": False})
+    assert (amd["size"], amd["local_blessed"], amd["repository"]) == (456, [], "nvcr.io/nvidia/pytorch")
     (kept,) = pull_requests([LOCKED], CATALOG, **{**OPTIONS, "sized": False})
     assert "size" not in kept, "images kept to roll back to are not held to the free-space check"
 
@@ -39,11 +39,11 @@ def test_the_pinned_record_is_the_lock_entry_and_what_the_pull_did():
     assert record == {"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch", "tag": "25.11-py3",
                       "index_digest": D, "digests": {"linux/arm64": D2}, "resolved_at": "2026-12-01T04:00:00+00:00",
                       "fallback": None, "derived": False, "derived_locked": LOCKED["derived"], "unlocked": True,
-                      "ref": f"nvcr.io/nvidia/pytorch@{D}", "pulled": True, "local_fallback": None,
+                      "ref": f"nvcr.io/nvidia/pytorch@{D}", "pulled": True, "local_blessed": None,
                       "launcher": "spark-ngc", "launcher_path": "/usr/local/bin/spark-ngc"}
     local = {"wanted": f"nvcr.io/nvidia/pytorch@{D}", "used": "nvcr.io/nvidia/pytorch:25.09-py3",
              "image_id": D2, "reason": "no route"}
-    assert pinned(request, {"ref": D2, "pulled": False, "local_fallback": local})["local_fallback"] == local
+    assert pinned(request, {"ref": D2, "pulled": False, "local_blessed": local})["local_blessed"] == local
 
 
 def test_a_derived_record_runs_the_image_id_under_its_own_launcher():

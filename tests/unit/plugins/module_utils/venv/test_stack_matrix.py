@@ -104,7 +104,7 @@ def test_staleness_is_measured_from_last_verified():
 
 
 EVIDENCE = {"proved_on": "2026-12-04", "sparkfleet": "0.4.0", "proposed_from": "unsloth-2026.7.2",
-            "canary": {"platform": "spark", "simulated": False, "arch": "aarch64", "gpu": "NVIDIA GB10"},
+            "canary": {"host_class": "spark", "simulated": False, "arch": "aarch64", "gpu": "NVIDIA GB10"},
             "gpu_verified": True, "smoke": {"device": "cuda", "verdict": "ok"}, "lock_fingerprint": "ab" * 32}
 
 
@@ -114,7 +114,7 @@ def test_a_matrix_says_whether_sparkfleet_proved_it_and_on_what():
     proved = {**copy.deepcopy(MATRIX), "evidence": EVIDENCE}
     assert proof(proved) == "proved by sparkfleet 0.4.0 on 2026-12-04 on NVIDIA GB10 (GPU verified)"
     cpu = {**proved, "evidence": {**EVIDENCE, "gpu_verified": False, "smoke": {"device": "cpu", "verdict": "ok"},
-                                  "canary": {"platform": "not-spark", "simulated": False, "arch": "x86_64",
+                                  "canary": {"host_class": "not-spark", "simulated": False, "arch": "x86_64",
                                              "gpu": None}}}
     assert proof(cpu) == ("proved by sparkfleet 0.4.0 on 2026-12-04 on a host (x86_64) without a GPU (not GPU "
                           "verified: the smoke step ran on the cpu)")

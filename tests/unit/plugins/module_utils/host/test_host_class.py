@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils.host._spark_platform import (
-    PLATFORM_AARCH64_OTHER,
-    PLATFORM_NOT_SPARK,
-    PLATFORM_SPARK,
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._host_class import (
+    CLASS_AARCH64_OTHER,
+    CLASS_NOT_SPARK,
+    CLASS_SPARK,
     classify,
     parse_cuda_banner,
     parse_dgx_release,
@@ -77,16 +77,16 @@ def _gpus(query: str) -> list[dict]:
 
 
 def test_a_gb10_on_aarch64_with_cuda_13_is_a_spark():
-    assert classify("aarch64", _gpus(GB10_QUERY), "13.0") == (PLATFORM_SPARK, [])
+    assert classify("aarch64", _gpus(GB10_QUERY), "13.0") == (CLASS_SPARK, [])
 
 
 def test_gb10_without_a_capability_is_recognised_by_name():
-    assert classify("aarch64", _gpus("NVIDIA GB10, [N/A], 580.95.05"), "13.0")[0] == PLATFORM_SPARK
+    assert classify("aarch64", _gpus("NVIDIA GB10, [N/A], 580.95.05"), "13.0")[0] == CLASS_SPARK
 
 
 def test_an_h200_box_is_not_a_spark_and_says_why():
-    platform, reasons = classify("x86_64", _gpus(H200_QUERY), "13.0")
-    assert platform == PLATFORM_NOT_SPARK
+    host_class, reasons = classify("x86_64", _gpus(H200_QUERY), "13.0")
+    assert host_class == CLASS_NOT_SPARK
     assert reasons == [
         "architecture is x86_64, a DGX Spark is aarch64",
         "GPU is NVIDIA H200 (compute capability 9.0), a DGX Spark has an NVIDIA GB10 "
@@ -95,22 +95,22 @@ def test_an_h200_box_is_not_a_spark_and_says_why():
 
 
 def test_an_aarch64_host_without_a_gpu_is_aarch64_other():
-    platform, reasons = classify("aarch64", [], None)
-    assert platform == PLATFORM_AARCH64_OTHER
+    host_class, reasons = classify("aarch64", [], None)
+    assert host_class == CLASS_AARCH64_OTHER
     assert reasons == ["no NVIDIA GPU reported by nvidia-smi, a DGX Spark has one GB10"]
 
 
 @pytest.mark.parametrize("cuda", ["12.8", None])
 def test_a_gb10_whose_driver_is_not_cuda_13_is_refused(cuda):
-    platform, reasons = classify("aarch64", _gpus(GB10_QUERY), cuda)
-    assert platform == PLATFORM_AARCH64_OTHER
+    host_class, reasons = classify("aarch64", _gpus(GB10_QUERY), cuda)
+    assert host_class == CLASS_AARCH64_OTHER
     assert "a DGX Spark's driver supports CUDA 13" in reasons[0]
     assert (cuda or "no CUDA version") in reasons[0]
 
 
 def test_a_gb10_capability_that_is_not_12_1_is_not_a_spark():
-    platform, _reasons = classify("aarch64", _gpus("NVIDIA GB10, 12.0, 580.95.05"), "13.0")
-    assert platform == PLATFORM_AARCH64_OTHER
+    host_class, _reasons = classify("aarch64", _gpus("NVIDIA GB10, 12.0, 580.95.05"), "13.0")
+    assert host_class == CLASS_AARCH64_OTHER
 
 
 def test_dgx_release_recording():

@@ -1,6 +1,6 @@
 # Copyright: sparkfleet contributors
 # Apache License 2.0
-"""Pure parsers and the platform classification behind spark_preflight.
+"""Pure parsers and the host class (spark, aarch64-other, not-spark) behind spark_preflight.
 
 Nothing here runs a command or touches a file: the module collects raw text
 and these functions turn it into facts, so every rule is unit-tested on
@@ -17,9 +17,9 @@ SPARK_GPU_NAME = "GB10"
 SPARK_COMPUTE_CAP = (12, 1)
 SPARK_CUDA_MAJOR = 13
 
-PLATFORM_SPARK = "spark"
-PLATFORM_AARCH64_OTHER = "aarch64-other"
-PLATFORM_NOT_SPARK = "not-spark"
+CLASS_SPARK = "spark"
+CLASS_AARCH64_OTHER = "aarch64-other"
+CLASS_NOT_SPARK = "not-spark"
 
 # nvidia-smi prints these where NVML has no value (the Spark's unified memory
 # makes several fields "Not Supported").
@@ -155,10 +155,10 @@ def classify(arch: str, gpus: list[dict], cuda_version: str | None) -> tuple[str
         found = f"CUDA {cuda_version}" if cuda_version else "no CUDA version"
         reasons.append(f"the driver reports {found}, a DGX Spark's driver supports CUDA {SPARK_CUDA_MAJOR}")
     if not reasons:
-        return PLATFORM_SPARK, []
+        return CLASS_SPARK, []
     if arch == SPARK_ARCH:
-        return PLATFORM_AARCH64_OTHER, reasons
-    return PLATFORM_NOT_SPARK, reasons
+        return CLASS_AARCH64_OTHER, reasons
+    return CLASS_NOT_SPARK, reasons
 
 
 def _is_gb10(gpu: dict) -> bool:
