@@ -21,15 +21,14 @@ CATALOG = [{"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch"
             "launcher": "spark-ngc"}]
 
 
-def _effective(tmp_path, **role_vars) -> subprocess.CompletedProcess:
+def _play(tmp_path, role_vars: dict, include: dict, said: str) -> subprocess.CompletedProcess:
+    """A play on this machine that includes a role's entry point with role_vars and writes `said` (a template)
+    to said.json; it must succeed, deprecation warnings shown."""
     playbook = tmp_path / "play.yml"
     playbook.write_text(yaml.safe_dump([{
-        "hosts": "localhost", "gather_facts": False, "vars": {"spark_images_catalog": CATALOG, **role_vars},
-        "tasks": [{"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_images",
-                                                    "tasks_from": "inputs.yml", "public": True}},
-                  {"ansible.builtin.copy": {"dest": str(tmp_path / "said.json"), "mode": "0600", "content":
-                                            "{{ {'effective': __spark_images_effective,"
-                                            " 'blessed': spark_images_local_blessed} | to_json }}"}}],
+        "hosts": "localhost", "gather_facts": False, "vars": role_vars,
+        "tasks": [{"ansible.builtin.include_role": include},
+                  {"ansible.builtin.copy": {"dest": str(tmp_path / "said.json"), "mode": "0600", "content": said}}],
     }]))
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook),
                            "-e", f"ansible_python_interpreter={sys.executable}"], cwd=REPO,
@@ -37,6 +36,12 @@ def _effective(tmp_path, **role_vars) -> subprocess.CompletedProcess:
                           check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
+
+
+def _effective(tmp_path, **role_vars) -> subprocess.CompletedProcess:
+    return _play(tmp_path, {"spark_images_catalog": CATALOG, **role_vars},
+                 {"name": "sparkfleet.spark.spark_images", "tasks_from": "inputs.yml", "public": True},
+                 "{{ {'effective': __spark_images_effective, 'blessed': spark_images_local_blessed} | to_json }}")
 
 
 def _said(tmp_path) -> tuple[list, object]:
@@ -95,21 +100,10 @@ def test_the_host_class_is_no_platform_and_the_old_entry_point_and_fact_still_wo
     """The role spark_preflight's entry point platform is facts (a platform is linux/arm64 in sparkfleet's words):
     a playbook of the owner's that still names it runs the same tasks, is told, and gets the host class under both
     names (spark_platform deprecated until 1.0.0). This machine is x86_64 with no GPU: not-spark, let through."""
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(yaml.safe_dump([{
-        "hosts": "localhost", "gather_facts": False, "vars": {"spark_preflight_require_spark": False},
-        "tasks": [{"ansible.builtin.include_role": {"name": "sparkfleet.spark.spark_preflight",
-                                                    "tasks_from": "platform"}},
-                  {"ansible.builtin.copy": {"dest": str(tmp_path / "said.json"), "mode": "0600", "content":
-                                            "{{ [ansible_facts.spark_host_class, ansible_facts.spark_platform,"
-                                            " ansible_facts.spark_preflight.host_class, spark_preflight_override]"
-                                            " | to_json }}"}}],
-    }]))
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook),
-                           "-e", f"ansible_python_interpreter={sys.executable}"], cwd=REPO,
-                          env=ansible_env(ANSIBLE_DEPRECATION_WARNINGS="true"), capture_output=True, text=True,
-                          check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = _play(tmp_path, {"spark_preflight_require_spark": False},
+                 {"name": "sparkfleet.spark.spark_preflight", "tasks_from": "platform"},
+                 "{{ [ansible_facts.spark_host_class, ansible_facts.spark_platform,"
+                 " ansible_facts.spark_preflight.host_class, spark_preflight_override] | to_json }}")
     assert json.loads((tmp_path / "said.json").read_text()) == ["not-spark", "not-spark", "not-spark", True]
     said = " ".join((proc.stdout + proc.stderr).split())
     assert "the entry point platform is now facts: rename it where you name it" in said, said[-2000:]
