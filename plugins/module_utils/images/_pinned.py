@@ -5,7 +5,8 @@
 - The lock entry: its fields, validation, plan and writing are the lock's own (module_utils/images/_lock.py).
 - The pull request (pull_request): one lock entry made complete for one host - where it pulls from (the registry's
   mirror, when there is one), the digest, the platforms the index has, the size for the host's platform, the
-  blessed tags to fall back to, the launcher - and the entry itself. spark_image_pull takes it as it is.
+  local blessed tags it may run when the pull fails, the launcher - and the entry itself. spark_image_pull takes it
+  as it is.
 - The pinned record (pinned, derived): what a host runs. spark_image_pull returns one for each image it pulled or
   had, spark_image_build one for each derived image; the role keeps them as spark_images_pinned, which the
   launchers, the verification, the host summary (_fleet_table) and the reports read.
