@@ -413,7 +413,7 @@ def test_a_failure_of_a_task_run_on_the_controller_is_the_controllers_not_the_fi
     configured image, once for the fleet`; Ansible reports a run_once task delegated to localhost under the play's
     first host, and the owner went looking at the wrong machine."""
     fleet = Fleet()
-    fleet.handle(event("ok", "sparkfleet-lab-1", {"changed": False}, task="Gather Spark platform facts"))
+    fleet.handle(event("ok", "sparkfleet-lab-1", {"changed": False}, task="Gather the preflight facts"))
     fleet.handle(event("failed", "sparkfleet-lab-1", {
         "msg": "cannot reach http://127.0.0.1:5000/v2/: connection refused",
         "_ansible_delegated_vars": {"ansible_delegated_host": "localhost", "ansible_connection": "local"}},

@@ -524,7 +524,7 @@ def test_6_doctor_on_a_lab_host_holds_no_secret_and_no_hostname(fleet):
     text = (report_dir / "doctor.md").read_text()
     [report] = json.loads((report_dir / "doctor.json").read_text())
     assert text.startswith("## sparkfleet doctor: host-1")
-    assert "| platform | spark (simulated) |" in text
+    assert "| class | spark (simulated) |" in text
     assert "| GPU | NVIDIA GB10 (compute 12.1) |" in text
     assert "nvidia" in report["docker"]["runtimes"]
     toolkit = {p["name"]: p for p in report["toolkit"]}

@@ -23,7 +23,8 @@ def test_h200_recording_on_this_machine_is_not_a_spark():
     result = run_module("spark_preflight_facts", {"nvidia_smi": str(NVSMI / "nvidia-smi")},
                         SPARKFLEET_NVSMI_DIR=str(NVSMI / "recordings"), SPARKFLEET_NVSMI_PROFILE="h200")
     facts = _facts(result)
-    assert result["ansible_facts"]["spark_platform"] == "not-spark"
+    assert result["ansible_facts"]["spark_host_class"] == facts["host_class"] == "not-spark"
+    assert result["ansible_facts"]["spark_platform"] == facts["platform"] == "not-spark", "the old names, until 1.0.0"
     assert facts["arch"] == platform.machine()
     assert facts["gpus"][0]["name"] == "NVIDIA H200"
     assert facts["cuda_driver_version"] == "13.0"

@@ -118,7 +118,7 @@ def test_piped_with_no_color_at_80_columns_nothing_is_coloured_folded_or_padded(
     # piped, the table is whole (every column, each cell), whatever COLUMNS says, and no line padded (issue 45)
     lines = table.splitlines()
     assert all(line == line.rstrip() for line in lines), table
-    assert all(h in lines[1] for h in ("host", "platform", "runtime", "images (digest)", "ABI findings", "failed"))
+    assert all(h in lines[1] for h in ("host", "class", "runtime", "images (digest)", "ABI findings", "failed"))
 
 
 def test_the_summary_fits_80_columns_at_a_terminal_and_no_host_name_folds(home):

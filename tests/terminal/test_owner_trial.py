@@ -209,7 +209,7 @@ def test_the_summary_at_100_columns_keeps_each_images_digest_and_piped_keeps_eve
     `image / or / venv` header took three lines even at 200 columns."""
     from sparkfleet import report as reports
 
-    entry = {"platform": "spark", "simulated": True, "override": None, "reachable": True, "unreachable": None,
+    entry = {"host_class": "spark", "simulated": True, "override": None, "reachable": True, "unreachable": None,
              "history": "converged", "runtime": {"registered": True, "runtimes": ["nvidia", "runc"],
                                                  "toolkit_version": "1.18.0-1"},
              "images": [{"name": "ngc", "ref": "r/nvidia/pytorch@sha256:" + "a" * 64, "tag": "25.11-py3",

@@ -16,7 +16,7 @@ FAILED_PROBE = {"item": "/usr/local/bin/spark-gone", "failed": False, "changed":
 
 
 def test_a_probe_that_could_not_run_is_judged_a_failure_that_says_why_and_what_to_do():
-    out = judge({"images": {"results": [FAILED_PROBE]}, "platform": {"platform": "spark"}})
+    out = judge({"images": {"results": [FAILED_PROBE]}, "preflight": {"host_class": "spark"}})
     (failure,) = out["failures"]
     assert failure.startswith("image /usr/local/bin/spark-gone: no answer - the probe did not run: the probe could "
                               "not run under /usr/local/bin/spark-gone (rc 127)")
@@ -81,7 +81,7 @@ def _host(image_ref: str, image_line: str, reason: str = "") -> dict:
     launcher, python = "/usr/local/bin/spark-ngc", "/opt/sparkfleet/venv/bin/python"
     pinned = [{"name": "ngc", "ref": image_ref, "tag": "25.11-py3", "launcher_path": launcher}]
     gpu = [] if reason else [{"item": launcher, "verdict": "ok", "line": image_line, "notes": []}]
-    return {"platform": {"platform": "spark", "simulated": bool(reason)}, "gpu_not_verifiable": reason,
+    return {"preflight": {"host_class": "spark", "simulated": bool(reason)}, "gpu_not_verifiable": reason,
             "images": {"results": gpu},
             "pythons": {"results": [] if reason else [{"item": python, "verdict": "ok", "line": "True 13.0"}]},
             "abi": {"results": [{"item": python, "verdict": "ok", "findings": [], "shared_objects_scanned": 846},
