@@ -110,7 +110,9 @@ def problems_before_run(record: Command, args: argparse.Namespace, inventory: st
     found = []
     misnamed = variables.unknown({source: set(named) for source, named in values.items()})
     if notes is not None:
-        notes += variables.renamed_in_use({source: set(named) for source, named in values.items()})
+        old = {name for named in values.values() for name in named} & set(variables.renamed())
+        notes += variables.renamed_in_use({source: set(named) for source, named in values.items()},
+                                          variables.files_setting(inventory, old) if inventoried and old else None)
     if misnamed:
         found.append(("these variables look like sparkfleet's but are not (nothing was run; fix each name, or "
                       "remove it, then run again)", misnamed))

@@ -59,16 +59,22 @@ def known() -> set[str]:
     return set(PLAYBOOK_VARIABLES) | set(WRITTEN) | set(specs()) | set(renamed())
 
 
-def renamed_in_use(names_by_source: dict[str, set[str]]) -> list[str]:
-    """One warning per old name still set: where, and what to rename it to."""
+def renamed_in_use(names_by_source: dict[str, set[str]], files: dict[str, list[str]] | None = None) -> list[str]:
+    """One warning per old name still set: where (the inventory's files that set it, when `files` knows them, as
+    files_setting finds them; else the hosts and groups it reaches), and what to rename it to."""
     old_to_new = renamed()
     found: dict[str, list[str]] = {}
     for source, names in names_by_source.items():
         for name in names & set(old_to_new):
             found.setdefault(name, []).append(source)
-    return [f"{name} is now {old_to_new[name]} (set for {', '.join(sorted(sources)[:4])}"
-            f"{' ...' if len(sources) > 4 else ''}): rename it there; the old name is still read, until 1.0.0"
-            for name, sources in sorted(found.items())]
+
+    def where(name: str, sources: list[str]) -> str:
+        said = sorted((files or {}).get(name) or [])
+        said, how = (said, "set in") if said else (sorted(sources), "set for")
+        return f"{how} {', '.join(said[:4])}{' ...' if len(said) > 4 else ''}"
+
+    return [f"{name} is now {old_to_new[name]} ({where(name, sources)}): rename it there; the old name is still "
+            "read, until 1.0.0" for name, sources in sorted(found.items())]
 
 
 BOOLEANS = {"yes", "no", "true", "false", "on", "off", "y", "n", "t", "f", "1", "0"}

@@ -78,6 +78,11 @@ def test_the_cli_knows_each_old_name_by_its_role_defaults_and_says_what_to_renam
     assert variables.renamed_in_use({"group all": {"spark_venv_index_overrides"}, "host spark-01": set()}) == [
         "spark_venv_index_overrides is now spark_venv_index_mirrors (set for group all): rename it there; the old "
         "name is still read, until 1.0.0"]
+    # where the inventory's files set it, they are named (not every host the group reaches)
+    assert variables.renamed_in_use({"host spark-01": {"spark_venv_index_overrides"}},
+                                    {"spark_venv_index_overrides": ["inv/group_vars/all/main.yml"]}) == [
+        "spark_venv_index_overrides is now spark_venv_index_mirrors (set in inv/group_vars/all/main.yml): rename it "
+        "there; the old name is still read, until 1.0.0"]
     # the old name is held to the new name's type before the run, as the new one is
     assert variables.mistyped({"group all": {"spark_venv_index_overrides": ["http://mirror/simple"]}})
 
