@@ -129,7 +129,8 @@ def test_3_provision_joins_the_nodes_keys_exchanged_host_keys_pinned_rails_up(la
 def test_4_a_second_provision_and_check_mode_change_nothing(lab):
     proc, data, _ = provision(lab, "again")
     assert proc.returncode == 0 and changed(data) == 0, proc.stdout[-3000:]
-    # Issue 35, item 10: under --tags spark_cluster the summary showed the host class '?': the facts are gathered always.
+    # Issue 35, item 10: under --tags spark_cluster the summary showed the host class '?': the facts are always
+    # gathered.
     classes = {node: data["hosts"][node]["host_class"] for node in NODES}
     assert all(classes.values()), classes
     proc, data, _ = provision(lab, "again-check", "--check", "--diff")
