@@ -263,8 +263,9 @@ def test_the_glossary_words_keep_their_sense_in_the_code():
                   if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
     assert sorted(n for n in names if n in ("override", "inventory_lock") or n.endswith("_override")) == []
     # A module option for an index's mirror is index_mirrors (index_overrides only as its deprecated alias).
+    # ... nor a fallback for the local blessed tag (a fallback tag is pin's): local_fallback only as an alias.
     options = [f"{path.name}: {key}" for path in sorted((REPO / "plugins" / "modules").glob("*.py"))
-               for key in re.findall(r'"(\w+_overrides)": \{', path.read_text())]
+               for key in re.findall(r'"(\w+_overrides|local_fallback)": \{', path.read_text())]
     assert options == []
 
 
