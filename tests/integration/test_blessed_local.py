@@ -16,6 +16,8 @@ from oci_push import push
 from registries import Registry, free_port
 from thishost import HOST, lock_of, sparkfleet
 
+from conftest import run_module
+
 pytestmark = pytest.mark.testbed
 
 
@@ -51,6 +53,15 @@ def test_the_registry_down_a_blessed_tag_on_the_host_is_used_and_without_one_the
         assert f"nvidia/pytorch@{older['digest']}" in (tmp_path / "bin" / "spark-ngc").read_text()
         assert not (tmp_path / "pulled-images.json").exists(), "not pulled, so never pruned by sparkfleet"
         assert lock_of(inv)["ngc"]["index_digest"] == newer["digest"], "the lock is unchanged"
+        # An owner's playbook that still names the option local_fallback (now local_blessed) gets the same, told so;
+        # the result says local_blessed, and local_fallback as well until 1.0.0.
+        result = run_module("spark_image_pull", {"repository": f"{registry.host}/nvidia/pytorch",
+                                                 "digest": newer["digest"],
+                                                 "local_fallback": [f"{registry.host}/nvidia/pytorch:25.09-py3"]})
+        assert not result["failed"], result.get("msg")
+        assert result["local_blessed"]["used"] == f"{registry.host}/nvidia/pytorch:25.09-py3"
+        assert result["local_fallback"] == result["local_blessed"]
+        assert "Alias 'local_fallback' is deprecated" in " ".join(result["_stderr"].split()), result["_stderr"]
 
         # Without a blessed tag on the host, the host fails and says what it looked for.
         docker("image", "rm", f"{registry.host}/nvidia/pytorch:25.09-py3",

@@ -28,6 +28,9 @@ def test_the_pull_requests_filter_hands_its_positional_options_to_the_model():
     assert request["local_blessed"] == ["nvcr.io/nvidia/pytorch:25.11-py3", "mirror.lan:5000/nvidia/pytorch:25.11-py3"]
     (plain,) = images.spark_images_pull_requests([LOCKED], {}, "linux/amd64", CATALOG, [], "/b", False, False)
     assert plain["repository"] == "nvcr.io/nvidia/pytorch" and "size" not in plain and plain["local_blessed"] == []
+    # local_blessed's old keyword, blessed_fallback, is still taken (with a deprecation)
+    (old,) = images.spark_images_pull_requests([LOCKED], {}, "linux/arm64", CATALOG, [], "/b", blessed_fallback=False)
+    assert old["local_blessed"] == []
 
 
 def test_only_images_this_project_pulled_and_no_longer_pins_are_stale():
