@@ -8,7 +8,7 @@ a proposal's proof (its verdict, and the matrix written with its evidence).
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._hash_lock import lock_from_sequence
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._hash_lock import lock_from_sequence, render
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import mirrors
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_proposal import blame, evidence, judge
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import MatrixError
@@ -21,6 +21,13 @@ def spark_matrix_lock(results: list[dict], matrix: dict) -> dict:
         return lock_from_sequence(matrix, sequence)
     except MatrixError as exc:
         raise AnsibleFilterError(str(exc)) from None
+
+
+def spark_matrix_lock_file(lock: dict, source: str) -> str:
+    """The hash lock's file: written so Ansible, which loads it from group_vars, never renders its text."""
+    if not isinstance(lock, dict):
+        raise AnsibleFilterError(f"spark_matrix_lock_file: the lock is a {type(lock).__name__}, expected a mapping")
+    return render(lock, str(source))
 
 
 def spark_matrix_mirrors(matrix: dict, overrides: dict) -> list[str]:
@@ -53,6 +60,7 @@ def spark_matrix_proved(candidate: dict, facts: dict, gpu: dict | None, smoke: d
 
 class FilterModule:
     def filters(self):
-        return {"spark_matrix_lock": spark_matrix_lock, "spark_matrix_mirrors": spark_matrix_mirrors,
+        return {"spark_matrix_lock": spark_matrix_lock, "spark_matrix_lock_file": spark_matrix_lock_file,
+                "spark_matrix_mirrors": spark_matrix_mirrors,
                 "spark_matrix_blame": spark_matrix_blame, "spark_matrix_proof": spark_matrix_proof,
                 "spark_matrix_proved": spark_matrix_proved}

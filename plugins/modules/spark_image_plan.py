@@ -13,7 +13,9 @@ description:
   - Reads the image lock from O(path), the file C(sparkfleet pin) writes (the module spark_image_lock),
     validates it as every reader of the lock does, and returns it (RV(lock)) and what a host of these
     O(images) pulls, by digest.
-  - O(inventory_lock) is the variable C(spark_images_lock) as the inventory gives it. Where the lock file
+  - O(inventory_lock) is the variable C(spark_images_lock) as the inventory gives it; left out, the action
+    plugin reads that variable as the inventory holds it, never rendered (text in a hand-edited lock never runs
+    as a template). Where the lock file
     is in the inventory's C(group_vars/all), Ansible loaded that same file into it; a variable that holds
     another lock (the file was moved, or the variable set elsewhere) is refused naming both, so a run never
     pulls from one lock while pin writes the other. Without O(path) (a host list has no inventory
@@ -35,7 +37,10 @@ options:
     elements: dict
     required: true
   inventory_lock:
-    description: The variable C(spark_images_lock) as the inventory loaded it; null where none sets it.
+    description:
+      - The variable C(spark_images_lock) as the inventory loaded it; null where none sets it.
+      - Leave it out: the action plugin then reads the variable unrendered. A value given here is rendered by
+        Ansible before the module sees it.
     type: raw
   moving_tags:
     description: Tags that move under the same name; such images are never pulled without a lock entry.
@@ -57,7 +62,6 @@ EXAMPLES = r"""
   sparkfleet.spark.spark_image_plan:
     path: "{{ spark_images_lock_file }}"
     images: "{{ spark_images_catalog }}"
-    inventory_lock: "{{ spark_images_lock | default(none) }}"
     moving_tags: "{{ spark_images_moving_tags }}"
   delegate_to: localhost
 """

@@ -22,8 +22,20 @@ def ansible_errors(stdout: Path, inventory: str | None = None) -> list[str]:
     return errors + (broken_variable_files(Path(inventory)) if inventory and "," not in inventory else [])
 
 
-class _AnyTagLoader(yaml.SafeLoader):
-    """YAML as Ansible reads variable files: its own tags (!vault, !unsafe) are values, not errors."""
+class AnyTagLoader(yaml.SafeLoader):
+    """YAML as Ansible reads variable files: its own tags (!vault, !unsafe: what sparkfleet writes into an
+    inventory carries the latter on every string) are values, not errors."""
+
+
+def _tagged(loader: AnyTagLoader, _suffix: str, node: yaml.Node) -> object:
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node, deep=True)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    return loader.construct_scalar(node)
+
+
+AnyTagLoader.add_multi_constructor("!", _tagged)
 
 
 def broken_variable_files(inventory: Path) -> list[str]:
@@ -37,7 +49,7 @@ def broken_variable_files(inventory: Path) -> list[str]:
             try:
                 text = path.read_text(errors="replace")
                 if not text.startswith("$ANSIBLE_VAULT"):
-                    yaml.load(text, Loader=_AnyTagLoader)  # a SafeLoader
+                    yaml.load(text, Loader=AnyTagLoader)  # a SafeLoader
             except yaml.YAMLError as exc:
                 mark = getattr(exc, "problem_mark", None)
                 where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from sparkfleet.collection_home import PROJECT_DIR
+from sparkfleet.input_errors import AnyTagLoader
 
 PREFIX = re.compile(r"^(spark|sparkfleet|cluster)_")
 # Written into an inventory by sparkfleet itself (group_vars/all/<name>.yml), with the commands that write each:
@@ -150,7 +151,7 @@ def files_setting(inventory: str, names: set[str]) -> dict[str, list[str]]:
             if not path.is_file() or path.suffix not in ("", ".yml", ".yaml", ".json"):
                 continue
             try:
-                data = yaml.safe_load(path.read_text())
+                data = yaml.load(path.read_text(), Loader=AnyTagLoader)
             except (OSError, UnicodeDecodeError, yaml.YAMLError):
                 continue
             for name in names & set(data if isinstance(data, dict) else {}):

@@ -33,8 +33,9 @@ from pathlib import Path
 import ansible_test
 import pytest
 from ansible.release import __version__ as ansible_version
+from ansible_cores import CORES, TEST_VENV_CORE, core_bin
 
-from conftest import BIN, REPO, ansible_env, python_of
+from conftest import BIN, REPO, ansible_env
 
 pytestmark = pytest.mark.network  # ansible-test's venvs install from PyPI
 
@@ -58,12 +59,6 @@ runpy.run_module("pip", run_name="__main__", alter_sys=True)
 '''
 
 
-# Each core the collection admits, and the Python it runs on here (2.20 and later need 3.12).
-CORES = {"2.19": "3.11", "2.20": "3.12", "2.21": "3.12"}
-TEST_VENV_CORE = ".".join(ansible_version.split(".")[:2])
-TEST_VENV_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
-
-
 def test_the_range_the_collection_admits_is_the_range_tested():
     runtime = (REPO / "meta" / "runtime.yml").read_text()
     low, high = map(int, re.search(r'requires_ansible: ">=2\.(\d+)\.0,<2\.(\d+)\.0"', runtime).groups())
@@ -71,30 +66,10 @@ def test_the_range_the_collection_admits_is_the_range_tested():
     assert TEST_VENV_CORE in CORES, f"the test venv's ansible-core {ansible_version} is not one the collection admits"
 
 
-def _core_bin(core: str) -> Path:
-    """The bin/ of a venv with ansible-core `core` (the test venv's own for its core), made once under .cache/."""
-    python = CORES[core]
-    if core == TEST_VENV_CORE and python == TEST_VENV_PYTHON:
-        return BIN
-    venv = REPO / ".cache" / f"ansible-core-{core}-py{python}"
-    stamp = venv / ".ansible-core"
-    if not stamp.is_file():
-        interpreter = python_of(python)
-        if interpreter is None:
-            pytest.skip(f"ansible-core {core} needs Python {python}: no python{python} on PATH or under ~/.pyenv "
-                        f"(pyenv install {python})")
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([interpreter, "-m", "venv", str(venv)], check=True, capture_output=True)
-        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"ansible-core=={core}.*"],
-                       check=True, capture_output=True)
-        stamp.write_text(core)
-    return venv / "bin"
-
-
 @pytest.fixture(scope="module", params=list(CORES), ids=lambda core: f"ansible-core-{core}")
 def tree(request, tmp_path_factory):
     core = request.param
-    bin_dir = _core_bin(core)
+    bin_dir = core_bin(core)
     work = tmp_path_factory.mktemp(f"ansible-test-{core}")
     subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(work), str(REPO)],
                    check=True, capture_output=True, env=ansible_env())

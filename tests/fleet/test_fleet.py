@@ -23,6 +23,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml import inert_load
 from pty_screen import Screen
 
 from conftest import BIN, REPO, SHOW_INVOCATION, own_checks_accept, record
@@ -131,7 +132,7 @@ RECORDED = {"provision": "provision-fleet.jsonl", "refresh-fail": "refresh-rollb
 
 def lock(fleet) -> dict:
     path = fleet["inventory"] / "group_vars" / "all" / "spark_images_lock.yml"
-    return yaml.safe_load(path.read_text())["spark_images_lock"]
+    return inert_load(path.read_text())["spark_images_lock"]
 
 
 def launcher_ref(host: str) -> str:

@@ -9,7 +9,7 @@ import subprocess
 import urllib.request
 
 import pytest
-import yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml import inert_load
 from ansible_collections.sparkfleet.spark.plugins.module_utils.images._pinned import pull_requests
 from oci_push import push
 
@@ -39,7 +39,7 @@ def test_the_lock_is_written_in_a_stable_order_and_rewritten_only_on_change(tmp_
     assert first["changed"] is True
     text = path.read_text()
     assert text.startswith("---\n# Written by `sparkfleet pin` (playbooks/pin.yml)")
-    lock = yaml.safe_load(text)["spark_images_lock"]
+    lock = inert_load(text)["spark_images_lock"]
     assert list(lock) == ["ngc", "unsloth"]
     assert list(lock["ngc"])[:6] == ["requested", "registry", "repository", "tag", "index_digest", "digests"]
     again = write(path, resolved("ngc", D1, "25.11-py3"), resolved("unsloth", D1, "dgxspark-latest"))
@@ -167,7 +167,7 @@ def test_a_derived_image_is_locked_beside_its_base_and_moves_with_the_base_diges
     def lock(digest: str, *recipes: dict) -> dict:
         result = run_module("spark_image_lock", {"path": str(path), "resolved": [resolved("ngc", digest, "25.11-py3")],
                                                  "derived": list(recipes)})
-        return result, yaml.safe_load(path.read_text())["spark_images_lock"]["ngc"]
+        return result, inert_load(path.read_text())["spark_images_lock"]["ngc"]
 
     result, entry = lock(D1, recipe)
     first = entry["derived"]["ngc-tree"]
@@ -183,7 +183,7 @@ def test_a_derived_image_is_locked_beside_its_base_and_moves_with_the_base_diges
     refused = run_module("spark_image_lock", {"path": str(path), "resolved": [resolved("ngc", D1, "25.11-py3")],
                                               "derived": [{**recipe, "base": "unsloth"}]})
     assert refused["failed"] and "base 'unsloth' is not among the images resolved (ngc)" in refused["msg"]
-    assert yaml.safe_load(path.read_text())["spark_images_lock"]["ngc"]["index_digest"] == D2, "left untouched"
+    assert inert_load(path.read_text())["spark_images_lock"]["ngc"]["index_digest"] == D2, "left untouched"
 
 
 def test_an_image_locked_without_the_hosts_platform_is_refused_before_pulling():

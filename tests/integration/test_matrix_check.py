@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 import yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml import inert_load
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _closure as closure
 from ansible_collections.sparkfleet.spark.plugins.modules.spark_matrix_check import closure_steps
 
@@ -186,7 +187,7 @@ def test_matrix_lock_records_every_resolved_wheel_with_the_sha256_of_its_bytes(p
     assert first.returncode == 0, first.stdout[-3000:]
     assert f"The hash lock of {MATRIX['name']} is changed in {written}" in first.stdout
     assert sorted(p.name for p in (REPO / "matrix").iterdir()) == ours, "the lock went into sparkfleet's matrix/"
-    lock = yaml.safe_load(written.read_text())["spark_venv_lock"]
+    lock = inert_load(written.read_text())["spark_venv_lock"]
     assert sorted(lock["steps"]) == ["stack", "torch", "torchao", "unsloth", "unsloth_deps", "uv"]
     files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in pyindex.root.rglob("*.whl")}
     for entries in lock["steps"].values():

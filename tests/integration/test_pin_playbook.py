@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml import inert_load
 from oci_push import push
 
 from conftest import BIN, REPO, SHOW_INVOCATION, ansible_env
@@ -53,7 +54,7 @@ def test_pin_writes_the_lock_and_a_moved_tag_shows_old_and_new(anon, tmp_path):
     lock_file = inv / "group_vars" / "all" / "spark_images_lock.yml"
     run = playbook(REPO / "playbooks" / "pin.yml", inv)
     assert run.returncode == 0, run.stdout + run.stderr
-    lock = yaml.safe_load(lock_file.read_text())["spark_images_lock"]
+    lock = inert_load(lock_file.read_text())["spark_images_lock"]
     assert lock["unsloth"]["index_digest"] == first["digest"]
     assert lock["ngc"]["tag"] == "25.09-py3"
     assert lock["ngc"]["fallback"]["wanted"] == "25.11-py3"
@@ -64,9 +65,9 @@ def test_pin_writes_the_lock_and_a_moved_tag_shows_old_and_new(anon, tmp_path):
     check = playbook(REPO / "playbooks" / "pin.yml", inv, "--check", "--diff")
     assert f"changed: unsloth {anon.host}/pintest/unsloth:dgxspark-latest: {first['digest']} -> {moved['digest']}" \
         in flat(check.stdout)
-    assert yaml.safe_load(lock_file.read_text())["spark_images_lock"]["unsloth"]["index_digest"] == first["digest"]
+    assert inert_load(lock_file.read_text())["spark_images_lock"]["unsloth"]["index_digest"] == first["digest"]
     again = playbook(REPO / "playbooks" / "pin.yml", inv)
-    assert yaml.safe_load(lock_file.read_text())["spark_images_lock"]["unsloth"]["index_digest"] == moved["digest"]
+    assert inert_load(lock_file.read_text())["spark_images_lock"]["unsloth"]["index_digest"] == moved["digest"]
     assert f"{first['digest']} -> {moved['digest']}" in flat(again.stdout)
 
 
@@ -87,7 +88,7 @@ def test_an_unlocked_dated_tag_is_resolved_once_for_the_whole_fleet(anon, tmp_pa
     # Lock only the moving tag; the dated one is resolved for this run.
     assert playbook(REPO / "playbooks" / "pin.yml", inv).returncode == 0
     lock_file = inv / "group_vars" / "all" / "spark_images_lock.yml"
-    lock = yaml.safe_load(lock_file.read_text())
+    lock = inert_load(lock_file.read_text())
     del lock["spark_images_lock"]["ngc"]
     lock_file.write_text(yaml.safe_dump(lock))
     before = anon.requests("HEAD", "/v2/pintest/pytorch/manifests/25.11-py3")
@@ -251,7 +252,7 @@ def test_pin_locks_the_images_a_host_has_of_its_own_and_refuses_a_name_defined_t
     lock_file = inv / "group_vars" / "all" / "spark_images_lock.yml"
     run = playbook(REPO / "playbooks" / "pin.yml", inv)
     assert run.returncode == 0, run.stdout + run.stderr
-    lock = yaml.safe_load(lock_file.read_text())["spark_images_lock"]
+    lock = inert_load(lock_file.read_text())["spark_images_lock"]
     assert sorted(lock) == ["audio", "ngc", "unsloth"] and lock["audio"]["index_digest"] == audio["digest"]
     assert anon.requests("HEAD", "/v2/pintest/audio/manifests/24.10") == 1, "resolved once"
 
@@ -275,7 +276,7 @@ def test_the_plan_reads_the_lock_file_pin_wrote_and_refuses_a_variable_that_says
     own = tmp_path / "locks" / "fleet.yml"  # the owner keeps the lock outside the inventory
     (inv / "group_vars" / "all" / "where.yml").write_text(f"spark_images_lock_file: {own}\n")
     assert playbook(REPO / "playbooks" / "pin.yml", inv).returncode == 0
-    written = yaml.safe_load(own.read_text())["spark_images_lock"]
+    written = inert_load(own.read_text())["spark_images_lock"]
     assert written["unsloth"]["index_digest"] == pushed["digest"]
     assert written["unsloth"]["digests"]["linux/arm64"] == pushed["platforms"]["arm64"]
     assert not (inv / "group_vars" / "all" / "spark_images_lock.yml").exists()

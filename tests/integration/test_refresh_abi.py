@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import thishost
-import yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml import inert_load
 from pyindex import build_wheel
 from thishost import HOST, sparkfleet
 
@@ -70,7 +70,7 @@ def test_a_new_image_with_a_cuda12_wheel_is_rolled_back(tmp_path, inventory, ano
     proc, _ = sparkfleet(inventory, tmp_path / "pin", "pin")
     assert proc.returncode == 0, proc.stdout[-4000:]
     lock_file = inventory / "group_vars" / "all" / "spark_images_lock.yml"
-    assert yaml.safe_load(lock_file.read_text())["spark_images_lock"]["ngc"]["index_digest"] == good
+    assert inert_load(lock_file.read_text())["spark_images_lock"]["ngc"]["index_digest"] == good
     locked = lock_file.read_text()
 
     bad = image_with_wheel(tmp_path / "bad", anon.host, 12)

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml import inert_load
 
 from conftest import BIN, REPO
 
@@ -52,4 +53,4 @@ def sparkfleet(inv: Path, report: Path, *args: str) -> tuple[subprocess.Complete
 
 
 def lock_of(inv: Path) -> dict:
-    return yaml.safe_load((inv / "group_vars" / "all" / "spark_images_lock.yml").read_text())["spark_images_lock"]
+    return inert_load((inv / "group_vars" / "all" / "spark_images_lock.yml").read_text())["spark_images_lock"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml import inert_load
 
 from conftest import run_module
 
@@ -38,4 +39,4 @@ def test_pin_never_overwrites_a_lock_the_plan_refuses(tmp_path):
     assert path.read_text() == text
     path.unlink()
     assert not run_module("spark_image_lock", {"path": str(path), "resolved": resolved})["failed"]
-    assert yaml.safe_load(path.read_text())["spark_images_lock"]["ngc"]["index_digest"] == D
+    assert inert_load(path.read_text())["spark_images_lock"]["ngc"]["index_digest"] == D

@@ -19,6 +19,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml import inert_load
 from pty_screen import Screen, SilentRegistry, piped, processes_marked, started
 from rich.console import Console
 
@@ -366,7 +367,6 @@ def test_the_readmes_matrix_lock_at_a_terminal_says_which_file_it_wrote(home, py
     package."""
     import shutil
 
-    import yaml
 
     (argv,) = [a for a in readme_commands() if a[:3] == ["sparkfleet", "matrix", "lock"]]
     assert argv[3:] == ["-i", "inventory/mylab"], argv
@@ -379,7 +379,7 @@ def test_the_readmes_matrix_lock_at_a_terminal_says_which_file_it_wrote(home, py
     lock = home / "inv" / "group_vars" / "all" / "spark_venv_lock.yml"
     wrote = next(line for line in screen.lines() if line.startswith("wrote: "))
     assert wrote.startswith(f"wrote: {lock} ("), wrote
-    locked = yaml.safe_load(lock.read_text())["spark_venv_lock"]
+    locked = inert_load(lock.read_text())["spark_venv_lock"]
     assert locked["steps"] and all(re.fullmatch(r"[0-9a-f]{64}", package["sha256"])
                                    for packages in locked["steps"].values() for package in packages), locked
     assert f"`{lock}`" in (home / "reports" / "latest" / "report.md").read_text()

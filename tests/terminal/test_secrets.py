@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml import inert_load
 from oci_push import push
 from pty_screen import Screen, SilentRegistry, started
 from registries import Registry
@@ -132,7 +133,7 @@ def test_a_run_to_its_end_leaves_no_secret_anywhere(tmp_path, registry):
     root.mkdir()
     screen, argv, password_file = run_pin(root, registry.host)
     assert screen.rc == 0, screen.text[-3000:]
-    lock = yaml.safe_load((root / "inv" / "group_vars" / "all" / "spark_images_lock.yml").read_text())
+    lock = inert_load((root / "inv" / "group_vars" / "all" / "spark_images_lock.yml").read_text())
     assert lock["spark_images_lock"]["ngc"]["registry"] == registry.host, "the vaulted credential was used"
     assert any("ansible-playbook" in a for a in argv), "the run's processes were watched"
     own = {password_file, root / "inv" / "group_vars" / "all" / "vault.yml"}

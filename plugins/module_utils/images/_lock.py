@@ -27,7 +27,12 @@ import json
 
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _validate as validate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
-from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml import yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml import (
+    inert_dump,
+    inert_load,
+    template_markers,
+    yaml,
+)
 from ansible_collections.sparkfleet.spark.plugins.module_utils.images._derived import recipe_hash, tag_for
 from ansible_collections.sparkfleet.spark.plugins.module_utils.images._oci import BadReference, parse_reference
 
@@ -101,11 +106,18 @@ def problems(lock: object, path: str) -> list[str]:
         return []
     if not isinstance(lock, dict):
         return [f"{path}: {VARIABLE} must be a mapping of image name to entry, found {type(lock).__name__}"]
-    found = []
+    # Text that would be a template is refused wherever it is, before any field is read: Ansible loads the lock as
+    # a variable, and pin writes it !unsafe, so such text came from a hand edit (SECURITY.md).
+    found = [f"{path}: {where} would run as a template; the lock holds data only (names, digests, dates): remove "
+             "the text, or the file, and run `sparkfleet pin` again" for where in template_markers(lock)]
     for name, entry in current(lock).items():
         if not isinstance(entry, dict):
             found.append(f"{path}: entry {name!r} must be a mapping, found {type(entry).__name__}")
             continue
+        unknown = [str(field) for field in entry if field not in FIELDS]
+        if unknown:
+            found.append(f"{path}: entry {name!r} has {', '.join(map(repr, unknown))}, which is no field of the "
+                         f"lock (its fields: {', '.join(FIELDS)}); remove it, or run `sparkfleet pin` again")
         missing = [field for field in REQUIRED if not entry.get(field)]
         if missing:
             found.append(f"{path}: entry {name!r} lacks {', '.join(missing)}")
@@ -148,10 +160,14 @@ def entry_problems(name: object, entry: dict) -> list[str]:
 REASON_MAX = 500
 
 
+# A reason holds no brace: every template marker has one ({{ {% {#), and the text is a registry's.
+_REASON_BRACES = str.maketrans("{}", "()")
+
+
 def fallback_reason(text: str) -> str:
-    """A registry's answer as a reason the lock's fallback may hold: one line of printable text, REASON_MAX at
-    most (what the registry said can hold newlines, escapes or a whole error body)."""
-    line = "".join(c if c.isprintable() else " " for c in " ".join(str(text).split()))
+    """A registry's answer as a reason the lock's fallback may hold: one line of printable text without braces,
+    REASON_MAX at most (what the registry said can hold newlines, escapes, a template or a whole error body)."""
+    line = "".join(c if c.isprintable() else " " for c in " ".join(str(text).split())).translate(_REASON_BRACES)
     return line if len(line) <= REASON_MAX else line[:REASON_MAX - 3] + "..."
 
 
@@ -164,9 +180,12 @@ def _fallback_problems(fallback: object) -> list[str]:
         return [f"fallback is {fallback!r}; {expected}"]
     said = [f"fallback.{key} {problem}" for key in ("wanted", "used")
             if (problem := validate.tag(fallback.get(key)))]
-    said += [f"fallback.reasons has {reason!r}; expected a line of printable text ({REASON_MAX} characters at most)"
-             for reason in fallback.get("reasons", [])
-             if not isinstance(reason, str) or len(reason) > REASON_MAX or not reason.isprintable()]
+    said += [f"fallback.reasons has {reason!r}; expected a line of printable text without braces ({REASON_MAX} "
+             "characters at most)" for reason in fallback.get("reasons", [])
+             if not isinstance(reason, str) or len(reason) > REASON_MAX or not reason.isprintable()
+             or "{" in reason or "}" in reason]
+    said += [f"fallback has {key!r}, which is no field of a fallback (wanted, used, reasons)"
+             for key in fallback if key not in ("wanted", "used", "reasons")]
     return said
 
 
@@ -191,6 +210,8 @@ def _derived_problems(derived: object) -> list[str]:
         if not isinstance(recipe, dict):
             said.append(f"derived.{child} is {recipe!r}; expected a mapping with recipe and tag")
             continue
+        said += [f"derived.{child} has {key!r}, which is no field of a derived image (recipe, tag)"
+                 for key in recipe if key not in ("recipe", "tag")]
         said += [f"derived.{child}.recipe {problem}" for problem in [validate.digest(recipe.get("recipe"))] if problem]
         repo, colon, tag = str(recipe.get("tag")).rpartition(":")
         if not colon or validate.repository(repo) or validate.tag(tag):
@@ -223,7 +244,7 @@ def read(path: str) -> tuple[object, str]:
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
-        data = yaml.safe_load(text)
+        data = inert_load(text)
     except FileNotFoundError:
         return None, ""
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
@@ -348,12 +369,8 @@ def removed(lock: dict | None, names: list[str]) -> list[str]:
 # --- writing: write() ---------------------------------------------------------------------------------------------
 
 def render(lock: dict) -> str:
-    class Dumper(yaml.SafeDumper):
-        pass
-
-    Dumper.add_representer(dict, lambda d, data: d.represent_mapping("tag:yaml.org,2002:map", data.items()))
-    body = yaml.dump({VARIABLE: lock}, Dumper=Dumper, sort_keys=False, default_flow_style=False, width=200)
-    return "---\n" + HEADER + body
+    """The lock's file: every string !unsafe, so Ansible, which loads it as a variable, never renders it."""
+    return inert_dump({VARIABLE: lock}, HEADER)
 
 
 def merged(old: dict, resolved: list[dict], derived: list[dict], now: str) -> tuple[dict, list[str]]:

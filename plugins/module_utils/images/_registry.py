@@ -16,6 +16,7 @@ import datetime
 import email.utils
 import hashlib
 import json
+import re
 import time
 from urllib.parse import urlencode, urlsplit
 
@@ -186,12 +187,21 @@ def _header(headers: dict, name: str) -> str | None:
     return None
 
 
+# An error code of the distribution spec (MANIFEST_UNKNOWN, NAME_UNKNOWN, DENIED, TOOMANYREQUESTS, ...): upper-case
+# letters and underscores. A code that is not one is a registry's free text, and is not repeated.
+_ERROR_CODE = re.compile(r"^[A-Z][A-Z_]{0,63}$")
+
+
 def _error_text(status: int, body: bytes) -> str:
+    """'404 manifest unknown' from a registry's error body: its codes only, each as the spec spells codes (what
+    else the body says is the registry's free text, which would reach the lock's fallback reasons)."""
     try:
         errors = json.loads(body).get("errors") or []
-        detail = "; ".join(e.get("code", "").lower().replace("_", " ") for e in errors)
-    except (ValueError, AttributeError):
-        detail = ""
+        codes = [str(e.get("code", "")) for e in errors if isinstance(e, dict)]
+    except (ValueError, AttributeError, TypeError):
+        codes = []
+    detail = "; ".join(c.lower().replace("_", " ") if _ERROR_CODE.match(c) else "(an error code not of the spec)"
+                       for c in codes[:5])
     return f"{status}{' ' + detail if detail else ''}"
 
 

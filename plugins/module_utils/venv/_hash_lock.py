@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml import inert_dump, template_markers
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
     MatrixError,
     _SHA256,
@@ -26,6 +27,24 @@ _LOCK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 _LOCK_VERSION_TEXT = re.compile(r"^[0-9][0-9A-Za-z.+!_-]*$")
+
+# A wheel's file name (PEP 427: name-version[-build]-python-abi-platform.whl): it comes from an index's answer, is
+# written into the lock and names a file of the wheelhouse, so it is one file name of a wheel's alphabet.
+_WHEEL = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+!-]{0,250}\.whl$")
+# The fields of the lock, of a package entry.
+_LOCK_FIELDS = ("lock_version", "matrix", "fingerprint", "target", "steps")
+_ENTRY_FIELDS = ("name", "version", "sha256", "wheel")
+_VARIABLE = "spark_venv_lock"
+
+
+def render(lock: dict, source: str) -> str:
+    """The hash lock's file (the inventory's group_vars/all/spark_venv_lock.yml): its one variable, every string
+    !unsafe, so Ansible, which loads the file as a variable, never renders what an index said."""
+    header = (f"# Written by sparkfleet matrix lock from {source}: every package each step of\n"
+              "# the sequence resolves to, with the sha256 of its wheel as its index gave it. Review its diff like the\n"
+              "# matrix's and commit it with the inventory; the venv installs it with pip's --require-hashes (always\n"
+              "# when its indexes are mirrors, else with spark_venv_require_hashes: true).\n")
+    return inert_dump({_VARIABLE: lock}, header)
 
 
 def lock_from_sequence(matrix, sequence: list[dict]) -> dict:
@@ -50,6 +69,7 @@ def lock_from_sequence(matrix, sequence: list[dict]) -> dict:
             problems.append(f"step {step['id']}: the index gave no sha256 for {', '.join(unhashed)}")
         steps[step["id"]] = [{"name": normalize(e["name"]), "version": e["version"], "sha256": e.get("sha256"),
                               "wheel": e.get("wheel")} for e in entries]
+        problems += [f"step {step['id']}: {problem}" for e in steps[step["id"]] if (problem := _entry_problem(e))]
     if problems:
         raise MatrixError("cannot lock the matrix: " + "; ".join(problems) + ". Nothing was written")
     return {"lock_version": LOCK_VERSION, "matrix": checked["name"], "fingerprint": fingerprint(checked, []),
@@ -79,12 +99,29 @@ def lock_python_mismatch(lock: dict | None, version: str) -> tuple[list[str], in
     return other, len(wheels)
 
 
+def _entry_problem(entry: dict) -> str | None:
+    """What is wrong with one package of the lock (what an index said of it), None when nothing."""
+    name, version, sha = (str(entry.get(k, "")) for k in ("name", "version", "sha256"))
+    wheel = entry.get("wheel")
+    if (not _LOCK_NAME.match(name) or not _LOCK_VERSION_TEXT.match(version) or not _SHA256.match(sha)
+            or (wheel is not None and not _WHEEL.match(str(wheel)))):
+        return (f"{dict(entry)!r} is not name, version and a sha256 of 64 hex digits, with its wheel's file name "
+                "(name-version-python-abi-platform.whl, no folder)")
+    unknown = [str(k) for k in entry if k not in _ENTRY_FIELDS]
+    return f"{name} has {', '.join(unknown)}, no field of a locked package ({', '.join(_ENTRY_FIELDS)})" if unknown \
+        else None
+
+
 def validate_lock(lock, matrix) -> list[str]:
     """What is wrong with a hash lock for this matrix (empty: nothing). Every value that reaches pip's
-    requirements file is checked here, where it enters."""
+    requirements file is checked here, where it enters; text that would be a template, or a field the lock does
+    not have, is refused."""
     if not isinstance(lock, dict):
         return [f"the lock is a {type(lock).__name__}, expected a mapping written by sparkfleet matrix lock"]
-    errors = []
+    errors = [f"{where} would run as a template; the hash lock holds data only: run sparkfleet matrix lock again"
+              for where in template_markers(lock)]
+    errors += [f"the lock has {key!r}, which is no field of the hash lock ({', '.join(_LOCK_FIELDS)})"
+               for key in lock if key not in _LOCK_FIELDS]
     if lock.get("lock_version") != LOCK_VERSION:
         errors.append(f"lock_version is {lock.get('lock_version')!r}, expected {LOCK_VERSION}")
     want = fingerprint(check(matrix), [])
@@ -105,9 +142,8 @@ def validate_lock(lock, matrix) -> list[str]:
             if not isinstance(entry, dict):
                 errors.append(f"step {step_id}: {entry!r} is not a package entry")
                 continue
-            name, version, sha = (str(entry.get(k, "")) for k in ("name", "version", "sha256"))
-            if not _LOCK_NAME.match(name) or not _LOCK_VERSION_TEXT.match(version) or not _SHA256.match(sha):
-                errors.append(f"step {step_id}: {entry!r} is not name, version and a sha256 of 64 hex digits")
+            if (problem := _entry_problem(entry)):
+                errors.append(f"step {step_id}: {problem}")
         pinned = {normalize(parse_pin(spec)[0]): parse_pin(spec)[1]
                   for spec in next(s for s in matrix["steps"] if s["id"] == step_id)["packages"]}
         locked = {normalize(str(e.get("name"))): str(e.get("version")) for e in entries if isinstance(e, dict)}

@@ -9,6 +9,7 @@ import re
 
 import pytest
 import yaml
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml import inert_load
 from ansible_collections.sparkfleet.spark.plugins.module_utils.images._lock import (
     FIELDS,
     LockRefused,
@@ -177,7 +178,7 @@ def test_the_next_pin_rewrites_a_lock_written_before_and_says_so_then_changes_no
     first = write(str(path), resolved, [])
     assert first["changed"]
     assert first["changes"] == ["ngc: arm64_digest rewritten as digests (keyed by platform)"], "the digest did not move"
-    written = yaml.safe_load(path.read_text())["spark_images_lock"]["ngc"]
+    written = inert_load(path.read_text())["spark_images_lock"]["ngc"]
     assert written["digests"] == {"linux/arm64": D2, "linux/amd64": D3} and "arm64_digest" not in written
     assert written["resolved_at"] == "2026-11-01T10:00:00+00:00", "an unmoved digest keeps its date"
     assert "arm64_digest" in first["diff"]["before"] and "arm64_digest" not in first["diff"]["after"]
