@@ -35,9 +35,12 @@ def _each_string(value: Any, change) -> Any:
 
 # Candidates for an address in free text (an unreachable host's message, a path): each is checked with
 # ipaddress before it is replaced, so versions (13.0), times (05:19:36) and digests stay.
-_ADDRESS = re.compile(r"(?<![\w.:])(?:\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7})(?![\w.:])")
+# An IPv4 address may be followed by its port (Go's 'dial tcp 10.20.30.40:5443', a URL's host:port).
+_ADDRESS = re.compile(r"(?<![\w.:])(?:\d{1,3}(?:\.\d{1,3}){3}(?=:\d|[^\w.:]|$)|"
+                      r"[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w.:]))")
 # A user's home in a path: /home/alice/inventory -> /home/<user>/inventory (and macOS's /Users/alice).
-_HOME = re.compile(r"(?<![\w.-])/(home|Users)/[^/\s\"'`|]+")
+# A home below another folder too (/export/home/alice, /srv/home/alice).
+_HOME = re.compile(r"(?<![\w.-])((?:/[\w.-]+)*?)/(home|Users)/[^/\s\"'`|]+")
 
 
 # Where a failure message names a host or a user (ssh's, a URL's, Ansible's), whatever the name's form: a DNS name
@@ -45,11 +48,28 @@ _HOME = re.compile(r"(?<![\w.-])/(home|Users)/[^/\s\"'`|]+")
 _USER_AT_HOST = re.compile(r"(?<![\w.@-])([A-Za-z_][\w.-]*)@([A-Za-z0-9][\w.-]*[A-Za-z0-9])(?=[\s:/'\"),]|$)")
 _HOST_SAID = re.compile(r"(?i)(?:connect to host|connection to|could not resolve hostname|resolve host|host key for|"
                         r"hostname|ssh: |host) ([A-Za-z0-9][\w-]*(?:\.[\w-]+)+)(?=[\s:,)]|$)")
+# Where ssh, Ansible, urllib3 and sudo name a host whatever its form, a single label too ('spark7', 'gpu-a'):
+# 'connect to host spark7 port 22', 'Could not resolve hostname gpu-a:', 'sent to remote host "spark7.corp"',
+# "HTTPSConnectionPool(host='mirror.corp.example'", 'for user alice on spark7', 'may not run sudo on spark7'.
+_HOST_NAMED = re.compile(r"(?i)(?:connect to host|could not resolve hostname|unable to resolve host|remote host|"
+                         r"connection to|\bhost=|\bon) [\"']?([A-Za-z0-9][\w-]*(?:\.[\w-]+)*)[\"']?(?=[\s:,.)]|$)"
+                         r"|(?i:\bhost=)[\"']([A-Za-z0-9][\w-]*(?:\.[\w-]+)*)[\"']")
+_USER_NAMED = re.compile(r"(?i)(?:\bfor user|\bsorry, user|\buser) ([a-z_][\w.-]*)(?= (?:on|may|is)\b)")
+# Words _HOST_NAMED's ' on X' may take that name no host.
+_NOT_HOSTS = {"on", "the", "a", "an", "this", "that", "port", "host", "localhost"}
 _URL_HOST = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)(?:[^\s/@]+@)?(\[[^\]\s]+\]|[A-Za-z0-9][\w.-]*)")
 # Public services a report may name: where they are said, they identify nobody's site.
 PUBLIC_HOSTS = ("nvcr.io", "docker.io", "registry-1.docker.io", "auth.docker.io", "ghcr.io", "pypi.org",
                 "files.pythonhosted.org", "download.pytorch.org", "github.com", "api.github.com",
                 "nvidia.github.io", "developer.download.nvidia.com", "localhost")
+
+
+def _is_word_after_on(text: str, match: re.Match) -> bool:
+    """' on X' names a host only where sudo says it ('... for user alice on spark7', '... run sudo on spark7')."""
+    if not match.group(0).lower().startswith("on"):
+        return False
+    before = text[:match.start()].rstrip()
+    return not re.search(r"(?i)(?:for user [\w.-]+|run sudo|user [\w.-]+ may not run \S+)$", before)
 
 
 def _site_names(text: str) -> tuple[set[str], set[str]]:
@@ -60,6 +80,9 @@ def _site_names(text: str) -> tuple[set[str], set[str]]:
         hosts.add(match.group(2))
     hosts |= {m.group(1) for m in _HOST_SAID.finditer(text)}
     hosts |= {m.group(2) for m in _URL_HOST.finditer(text)}
+    users |= {m.group(1) for m in _USER_NAMED.finditer(text)}
+    hosts |= {name for m in _HOST_NAMED.finditer(text) for name in m.groups()
+              if name and name.lower() not in _NOT_HOSTS and not _is_word_after_on(text, m)}
     return users, {h for h in hosts if h.lower() not in PUBLIC_HOSTS and not h.startswith("[")
                    and not h.replace(".", "").isdigit() and h != "<address>"}
 
@@ -100,10 +123,12 @@ def scrub(value: Any, homes: list[str] | None = None) -> Any:
     def text(item: str) -> str:
         for home in homes:
             item = re.sub(r"(?<![\w.-])" + re.escape(home) + r"(?=/|\b|$)", "~", item)
-        item = _HOME.sub(lambda m: f"/{m.group(1)}/<user>", item)
+        item = _HOME.sub(lambda m: f"{m.group(1)}/{m.group(2)}/<user>", item)
         item = _URL_HOST.sub(lambda m: m.group(0) if "@" not in m.group(0) else f"{m.group(1)}{m.group(2)}", item)
         if login:
             item = login.sub("<user>", item)
+        if users:
+            item = re.sub(r"(?<![\w.-])(?:" + "|".join(map(re.escape, users)) + r")(?![\w-])", "<user>", item)
         if named:
             item = named.sub("<host>", item)
         return _ADDRESS.sub(address, item)

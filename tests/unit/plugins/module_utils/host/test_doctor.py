@@ -3,7 +3,8 @@ reads (a kernel log with the driver's NV_ERR_NO_MEMORY, /proc/swaps, /proc/press
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils.host._doctor import GIB, diagnose, memory_signs
+import pytest
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._doctor import GIB, diagnose, memory_signs, scrub
 
 KERNEL_LOG = """\
 [  812.112233] NVRM: nvAssertOkFailedNoLog: Assertion failed: Out of memory [NV_ERR_NO_MEMORY] (0x00000051)
@@ -122,3 +123,28 @@ def test_the_module_documentation_lists_every_check_in_the_order_they_run():
     # The owners' page lists them too, one per line, in the same order.
     page = (module.parents[2] / "docs" / "doctor.md").read_text()
     assert re.findall(r"^\d+\. (.+)$", page, re.M) == said
+
+
+# Issue 56, item 4: the forms ssh, Ansible, urllib3, Go and sudo really print, each with what must not be left.
+@pytest.mark.parametrize(("said", "gone"), [
+    ("dial tcp 10.20.30.40:5443: connect: connection refused", "10.20.30.40"),
+    ("Get \"http://192.168.7.9:3141/simple/torch/\": dial tcp: i/o timeout", "192.168.7.9"),
+    ("ssh: Could not resolve hostname gpu-a: Name or service not known", "gpu-a"),
+    ("ssh: connect to host spark7 port 22: Connection refused", "spark7"),
+    ('Data could not be sent to remote host "spark7.corp.example.com". Make sure this host can be reached over ssh: '
+     "ssh: connect to host spark7.corp.example.com port 22: No route to host", "spark7"),
+    ("HTTPSConnectionPool(host='mirror.corp.example', port=443): Max retries exceeded with url: /simple/torch/",
+     "mirror.corp"),
+    ("[Errno 2] No such file or directory: '/export/home/alice/inventory/hosts.yml'", "alice"),
+    ("sudo: a password is required for user alice on spark7", "alice"),
+    ("sudo: a password is required for user alice on spark7", "spark7"),
+    ("Sorry, user alice may not run sudo on spark7.", "spark7"),
+    ("sudo: unable to resolve host spark7: Name or service not known", "spark7"),
+])
+def test_each_form_a_tool_names_a_site_in_is_scrubbed(said, gone):
+    assert gone not in scrub(said), scrub(said)
+
+
+def test_what_names_no_site_stays_as_it_was():
+    said = "torch 2.10.0 built for CUDA 13.0 at 05:19:36 on the GPU; runs on the host as root (127.0.0.1:5000)"
+    assert scrub(said) == said
