@@ -15,6 +15,12 @@ Anything else runs the module as before: another input, a file touched, replaced
 hand, an image pulled or removed, which rewrites Docker's repositories.json), a record missing or unreadable, a
 module run in check mode (never recorded), a failed run (its record removed), a state held outside a file (no
 record). The read-only run (sparkfleet verify) never uses a record: it reads the host afresh.
+
+The records are trusted only as far as root's own files (SECURITY.md, "The converged records"): /var/lib/sparkfleet
+and converged/ are made root's and closed to others whatever the umask (one that an earlier sparkfleet left open is
+closed again), and checked like every folder root trusts (module_utils/common/_trusted.py) before each read and
+write; a record is opened without following a link, and must be a regular file of root's that no one else can
+write. A record with no watched file, or whose folder or file fails the rule, is not used: the module runs.
 """
 
 from __future__ import annotations
@@ -23,8 +29,16 @@ import contextlib
 import json
 import os
 import re
+import stat
 import tempfile
 import time
+
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._trusted import (
+    Untrusted,
+    check_dir,
+    make_dir,
+    open_file,
+)
 
 DIR = "/var/lib/sparkfleet/converged"
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -57,7 +71,7 @@ def remember(name: str, key: str | None, watched: list[str], result: dict, direc
     record = {"module": name, "key": key, "watched": {path: stat_of(path) for path in watched}, "result": result,
               "recorded_at": time.time()}
     try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        _private(directory)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
         with os.fdopen(fd, "w") as handle:
             json.dump(record, handle, sort_keys=True)
@@ -66,9 +80,33 @@ def remember(name: str, key: str | None, watched: list[str], result: dict, direc
             if entry.startswith(f"{name}.") and entry.endswith(".json") and entry != f"{name}.{key}.json":
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(directory, entry))
-    except (OSError, TypeError, ValueError):
+    except (OSError, TypeError, ValueError):  # Untrusted is a ValueError
         return False
     return True
+
+
+def _private(directory: str) -> None:
+    """The records' folder and the one above it (/var/lib/sparkfleet), made where missing, root's (the user's) and
+    closed to others: a folder of the user's own left writable by others (an old sparkfleet's makedirs under umask
+    000) is closed again; then checked (Untrusted where it is another's, or a link)."""
+    directory = os.path.abspath(directory)
+    for folder, mode in ((os.path.dirname(directory), 0o755), (directory, 0o700)):
+        if not os.path.lexists(folder):
+            make_dir(folder, mode, "the converged records' folder")
+        info = os.lstat(folder)
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o022:
+            os.chmod(folder, stat.S_IMODE(info.st_mode) & ~0o022)
+        check_dir(folder, "the converged records' folder")
+
+
+def _read(path: str) -> object:
+    """A record's JSON, opened as root trusts a file: no link followed, a regular file of root's (the user's) with
+    one name, writable by its owner alone; ValueError (Untrusted) or OSError otherwise."""
+    fd = open_file(path, os.O_RDONLY, what="the converged record")
+    with os.fdopen(fd) as handle:
+        if stat.S_IMODE(os.fstat(handle.fileno()).st_mode) & 0o022:
+            raise Untrusted(f"the converged record {path} can be written by other users")
+        return json.load(handle)
 
 
 def forget(name: str, key: str | None, directory: str = DIR) -> None:
@@ -86,8 +124,12 @@ def unchanged(directory: str = DIR, now: float | None = None) -> dict[str, dict]
     now = time.time() if now is None else now
     found: dict[str, dict] = {}
     try:
+        check_dir(os.path.dirname(os.path.abspath(directory)), "the converged records' folder")
+        check_dir(directory, "the converged records' folder")
+        if stat.S_IMODE(os.lstat(directory).st_mode) & 0o077:
+            return found  # open to others: made by someone else, or by an earlier sparkfleet (remember() closes it)
         names = sorted(os.listdir(directory))
-    except OSError:
+    except (OSError, Untrusted):
         return found
     for entry in names:
         name, _dot, rest = entry.partition(".")
@@ -95,17 +137,16 @@ def unchanged(directory: str = DIR, now: float | None = None) -> dict[str, dict]
         if not entry.endswith(".json") or not _NAME.match(name) or not _KEY.match(key):
             continue
         try:
-            with open(os.path.join(directory, entry)) as handle:
-                record = json.load(handle)
-        except (OSError, ValueError):
+            record = _read(os.path.join(directory, entry))
+        except (OSError, ValueError):  # Untrusted is a ValueError
             continue
         if not isinstance(record, dict) or record.get("key") != key or record.get("module") != name:
             continue
         watched = record.get("watched")
         recorded_at = record.get("recorded_at")
-        if not isinstance(watched, dict) or not isinstance(recorded_at, (int, float)) \
+        if not isinstance(watched, dict) or not watched or not isinstance(recorded_at, (int, float)) \
                 or not 0 <= now - recorded_at < MAX_AGE_S:
-            continue
+            continue  # a record that watches nothing would hold whatever it says forever
         if all(stat_of(path) == sig for path, sig in watched.items()):
             found[key] = {"module": name, "result": record.get("result")}
     return found

@@ -82,3 +82,76 @@ def test_a_folder_that_cannot_be_written_records_nothing_and_fails_nothing(tmp_p
     blocker.write_text("")
     assert not converged.remember("spark_launchers", KEY, [], {}, str(blocker / "converged"))
     assert os.path.isfile(blocker)
+
+
+# Issue 56, item 2: the records follow the rule of every folder and file root trusts (module_utils/common/_trusted.py).
+# Each attack below was a record root's preflight returned as converged before the rule.
+NOBODY = 65534
+
+
+def _recorded(tmp_path):
+    launcher = tmp_path / "spark-ngc"
+    launcher.write_text("#!/bin/sh\n")
+    records = tmp_path / "lib" / "converged"
+    assert converged.remember("spark_launchers", KEY, [str(launcher)], {"changed": False}, str(records))
+    assert converged.unchanged(str(records)), "the genuine record is used"
+    return launcher, records
+
+
+def test_the_records_folders_are_closed_to_others_whatever_the_umask_and_an_open_one_is_closed_again(tmp_path):
+    old = os.umask(0)
+    try:
+        launcher, records = _recorded(tmp_path)
+    finally:
+        os.umask(old)
+    assert oct(records.stat().st_mode & 0o777) == "0o700"
+    assert records.parent.stat().st_mode & 0o022 == 0, "/var/lib/sparkfleet is writable by root alone"
+    records.parent.chmod(0o777)  # as an earlier sparkfleet's makedirs left it under umask 000
+    assert converged.unchanged(str(records)) == {}, "a record under a folder others can write is not used"
+    assert converged.remember("spark_launchers", KEY, [str(launcher)], {}, str(records))
+    assert records.parent.stat().st_mode & 0o022 == 0 and converged.unchanged(str(records))
+
+
+def test_a_folder_a_stranger_made_in_place_of_the_records_is_not_read(tmp_path):
+    launcher, records = _recorded(tmp_path)
+    forged = json.loads(next(records.glob("*.json")).read_text())
+    forged["result"] = {"pinned": [{"ref": "evil.example/x@sha256:" + "0" * 64}]}
+    records.rename(tmp_path / "away")
+    records.mkdir(mode=0o700)
+    (records / f"spark_launchers.{KEY}.json").write_text(json.dumps(forged))
+    os.chown(records / f"spark_launchers.{KEY}.json", NOBODY, NOBODY)
+    assert converged.unchanged(str(records)) == {}, "a record of another user's"
+    os.chown(records, NOBODY, NOBODY)
+    assert converged.unchanged(str(records)) == {}, "a folder of another user's"
+    assert not converged.remember("spark_launchers", KEY, [str(launcher)], {}, str(records)), "nothing written there"
+
+
+def test_a_record_that_is_a_link_a_fifo_a_hard_link_or_writable_by_others_is_not_used(tmp_path):
+    launcher, records = _recorded(tmp_path)
+    record = next(records.glob("*.json"))
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(record.read_text())
+    record.unlink()
+    record.symlink_to(elsewhere)
+    assert converged.unchanged(str(records)) == {}, "a link"
+    record.unlink()
+    os.link(elsewhere, record)
+    assert converged.unchanged(str(records)) == {}, "a hard link"
+    record.unlink()
+    os.mkfifo(record)
+    started = time.monotonic()
+    assert converged.unchanged(str(records)) == {} and time.monotonic() - started < 5, "a FIFO, never waited on"
+    record.unlink()
+    record.write_text(elsewhere.read_text())
+    assert converged.unchanged(str(records)), "the same record as a file of root's"
+    record.chmod(0o666)
+    assert converged.unchanged(str(records)) == {}, "writable by others"
+
+
+def test_a_record_that_watches_nothing_is_not_used(tmp_path):
+    _launcher, records = _recorded(tmp_path)
+    record = next(records.glob("*.json"))
+    data = json.loads(record.read_text())
+    data["watched"] = {}
+    record.write_text(json.dumps(data))
+    assert converged.unchanged(str(records)) == {}
