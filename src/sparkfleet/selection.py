@@ -54,6 +54,12 @@ def host_list(inventory: str) -> Listing:
     return Listing(hostvars={h: {} for h in hosts}, groups={"all": set(hosts), "ungrouped": set(hosts)})
 
 
+def _unwrapped(obj: dict) -> object:
+    """ansible-inventory --list writes a !unsafe string (every string of the locks sparkfleet writes) as
+    {"__ansible_unsafe": "text"}: the text, as every play has it."""
+    return obj["__ansible_unsafe"] if len(obj) == 1 and isinstance(obj.get("__ansible_unsafe"), str) else obj
+
+
 def list_inventory(inventory: str, env: dict[str, str]) -> Listing:
     """The inventory as Ansible reads it (one ansible-inventory --list for the whole check)."""
     if "," in inventory:
@@ -61,7 +67,7 @@ def list_inventory(inventory: str, env: dict[str, str]) -> Listing:
     try:
         rc, out = run_ended_with_us([str(Path(sys.executable).parent / "ansible-inventory"), "-i", inventory,
                                      "--list"], timeout=60, env={**os.environ, **env})
-        data = json.loads(out) if rc == 0 else None
+        data = json.loads(out, object_hook=_unwrapped) if rc == 0 else None
     except (OSError, ValueError, subprocess.TimeoutExpired):
         data = None
     if not isinstance(data, dict):

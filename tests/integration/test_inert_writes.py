@@ -17,6 +17,7 @@ import re
 import subprocess
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,15 @@ from fake_http import FakeHTTP
 from conftest import BIN, REPO, ansible_env
 
 D = "sha256:" + "a" * 64
+
+
+@pytest.fixture
+def proof():
+    """Where a payload that ran leaves its mark: lower-case letters, digits and '-' only, so a writer that changes
+    the text on its way (a registry's error code lower-cased, '_' made a space) still touches this very path."""
+    path = Path(f"/tmp/sparkfleet-proof-{uuid.uuid4().hex}")
+    yield path
+    path.unlink(missing_ok=True)
 
 
 def payloads(proof: Path) -> list[str]:
@@ -116,8 +126,7 @@ def _play(tmp_path: Path, core: str, files: dict[str, str], use: str) -> tuple[s
 
 @pytest.mark.parametrize("core", list(CORES))
 @pytest.mark.parametrize("writer", sorted(WRITERS))
-def test_a_payload_in_every_string_a_writer_takes_comes_back_as_text_and_never_runs(writer, core, tmp_path):
-    proof = tmp_path / "PROOF"
+def test_a_payload_in_every_string_a_writer_takes_comes_back_as_text_and_never_runs(writer, core, tmp_path, proof):
     name, make = WRITERS[writer]
     for payload in ["".join(payloads(proof))]:  # each kind in every string, one run
         if make is None:  # the proposal: a matrix file read through lookup | from_yaml
@@ -137,10 +146,9 @@ def test_a_payload_in_every_string_a_writer_takes_comes_back_as_text_and_never_r
             f"{writer}: the value did not come back as written on ansible-core {core}"
 
 
-def test_a_hand_edited_lock_with_a_template_is_refused_before_it_can_run(tmp_path):
+def test_a_hand_edited_lock_with_a_template_is_refused_before_it_can_run(tmp_path, proof):
     """A lock without tags, edited by hand: the plan reads the variable unrendered and refuses it, and the CLI's own
     check before a run refuses it (exit 4), naming the field; nothing runs."""
-    proof = tmp_path / "PROOF"
     text, _unused = _image_lock("")
     lock = inert_load(text)
     lock[_lock.VARIABLE]["ngc"]["note"] = payloads(proof)[0]
@@ -173,7 +181,7 @@ def test_a_hand_edited_lock_with_a_template_is_refused_before_it_can_run(tmp_pat
 
 
 @pytest.mark.testbed
-def test_a_registry_that_answers_with_a_template_never_gets_it_run(anon, tmp_path):
+def test_a_registry_that_answers_with_a_template_never_gets_it_run(anon, tmp_path, proof):
     """The review's case: the newer tag answered 404 with template code for its error codes, the older one served;
     pin writes the fallback, then provision --check, verify and refresh --check run on the lock, and nothing the
     registry said runs."""
@@ -181,7 +189,6 @@ def test_a_registry_that_answers_with_a_template_never_gets_it_run(anon, tmp_pat
     from thishost import HOST, inventory, sparkfleet
 
     push(anon.url, "nvidia/pytorch:25.09-py3", ["amd64", "arm64"], seed="inert")
-    proof = tmp_path / "PROOF"
 
     def answer(request):
         if request.path.endswith("/manifests/25.11-py3"):
