@@ -129,6 +129,20 @@ def _short(ref: str | None) -> str:
     return digest[:19] if digest.startswith("sha256:") else (digest or "nothing")
 
 
+def _apart(runs: str | None, locked: str | None) -> tuple[str, str]:
+    """Two references as a drift line shows them: digests to the shortest length that tells them apart (twelve hex
+    digits at least), whole references where their digests are the same (another repository or registry)."""
+    a, b = (str(ref or "").rpartition("@")[2] for ref in (runs, locked))
+    if a == b and a:
+        return str(runs), str(locked)
+    if not (a.startswith("sha256:") and b.startswith("sha256:")):
+        return _short(runs), _short(locked)
+    shown = 7 + 12
+    while shown < max(len(a), len(b)) and a[:shown] == b[:shown]:
+        shown += 1
+    return a[:shown], b[:shown]
+
+
 def as_run(records: list[dict], pulled: list[dict] | None, launchers: list[dict] | None) -> list[dict]:
     """What a host runs, read without changing it (sparkfleet verify): each pinned record (the lock's, as
     spark_image_pull and spark_image_build return them in check mode) with `ref` what its launcher on the host runs
@@ -153,8 +167,9 @@ def as_run(records: list[dict], pulled: list[dict] | None, launchers: list[dict]
             mover = ("`sparkfleet provision` builds and switches it" if record.get("derived") else
                      "`sparkfleet refresh` moves the fleet to the lock, canary first (`sparkfleet provision`: every "
                      "host at once)")
-            drift.append(f"{what}: runs {_short(runs)}, the {'recipe builds' if record.get('derived') else 'lock says'}"
-                         f" {_short(locked)} - {mover}")
+            shown_runs, shown_locked = _apart(runs, locked)
+            drift.append(f"{what}: runs {shown_runs}, the {'recipe builds' if record.get('derived') else 'lock says'}"
+                         f" {shown_locked} - {mover}")
         elif launcher.get("changed"):
             drift.append(f"{what}: its launcher {launcher.get('path')} differs from the one this sparkfleet writes "
                          "(edited by hand, or written by another version) - `sparkfleet provision --check --diff` "

@@ -54,3 +54,15 @@ def test_an_edited_launcher_a_missing_launcher_and_a_missing_image_are_each_name
     (unbuilt,) = as_run([record(ref=None, derived=True)], [], [launcher(runs="sha256:" + "3" * 64)])
     assert unbuilt["drift"][0] == ("image unsloth: not built from its recipe on this host - `sparkfleet provision` "
                                    "builds it")
+
+
+def test_digests_that_share_their_first_twelve_digits_are_shown_until_they_differ():
+    """Issue 58, item 3: 'runs sha256:cf2b496b9f5a, the lock says sha256:cf2b496b9f5a' told the owner nothing."""
+    same = "cf2b496b9f5a" + "07"
+    runs, locked = f"r/unsloth@sha256:{same}{'1' * 50}", f"r/unsloth@sha256:{same}{'2' * 50}"
+    (out,) = as_run([record(ref=locked)], [{"name": "unsloth", "present_before": True}], [launcher(runs=runs)])
+    assert out["drift"][0].startswith(f"image unsloth: runs sha256:{same}1, the lock says sha256:{same}2 - ")
+    # the same digest from another registry: the references, whole
+    (moved,) = as_run([record(ref="127.0.0.1:5000/unsloth@sha256:" + "2" * 64)],
+                      [{"name": "unsloth", "present_before": True}], [launcher(runs=NEW)])
+    assert f"runs {NEW}, the lock says 127.0.0.1:5000/unsloth@sha256:{'2' * 64}" in moved["drift"][0]
