@@ -23,6 +23,7 @@ import time
 import pytest
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import (
+    framework_line,
     frameworks_probed,
     parse_probe_output,
 )
@@ -147,8 +148,9 @@ def test_a_cpu_only_build_or_a_cuda_12_build_is_named_as_the_cause(results, name
     assert by_name[name]["fix"] == fix
 
 
-# Each probe's own code run where its framework runs without a GPU (SPARKFLEET_PROBE_ON_CPU, a switch for the
-# tests that relaxes the device requirement and nothing else): framework -> (venv, what else its CPU path needs).
+# Each probe's own code run where its framework runs without a GPU: the tests' CPU exercise, reached by running the
+# probe program's source with its ON_CPU line changed (nothing on a host can set it, issue 57 item 1): framework ->
+# (venv, what else its CPU path needs).
 ON_CPU = {
     "jax": ("cpu builds", {}),
     "onnxruntime": ("frameworks", {}),  # onnxruntime-gpu's own CPU provider runs the probe's model
@@ -158,6 +160,22 @@ ON_CPU = {
 # Those whose work has no CPU path: cupy and cuda-python are CUDA itself; bitsandbytes 0.49.2's 8-bit optimizer
 # asks for tensors on a GPU ("All input tensors need to be on the same GPU").
 NO_CPU_PATH = {"cupy", "cuda-python", "bitsandbytes"}
+_SWITCH = "\nON_CPU = False\n"
+
+
+def cpu_exercise(env, name: str) -> dict:
+    """The probe of `name` run as the tests' CPU exercise: the program's own source, its ON_CPU line made True, run
+    directly by the venv's Python (as the module runs it, one framework in a process)."""
+    import inspect
+
+    path, environment = env
+    source = inspect.getsource(_program_gpu_probe)
+    assert source.count(_SWITCH) == 1, "the probe program has one ON_CPU line, False"
+    program = _program_gpu_probe.wrapper(source.replace(_SWITCH, "\nON_CPU = True\n"))
+    run = subprocess.run([str(path / "bin" / "python"), "-", "--framework", name, "--distributions", "[]"],
+                         input=program, capture_output=True, text=True, timeout=300, check=False,
+                         env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), **environment})
+    return parse_probe_output(run.stdout).get("result") or {"stderr": run.stderr[-2000:]}
 
 
 def test_every_probe_runs_its_own_code_on_the_cpu_or_says_why_it_cannot():
@@ -167,18 +185,35 @@ def test_every_probe_runs_its_own_code_on_the_cpu_or_says_why_it_cannot():
 @pytest.mark.parametrize("name", sorted(ON_CPU))
 def test_each_probe_s_own_model_kernel_or_session_computes_its_value_on_the_cpu(venvs, name):
     """Issue 47: the production probe, its device requirement relaxed and nothing else, gets the squares' sum
-    (a probe bug such as onnx's IR version 14 is caught here, without a GPU); the same run without the switch
-    stays failed (test_each_framework_is_judged_by_its_own_probe...)."""
+    (a probe bug such as onnx's IR version 14 is caught here, without a GPU). Its verdict is the CPU exercise's,
+    never ok (issue 57, item 1): a host whose probe said so would fail, naming it."""
     kind, variables = ON_CPU[name]
-    result = verify(venv_of(venvs, kind), {**variables, "SPARKFLEET_PROBE_ON_CPU": "1"})
-    probed = {r["name"]: r for r in result["frameworks"]["results"]}[name]
-    assert (probed["verdict"], probed["value"]) == ("ok", _program_gpu_probe.SQUARES), probed
+    path, environment = venv_of(venvs, kind)
+    probed = cpu_exercise((path, {**environment, **variables}), name)
+    assert (probed.get("verdict"), probed.get("value")) == ("cpu exercise", _program_gpu_probe.SQUARES), probed
+    judged = frameworks_probed({"framework:" + name: probed})
+    assert "never a verification" in framework_line(judged["results"][0])
+
+
+def test_the_probe_reads_no_switch_of_the_cpu_exercise_from_a_host():
+    """Issue 57, item 1: SPARKFLEET_PROBE_ON_CPU=1 was honoured wherever it came from (the controller's shell, the
+    venv's environment, an image's ENV) and passed jax, numba-cuda, onnxruntime and triton on the CPU. The program
+    reads no variable, file or argument for it now."""
+    source = inspect_source()
+    assert "SPARKFLEET_PROBE_ON_CPU" not in source
+    assert re.findall(r"^ON_CPU = .*$", source, re.M) == ["ON_CPU = False"]
+
+
+def inspect_source() -> str:
+    import inspect
+
+    return inspect.getsource(_program_gpu_probe)
 
 
 @pytest.mark.parametrize(("variables", "names"), [
-    ({"TRITON_INTERPRET": "1"}, {"triton": "TRITON_INTERPRET=1 is set: Triton's interpreter runs every kernel on "
-                                           "the CPU"}),
-    ({"NUMBA_ENABLE_CUDASIM": "1", "JAX_PLATFORMS": "cpu"},
+    ({"TRITON_INTERPRET": "1", "SPARKFLEET_PROBE_ON_CPU": "1"},
+     {"triton": "TRITON_INTERPRET=1 is set: Triton's interpreter runs every kernel on the CPU"}),
+    ({"NUMBA_ENABLE_CUDASIM": "1", "JAX_PLATFORMS": "cpu", "SPARKFLEET_PROBE_ON_CPU": "1"},
      {"numba-cuda": "NUMBA_ENABLE_CUDASIM=1 is set: numba's CUDA simulator runs every kernel on the CPU",
       "jax": "JAX_PLATFORMS=cpu is set: jax uses only the platforms it names"}),
     ({"CUDA_VISIBLE_DEVICES": "-1"}, {"cupy": "CUDA_VISIBLE_DEVICES='-1' hides every GPU",

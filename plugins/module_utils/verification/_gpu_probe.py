@@ -45,6 +45,13 @@ FRAMEWORK = "a GPU framework failed"
 UNKNOWN = "unexplained"
 
 
+# The verdict of a probe run as the tests' CPU exercise (_program_gpu_probe.ON_CPU, which nothing on a host sets):
+# never verified, whatever it computed - a host whose probe says it fails, naming it.
+CPU_EXERCISE = "cpu exercise"
+CPU_EXERCISE_SAID = ("a CPU exercise, the tests' own run of the probe without a GPU, which is never a verification "
+                     "(this probe program was changed: reinstall the collection)")
+
+
 def parse_probe_output(stdout: str) -> dict[str, dict]:
     """The probe's JSON lines by kind; lines that are not the probe's are ignored."""
     found: dict[str, dict] = {}
@@ -194,7 +201,7 @@ def frameworks_probed(probe: dict[str, dict]) -> dict:
     for result in results:
         result["fix"] = framework_advice(result)
     started = (probe.get("framework_start") or {}).get("name")
-    ran = {r["name"] for r in results if r.get("verdict") in ("ok", "failed")}
+    ran = {r["name"] for r in results if r.get("verdict") in ("ok", "failed", CPU_EXERCISE)}
     return {"probed": ["torch", *sorted(ran)],
             "results": results,
             "hung": started if started and started not in {r["name"] for r in results} else None,
@@ -211,6 +218,8 @@ def framework_line(result: dict) -> str:
         return f"{head}: ok ({result.get('seconds')} s{extra})"
     if result.get("verdict") == "not exercised":
         return f"{head}: not exercised ({result.get('error')})"
+    if result.get("verdict") == CPU_EXERCISE:
+        return f"{head}: {CPU_EXERCISE_SAID}"
     return f"{head}: failed at {result.get('stage')} - {result.get('error')}"
 
 
@@ -244,7 +253,7 @@ def _torch_works_but_a_framework_hung(case: dict) -> dict | None:
 
 def _torch_works_but_a_framework_failed(case: dict) -> dict | None:
     """torch works; another GPU framework failed or ran on the CPU"""
-    broken = [r for r in case["frameworks"]["results"] if r.get("verdict") == "failed"]
+    broken = [r for r in case["frameworks"]["results"] if r.get("verdict") in ("failed", CPU_EXERCISE)]
     if broken:
         return {"hypothesis": FRAMEWORK,
                 "evidence": "torch is fine; " + "; ".join(framework_line(r) for r in broken),
