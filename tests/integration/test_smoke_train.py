@@ -10,7 +10,9 @@ third step does).
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 
 import pytest
 
@@ -141,11 +143,26 @@ def test_8_where_unsloth_is_installed_its_own_path_runs_and_a_missing_dependency
 
 def test_9_the_compile_stage_s_own_kernel_runs_and_is_judged_without_a_gpu(venv):
     """Issue 47, items 3 and 10: the compile stage, tested nowhere off the GPU before, runs its own Triton kernel
-    (real triton 3.8.0) under Triton's interpreter on torch's CPU tensors (SPARKFLEET_PROBE_ON_CPU, a switch for
-    the tests); its value is judged (parts.triton_kernel), and the run is still no GPU verification."""
-    import wheels
+    (real triton 3.8.0) under Triton's interpreter on torch's CPU tensors - the tests' CPU exercise, the program's
+    source run with its ON_CPU line changed (nothing on a host can switch it on, issue 57 item 1); its value is
+    judged (parts.triton_kernel), and the run is still no GPU verification."""
+    import inspect
 
-    result = smoke(venv, environment={"PYTHONPATH": str(wheels.triton_site()), "TRITON_INTERPRET": "1",
-                                      "SPARKFLEET_PROBE_ON_CPU": "1"})
+    import wheels
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_smoke
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._smoke import judge
+
+    source = inspect.getsource(_program_smoke)
+    assert source.count("\nON_CPU = False\n") == 1 and "SPARKFLEET_PROBE_ON_CPU" not in source
+    run = subprocess.run([str(venv / "bin" / "python"), "-", "--steps", "40", "--device", "auto"],
+                         input=source.replace("\nON_CPU = False\n", "\nON_CPU = True\n"), capture_output=True,
+                         text=True, timeout=300, check=False, cwd="/",
+                         env={"PATH": os.environ["PATH"], "LC_ALL": "C", "PYTHONPATH": str(wheels.triton_site()),
+                              "TRITON_INTERPRET": "1"})
+    result = judge(run.stdout, run.stderr, run.returncode, 300)
     assert (result["verdict"], result["device"], result["gpu_verified"]) == ("ok", "cpu", False), result
     assert result["parts"]["triton"] == "3.8.0" and result["parts"]["triton_kernel"] is True
+    # the same through the module, the old switch set: it relaxes nothing
+    switched = smoke(venv, environment={"PYTHONPATH": str(wheels.triton_site()), "TRITON_INTERPRET": "1",
+                                        "SPARKFLEET_PROBE_ON_CPU": "1"})
+    assert switched["parts"].get("triton_kernel") is not True and switched["gpu_verified"] is False, switched

@@ -127,7 +127,7 @@ def test_a_folder_a_stranger_made_in_place_of_the_records_is_not_read(tmp_path):
 
 
 def test_a_record_that_is_a_link_a_fifo_a_hard_link_or_writable_by_others_is_not_used(tmp_path):
-    launcher, records = _recorded(tmp_path)
+    _launcher, records = _recorded(tmp_path)
     record = next(records.glob("*.json"))
     elsewhere = tmp_path / "elsewhere.json"
     elsewhere.write_text(record.read_text())
