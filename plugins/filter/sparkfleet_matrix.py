@@ -14,20 +14,16 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_prop
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import MatrixError
 
 
-def spark_matrix_lock(results: list[dict], matrix: dict) -> dict:
-    """The hash lock from the matrix check's registered step results (playbooks/matrix_check.yml)."""
+def spark_matrix_lock(results: list[dict], matrix: dict, file_from: str | None = None) -> dict | str:
+    """The hash lock from the matrix check's registered step results (playbooks/matrix_check.yml); with `file_from`
+    (the matrix file's name), the text of its file, every string !unsafe (Ansible loads the file from group_vars,
+    and it holds what an index said)."""
     sequence = [step for result in results or [] for step in result.get("sequence") or []]
     try:
-        return lock_from_sequence(matrix, sequence)
+        lock = lock_from_sequence(matrix, sequence)
     except MatrixError as exc:
         raise AnsibleFilterError(str(exc)) from None
-
-
-def spark_matrix_lock_file(lock: dict, source: str) -> str:
-    """The hash lock's file: written so Ansible, which loads it from group_vars, never renders its text."""
-    if not isinstance(lock, dict):
-        raise AnsibleFilterError(f"spark_matrix_lock_file: the lock is a {type(lock).__name__}, expected a mapping")
-    return render(lock, str(source))
+    return lock if file_from is None else render(lock, str(file_from))
 
 
 def spark_matrix_mirrors(matrix: dict, overrides: dict) -> list[str]:
@@ -60,7 +56,6 @@ def spark_matrix_proved(candidate: dict, facts: dict, gpu: dict | None, smoke: d
 
 class FilterModule:
     def filters(self):
-        return {"spark_matrix_lock": spark_matrix_lock, "spark_matrix_lock_file": spark_matrix_lock_file,
-                "spark_matrix_mirrors": spark_matrix_mirrors,
+        return {"spark_matrix_lock": spark_matrix_lock, "spark_matrix_mirrors": spark_matrix_mirrors,
                 "spark_matrix_blame": spark_matrix_blame, "spark_matrix_proof": spark_matrix_proof,
                 "spark_matrix_proved": spark_matrix_proved}

@@ -39,7 +39,7 @@ options:
   inventory_lock:
     description:
       - The variable C(spark_images_lock) as the inventory loaded it; null where none sets it.
-      - Leave it out: the action plugin then reads the variable unrendered. A value given here is rendered by
+      - Left out, the action plugin reads the variable unrendered. A value given here is rendered by
         Ansible before the module sees it.
     type: raw
   moving_tags:

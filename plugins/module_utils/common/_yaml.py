@@ -59,8 +59,22 @@ if yaml is not None:
     InertLoader.add_constructor(UNSAFE, lambda loader, node: loader.construct_scalar(node))
 
 
+def _plain(value: object) -> object:
+    """`value` in Python's own types (Ansible hands a filter its tagged subclasses of str, dict, list and int, which
+    PyYAML's representers do not know)."""
+    if isinstance(value, dict):
+        return {_plain(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    for kind in (bool, str, int, float):
+        if isinstance(value, kind):
+            return kind(value)
+    return value
+
+
 def inert_dump(data: object, header: str = "") -> str:
     """YAML of `data` that Ansible loads as data: every string !unsafe. `header`: comment lines after `---`."""
+    data = _plain(data)
     if isinstance(data, dict):
         data = {_Name(key) if isinstance(key, str) else key: value for key, value in data.items()}
     return "---\n" + header + yaml.dump(data, Dumper=InertDumper, sort_keys=False, default_flow_style=False,
