@@ -3,6 +3,7 @@ its core): for the tests that run the same thing on every core (ansible-test, th
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,14 @@ def core_bin(core: str) -> Path:
         return BIN
     venv = REPO / ".cache" / f"ansible-core-{core}-py{python}"
     stamp = venv / ".ansible-core"
+    (REPO / ".cache").mkdir(exist_ok=True)
+    # Two test files (two xdist workers) may ask for the same core at once: one makes it, the other waits.
+    with open(REPO / ".cache" / f"ansible-core-{core}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _made(venv, stamp, core, python)
+
+
+def _made(venv: Path, stamp: Path, core: str, python: str) -> Path:
     if not stamp.is_file():
         interpreter = python_of(python)
         if interpreter is None:
