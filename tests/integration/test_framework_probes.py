@@ -166,10 +166,8 @@ _SWITCH = "\nON_CPU = False\n"
 def cpu_exercise(env, name: str) -> dict:
     """The probe of `name` run as the tests' CPU exercise: the program's own source, its ON_CPU line made True, run
     directly by the venv's Python (as the module runs it, one framework in a process)."""
-    import inspect
-
     path, environment = env
-    source = inspect.getsource(_program_gpu_probe)
+    source = inspect_source()
     assert source.count(_SWITCH) == 1, "the probe program has one ON_CPU line, False"
     program = _program_gpu_probe.wrapper(source.replace(_SWITCH, "\nON_CPU = True\n"))
     run = subprocess.run([str(path / "bin" / "python"), "-", "--framework", name, "--distributions", "[]"],

@@ -90,12 +90,13 @@ def _private(directory: str) -> None:
     closed to others: a folder of the user's own left writable by others (an old sparkfleet's makedirs under umask
     000) is closed again; then checked (Untrusted where it is another's, or a link)."""
     directory = os.path.abspath(directory)
-    for folder, mode in ((os.path.dirname(directory), 0o755), (directory, 0o700)):
+    # /var/lib/sparkfleet: no one else writes it; converged/: no one else reads it either (unchanged() asks the same)
+    for folder, mode, closed in ((os.path.dirname(directory), 0o755, 0o022), (directory, 0o700, 0o077)):
         if not os.path.lexists(folder):
             make_dir(folder, mode, "the converged records' folder")
         info = os.lstat(folder)
-        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o022:
-            os.chmod(folder, stat.S_IMODE(info.st_mode) & ~0o022)
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & closed:
+            os.chmod(folder, stat.S_IMODE(info.st_mode) & ~closed)
         check_dir(folder, "the converged records' folder")
 
 

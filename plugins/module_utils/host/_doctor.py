@@ -52,8 +52,8 @@ _HOST_SAID = re.compile(r"(?i)(?:connect to host|connection to|could not resolve
 # 'connect to host spark7 port 22', 'Could not resolve hostname gpu-a:', 'sent to remote host "spark7.corp"',
 # "HTTPSConnectionPool(host='mirror.corp.example'", 'for user alice on spark7', 'may not run sudo on spark7'.
 _HOST_NAMED = re.compile(r"(?i)(?:connect to host|could not resolve hostname|unable to resolve host|remote host|"
-                         r"connection to|\bhost=|\bon) [\"']?([A-Za-z0-9][\w-]*(?:\.[\w-]+)*)[\"']?(?=[\s:,.)]|$)"
-                         r"|(?i:\bhost=)[\"']([A-Za-z0-9][\w-]*(?:\.[\w-]+)*)[\"']")
+                         r"connection to|\bon) [\"']?([A-Za-z0-9][\w-]*(?:\.[\w-]+)*)[\"']?(?=[\s:,.)]|$)"
+                         r"|\bhost=[\"']([A-Za-z0-9][\w-]*(?:\.[\w-]+)*)[\"']")
 _USER_NAMED = re.compile(r"(?i)(?:\bfor user|\bsorry, user|\buser) ([a-z_][\w.-]*)(?= (?:on|may|is)\b)")
 # Words _HOST_NAMED's ' on X' may take that name no host.
 _NOT_HOSTS = {"on", "the", "a", "an", "this", "that", "port", "host", "localhost"}

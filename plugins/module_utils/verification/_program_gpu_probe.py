@@ -64,7 +64,7 @@ def stage(name):
 # interpreter on torch's CPU tensors), so a bug in a probe (an ONNX IR version onnxruntime refuses) is caught on a
 # machine without one. Nothing on a host can switch it on - no variable, file or argument is read for it: a test
 # runs this program's source with the line below changed (tests/integration/test_framework_probes.py,
-# CPU_EXERCISE). It relaxes the device requirement and nothing else, and its results' verdict is "cpu exercise",
+# cpu_exercise()). It relaxes the device requirement and nothing else, and its results' verdict is "cpu exercise",
 # which no judge counts as verified.
 ON_CPU = False
 

@@ -110,6 +110,10 @@ def test_the_records_folders_are_closed_to_others_whatever_the_umask_and_an_open
     assert converged.unchanged(str(records)) == {}, "a record under a folder others can write is not used"
     assert converged.remember("spark_launchers", KEY, [str(launcher)], {}, str(records))
     assert records.parent.stat().st_mode & 0o022 == 0 and converged.unchanged(str(records))
+    records.chmod(0o755)  # readable by others: not used, and closed again by the next record
+    assert converged.unchanged(str(records)) == {}
+    assert converged.remember("spark_launchers", KEY, [str(launcher)], {}, str(records))
+    assert oct(records.stat().st_mode & 0o777) == "0o700" and converged.unchanged(str(records))
 
 
 def test_a_folder_a_stranger_made_in_place_of_the_records_is_not_read(tmp_path):
