@@ -213,6 +213,7 @@ killed_by:
 
 import atexit
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -223,6 +224,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.common._bounded i
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import (
+    CHALLENGE_MAX,
     MARGIN_SECONDS,
     PROBE,
     diagnose,
@@ -265,6 +267,9 @@ def main() -> None:
     # The frameworks' processes end within the module's timeout, less what starting and torch's part take.
     flags = (["--frameworks", "--seconds", str(max(params["timeout"] - MARGIN_SECONDS, 1))]
              if params["frameworks"] else [])
+    # Each run's input, chosen here: every framework's answer is recomputed by the judge (_gpu_probe.answer_problem).
+    challenge = secrets.randbelow(CHALLENGE_MAX) + 1
+    flags += ["--challenge", str(challenge)]
     if params["launcher"]:
         docker = module.get_bin_path(params["docker"], required=True)
         name = f"sparkfleet-verify-{uuid.uuid4().hex[:12]}"
@@ -294,7 +299,7 @@ def main() -> None:
                          rc=rc, stdout=out, stderr=err)
     result = diagnose(probe, launch_error=launch_error, timed_out=rc is None, timeout=params["timeout"],
                       expected_cuda_major=params["expected_cuda_major"], spark=params["spark"],
-                      container=bool(params["launcher"]), signal_number=signal_number)
+                      container=bool(params["launcher"]), signal_number=signal_number, challenge=challenge)
     module.exit_json(changed=False, target=target, probe=probe, timed_out=rc is None, exit_status=rc,
                      killed_by=signal_number, **result)
 

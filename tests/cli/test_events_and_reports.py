@@ -491,7 +491,11 @@ def test_each_image_and_venv_is_a_row_of_its_own_naming_what_each_check_found_fo
         "images": {"results": [{"item": "/usr/local/bin/spark-ngc", "verdict": "ok", "line": "True 13.0",
                                 "frameworks": {"results": [{"name": "jax", "verdict": "ok"},
                                                            {"name": "triton", "verdict": "failed",
-                                                            "stage": "compile"}]}}]},
+                                                            "stage": "compile", "cause": "ptxas",
+                                                            "error": "PTXASError: ptxas fatal: sm_121a",
+                                                            "fix": "set TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas",
+                                                            "stderr": "ptxas fatal : Value 'sm_121a' is not "
+                                                                      "defined"}]}}]},
         "pythons": {"results": [{"item": venv_python, "verdict": "ok", "line": "True 13.0"}]},
         "abi": {"results": [{"item": venv_python, "verdict": "failed", "findings": ["bitsandbytes: CUDA 12"]},
                             {"item": ngc, "verdict": "ok", "findings": []}]},
@@ -512,6 +516,11 @@ def test_each_image_and_venv_is_a_row_of_its_own_naming_what_each_check_found_fo
     assert (image["gpu"], image["frameworks"], image["abi"], image["smoke"]) == (
         "ok True 13.0", ["jax ok", "triton failed"], "ok", "ok -8%")
     assert (venv["gpu"], venv["abi"], venv["smoke"]) == ("ok True 13.0", "1 finding", "failed at lora")
+    # Issue 57, item 9: what the module knows of a framework reaches report.json, not only its verdict.
+    triton = entry["verification"]["gpu"][0]["frameworks"][1]
+    assert (triton["error"], triton["fix"], triton["stderr"]) == (
+        "PTXASError: ptxas fatal: sm_121a", "set TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas",
+        "ptxas fatal : Value 'sm_121a' is not defined"), triton
     assert "| spark-01 | image ngc@0123456789ab | ok True 13.0 | jax ok, triton failed | ok | ok -8% |" \
         in report.markdown(data)
     for width in (80, 120):

@@ -59,7 +59,8 @@ def verify(tmp_path: Path, *extra: str, **env: str) -> tuple[subprocess.Complete
 
 def test_verify_says_true_13_and_every_framework_installed_is_ok_with_its_value(tmp_path):
     """Proves, not tolerates (issue 47): every framework with a probe that this Python holds ran its operation on
-    the GPU and got its value (the sum of the squares of 1..64; bitsandbytes: a step of about its learning rate)."""
+    the GPU and got this run's answer (the sum of the squares of the run's 64 values; bitsandbytes: a step of
+    its learning rate along its gradient)."""
     proc, verification = verify(tmp_path)
     (gpu,) = verification["gpu"]
     assert gpu["line"].startswith("True 13."), gpu
@@ -72,11 +73,14 @@ def test_verify_says_true_13_and_every_framework_installed_is_ok_with_its_value(
     for name in sorted(installed):
         result = results[name]
         assert result["verdict"] == "ok", result
+        challenge = result["challenge"]  # this run's input, drawn by the module
         if name == "bitsandbytes":
-            low, high = _program_gpu_probe.BNB_MOVE
-            assert low <= result["moved"] <= high, result
+            lr = _program_gpu_probe.bnb_lr(challenge)
+            assert _program_gpu_probe.BNB_MOVE[0] * lr <= result["moved"] <= _program_gpu_probe.BNB_MOVE[1] * lr
+            expected = _program_gpu_probe.bnb_answer(challenge)
+            assert abs(result["value"] - expected) <= abs(expected) * _program_gpu_probe.BNB_SPREAD, result
         else:
-            assert result["value"] == _program_gpu_probe.SQUARES, result
+            assert result["value"] == _program_gpu_probe.squares(challenge), result
     if "jax" in installed and "peak_bytes" in results["jax"]:
         assert results["jax"]["peak_bytes"] < 2 ** 30, "jax ran without preallocating the GPU's memory"
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import subprocess
 import time
@@ -161,6 +162,8 @@ ON_CPU = {
 # asks for tensors on a GPU ("All input tensors need to be on the same GPU").
 NO_CPU_PATH = {"cupy", "cuda-python", "bitsandbytes"}
 _SWITCH = "\nON_CPU = False\n"
+# This test run's input to the probes (the module draws one per run as well).
+CHALLENGE = random.SystemRandom().randint(1, _program_gpu_probe.CHALLENGE_MAX)
 
 
 def cpu_exercise(env, name: str) -> dict:
@@ -170,7 +173,8 @@ def cpu_exercise(env, name: str) -> dict:
     source = inspect_source()
     assert source.count(_SWITCH) == 1, "the probe program has one ON_CPU line, False"
     program = _program_gpu_probe.wrapper(source.replace(_SWITCH, "\nON_CPU = True\n"))
-    run = subprocess.run([str(path / "bin" / "python"), "-", "--framework", name, "--distributions", "[]"],
+    run = subprocess.run([str(path / "bin" / "python"), "-", "--framework", name, "--distributions", "[]",
+                          "--challenge", str(CHALLENGE)],
                          input=program, capture_output=True, text=True, timeout=300, check=False,
                          env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), **environment})
     return parse_probe_output(run.stdout).get("result") or {"stderr": run.stderr[-2000:]}
@@ -188,8 +192,9 @@ def test_each_probe_s_own_model_kernel_or_session_computes_its_value_on_the_cpu(
     kind, variables = ON_CPU[name]
     path, environment = venv_of(venvs, kind)
     probed = cpu_exercise((path, {**environment, **variables}), name)
-    assert (probed.get("verdict"), probed.get("value")) == ("cpu exercise", _program_gpu_probe.SQUARES), probed
-    judged = frameworks_probed({"framework:" + name: probed})
+    assert (probed.get("verdict"), probed.get("value")) == ("cpu exercise", _program_gpu_probe.squares(CHALLENGE)), \
+        probed
+    judged = frameworks_probed({"framework:" + name: probed}, CHALLENGE)
     assert "never a verification" in framework_line(judged["results"][0])
 
 
@@ -241,7 +246,7 @@ def _stubbed(name: str) -> str:
     import inspect
 
     source = inspect.getsource(_program_gpu_probe)
-    stub = (f"\nFRAMEWORKS = tuple((n, p, m, (lambda: {{'value': SQUARES}}) if n == {name!r} else f, i)\n"
+    stub = (f"\nFRAMEWORKS = tuple((n, p, m, (lambda: {{'value': squares(CHALLENGE)}}) if n == {name!r} else f, i)\n"
             f"                   for n, p, m, f, i in FRAMEWORKS)\n")
     head, tail = source.split('\nif __name__ == "__main__":', 1)
     return _program_gpu_probe.wrapper(head + stub + '\nif __name__ == "__main__":' + tail)
@@ -251,10 +256,12 @@ def _stubbed(name: str) -> str:
 def test_a_probe_replaced_by_a_stub_fails_its_case(venvs, name):
     kind = CASES[name][0]
     path, environment = venv_of(venvs, kind)
-    proc = subprocess.run([str(path / "bin" / "python"), "-", "--frameworks", "--seconds", "120"],
+    proc = subprocess.run([str(path / "bin" / "python"), "-", "--frameworks", "--seconds", "120", "--challenge",
+                           str(CHALLENGE)],
                           input=_stubbed(name).encode(), capture_output=True, check=False, cwd="/",
                           env={**os.environ, **environment}, timeout=300)
-    by_name = {r["name"]: r for r in frameworks_probed(parse_probe_output(proc.stdout.decode()))["results"]}
+    by_name = {r["name"]: r for r in frameworks_probed(parse_probe_output(proc.stdout.decode()),
+                                                       CHALLENGE)["results"]}
     assert by_name[name]["verdict"] == "ok", "the stub reports success"
     with pytest.raises(AssertionError):
         case_holds(name, by_name[name])

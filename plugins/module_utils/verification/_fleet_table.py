@@ -100,7 +100,7 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
         "verification": {"verdict": state.get("verdict"), "lines": verify.get("lines") or [],
                          "gpu": [{"target": g.get("target"), "name": g.get("name"), "digest": g.get("digest"),
                                   "verdict": g.get("verdict"), "line": g.get("line"),
-                                  "frameworks": [{k: r.get(k) for k in ("name", "verdict", "stage", "version")}
+                                  "frameworks": [{k: r.get(k) for k in FRAMEWORK_FIELDS}
                                                  for r in (g.get("frameworks") or {}).get("results") or []]}
                                  for g in state.get("gpu") or []],
                          "smoke": [{k: m.get(k) for k in ("target", "name", "digest", "verdict", "device", "stage",
@@ -128,6 +128,11 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
     return entry
 
 
+# What report.json keeps of each framework the probe exercised: what an owner needs to act without the host's state
+# file - its verdict and where it stopped, its error and fix in its own words, the last lines of its stderr, and
+# the run's challenge with the answer it gave (module_utils/verification/_gpu_probe.py).
+FRAMEWORK_FIELDS = ("name", "verdict", "stage", "version", "device", "cause", "error", "fix", "stderr", "challenge",
+                    "value", "moved", "seconds")
 TARGET_HEADERS = ("host", "image or venv", "GPU", "frameworks", "ABI", "smoke")
 
 

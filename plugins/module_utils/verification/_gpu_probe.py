@@ -185,12 +185,38 @@ def framework_advice(result: dict, expected_cuda_major: int = 13) -> str | None:
             f"{name} is installed and"
         return (f"{have} finds no usable GPU: fix what torch's line and nvidia-smi say first (the runtime, the "
                 f"container's flags), not the packages")
+    if cause == "answer":
+        return (f"{name} reported a result that is not this run's answer (a probe that skips the work, or a library "
+                f"that returns without computing): reinstall the collection, then {install}")
     if stage == "compute":
         return "the GPU computed a wrong value: check dmesg and nvidia-smi for GPU errors"
     return f"{name} failed at {stage} in its own words (its error and stderr): not a build sparkfleet can name"
 
 
-def frameworks_probed(probe: dict[str, dict]) -> dict:
+# What each framework with a probe answers for the run's challenge (_program_gpu_probe: the sum of the squares of the
+# run's values; bitsandbytes: an Adam step of the run's learning rate), recomputed here: every probe of the table
+# answers, so a framework added with a probe is checked without another line.
+def answer_problem(result: dict, challenge: int) -> str | None:
+    """Why a result that says it worked did not answer this run's challenge (None: it did)."""
+    value = result.get("value")
+    if result.get("name") == "bitsandbytes":
+        expected = _program_gpu_probe.bnb_answer(challenge)
+        spread = abs(expected) * _program_gpu_probe.BNB_SPREAD
+        what = (f"the sum of its Adam8bit step's moves at this run's learning rate "
+                f"{_program_gpu_probe.bnb_lr(challenge)} and gradient ({expected:.4g} within {spread:.3g})")
+    else:
+        expected, spread = _program_gpu_probe.squares(challenge), 0.0
+        what = f"the squares of this run's input {challenge + 1} .. {challenge + 64}, summed ({expected!r})"
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value - expected) <= spread:
+        return None
+    return f"it answered {value!r} where the work gives {what}: the probe did not do the work it reports"
+
+
+CHALLENGE_MAX = _program_gpu_probe.CHALLENGE_MAX
+_ANSWERING = {name for name, _pattern, _module, probe, _fix in _program_gpu_probe.FRAMEWORKS if probe}
+
+
+def frameworks_probed(probe: dict[str, dict], challenge: int | None = None) -> dict:
     """Which GPU frameworks the probe exercised and how each did (C(results), one per framework, in the probe's
     order), and which others it found installed but did not exercise (C(not_probed): imported only, or the probe
     ran without --frameworks; None when the interpreter could not list its distributions). C(hung) names the
@@ -199,6 +225,11 @@ def frameworks_probed(probe: dict[str, dict]) -> dict:
     installed = line.get("installed")
     results = [dict(data, name=kind.split(":", 1)[1]) for kind, data in probe.items() if kind.startswith("framework:")]
     for result in results:
+        if challenge is not None and result["name"] in _ANSWERING:
+            result["challenge"] = challenge
+            wrong = answer_problem(result, challenge) if result.get("verdict") in ("ok", CPU_EXERCISE) else None
+            if wrong:
+                result.update(verdict="failed", stage="compute", cause="answer", error=wrong)
         result["fix"] = framework_advice(result)
     started = (probe.get("framework_start") or {}).get("name")
     ran = {r["name"] for r in results if r.get("verdict") in ("ok", "failed", CPU_EXERCISE)}
@@ -400,7 +431,7 @@ HYPOTHESES = (_the_container_did_not_start, _nvidia_smi_fails, _cuda_visible_dev
 
 def diagnose(probe: dict[str, dict], *, launch_error: str | None = None, timed_out: bool = False,
              expected_cuda_major: int = 13, spark: bool = True, container: bool = False,
-             signal_number: int | None = None, timeout: int | None = None) -> dict:
+             signal_number: int | None = None, timeout: int | None = None, challenge: int | None = None) -> dict:
     """Verdict and, when not ok, the first of the user's hypotheses that holds (HYPOTHESES, in order; a wheel
     reinstall is only ever suggested under the ABI's). A probe a signal ended is never a pass and never
     "unexplained"."""
@@ -417,7 +448,7 @@ def diagnose(probe: dict[str, dict], *, launch_error: str | None = None, timed_o
         "evidence": None,
         "fix": None,
         "notes": [],
-        "frameworks": frameworks_probed(probe),
+        "frameworks": frameworks_probed(probe, challenge),
     }
     frameworks = result["frameworks"]
     others = frameworks["not_probed"]

@@ -37,8 +37,43 @@ SYSTEM_PTXAS = "/usr/local/cuda/bin/ptxas"
 # module's timeout less its margin). A framework left without MIN_SECONDS is not started, and says why.
 FRAMEWORK_SECONDS = 90
 MIN_SECONDS = 10
-# The value every probe computes on the GPU: the sum of the squares of 1..64.
-SQUARES = 89440.0
+# The challenge: each run's input, chosen by the module at random (--challenge K, 1 to CHALLENGE_MAX). Every probe
+# that computes squares the 64 values K+1 .. K+64 on the GPU and sums them (squares(K); exact in float32 up to
+# CHALLENGE_MAX), bitsandbytes steps with the learning rate bnb_lr(K): the module recomputes each answer itself
+# (_gpu_probe.answer_problem), so a probe that reports without doing the work - a constant, a no-op - fails.
+CHALLENGE_MAX = 200
+CHALLENGE = 0  # set from --challenge by main() and run_one()
+
+
+def squares(k):
+    """The sum of the squares of k+1 .. k+64: what every probe that computes must answer for challenge k."""
+    return float(sum((i + k) * (i + k) for i in range(1, 65)))
+
+
+def bnb_lr(k):
+    """bitsandbytes' learning rate for challenge k (an Adam step moves each value by about it)."""
+    return k / 1000.0
+
+
+BNB_SIZE = 4096  # the smallest tensor that gets 8-bit state
+
+
+def bnb_signs(k):
+    """The gradient's signs for challenge k: +1 where i*k is a multiple of 3, else -1 (a pattern per run)."""
+    return [1.0 if (i * k) % 3 == 0 else -1.0 for i in range(BNB_SIZE)]
+
+
+def bnb_answer(k):
+    """What bitsandbytes answers for challenge k: the sum of the parameter's moves, each about the learning rate
+    in its gradient's direction (the 8-bit state may change a move by a few percent: the judge allows BNB_SPREAD)."""
+    return bnb_lr(k) * sum(bnb_signs(k))
+
+
+BNB_SPREAD = 0.1
+
+def challenge_values():
+    """The 64 input values of this run: K+1 .. K+64."""
+    return [float(i + CHALLENGE) for i in range(1, 65)]
 # How much of a framework's own stderr its result keeps (the last lines: where the library said why).
 STDERR_LINES = 12
 STDERR_CHARS = 1500
@@ -108,7 +143,7 @@ def probe_jax():
         raise Failed("device", "jax runs on the CPU: jax.devices() is %s" % ", ".join(str(d) for d in devices),
                      "cpu")
     stage("run")
-    x = jax.device_put(jnp.arange(1, 65, dtype=jnp.float32), gpus[0])
+    x = jax.device_put(jnp.asarray(challenge_values(), dtype=jnp.float32), gpus[0])
     y = jax.jit(lambda v: (v * v).sum())(x)
     placed = sorted(str(d) for d in y.devices()) if hasattr(y, "devices") else [str(y.device())]
     if any("cpu" in p.lower() for p in placed) and not ON_CPU:
@@ -132,7 +167,7 @@ def probe_cupy():
     stage("compile")
     square = cupy.ElementwiseKernel("float32 x", "float32 y", "y = x * x", "sparkfleet_square")  # compiled by NVRTC
     stage("run")
-    value = float(square(cupy.arange(1, 65, dtype=cupy.float32)).sum())
+    value = float(square(cupy.asarray(challenge_values(), dtype=cupy.float32)).sum())
     return {"version": cupy.__version__, "device": name.decode() if isinstance(name, bytes) else str(name),
             "devices": count, "value": value}
 
@@ -162,7 +197,7 @@ def probe_numba_cuda():
     stage("compile")
     globals()["numba_cuda"] = cuda  # the kernel's `numba_cuda` is a global, as numba (and its simulator) read it
     square = cuda.jit(_numba_square)
-    host = numpy.arange(1, 65, dtype=numpy.float32)
+    host = numpy.asarray(challenge_values(), dtype=numpy.float32)
     device_in = cuda.to_device(host)
     device_out = cuda.device_array_like(device_in)
     stage("run")
@@ -203,7 +238,7 @@ def _triton_square(attempt):
         kernel = importlib.import_module(name)
     finally:
         sys.path.remove(folder)
-    x = torch.arange(1, 65, device="cpu" if ON_CPU else "cuda", dtype=torch.float32)
+    x = torch.tensor(challenge_values(), device="cpu" if ON_CPU else "cuda", dtype=torch.float32)
     out = torch.empty_like(x)
     kernel.square[(1,)](x, out, 64, BLOCK=64)
     if not ON_CPU:
@@ -234,9 +269,8 @@ def probe_triton():
 
 
 # An Adam step's first move is the learning rate (m/sqrt(v) is 1 for a constant gradient): the 8-bit state may
-# change it by a few percent, not by an order of magnitude, never to infinity or NaN.
-BNB_LR = 0.1
-BNB_MOVE = (0.5 * BNB_LR, 1.5 * BNB_LR)
+# change it by a few percent, not by an order of magnitude, never to infinity or NaN. The rate is the challenge's.
+BNB_MOVE = (0.5, 1.5)  # the move, as a multiple of the learning rate
 
 
 def probe_bitsandbytes():
@@ -245,23 +279,27 @@ def probe_bitsandbytes():
     stage("device")
     if not torch.cuda.is_available():
         raise Failed("device", "torch sees no GPU, so bitsandbytes' optimizer would run on the CPU", "torch")
-    # bitsandbytes' own check: an 8-bit optimizer step on the GPU (4096 values: the smallest tensor that gets
-    # 8-bit state) must move each value down by about the learning rate.
+    # bitsandbytes' own check: an 8-bit optimizer step on the GPU, with the run's learning rate and gradient
+    # signs, must move each value by about the learning rate against its gradient.
     stage("step")
-    weight = torch.nn.Parameter(torch.ones(4096, device="cuda"))
-    optimizer = bitsandbytes.optim.Adam8bit([weight], lr=BNB_LR)
-    weight.grad = torch.ones_like(weight)
+    weight = torch.nn.Parameter(torch.ones(BNB_SIZE, device="cuda"))
+    lr = bnb_lr(CHALLENGE)
+    optimizer = bitsandbytes.optim.Adam8bit([weight], lr=lr)
+    signs = torch.tensor(bnb_signs(CHALLENGE), device="cuda")
+    weight.grad = signs.clone()
     before = weight.detach().clone()
     optimizer.step()
     torch.cuda.synchronize()
-    moved = before - weight.detach()
+    moved = before - weight.detach()  # each about lr * its gradient's sign
     if not bool(torch.isfinite(weight.detach()).all()):
         raise Failed("step", "an Adam8bit step on the GPU left non-finite values in the parameter")
-    low, high = float(moved.min().item()), float(moved.max().item())
-    if low < BNB_MOVE[0] or high > BNB_MOVE[1]:
-        raise Failed("step", "an Adam8bit step (lr %s, gradient 1) moved the parameter by %.4g to %.4g, expected "
-                             "%.4g to %.4g" % (BNB_LR, low, high, BNB_MOVE[0], BNB_MOVE[1]))
-    return {"version": bitsandbytes.__version__, "device": torch.cuda.get_device_name(0), "moved": high}
+    along = moved * signs
+    low, high = float(along.min().item()), float(along.max().item())
+    if low < BNB_MOVE[0] * lr or high > BNB_MOVE[1] * lr:
+        raise Failed("step", "an Adam8bit step (lr %s) moved the parameter by %.4g to %.4g against its gradient, "
+                             "expected %.4g to %.4g" % (lr, low, high, BNB_MOVE[0] * lr, BNB_MOVE[1] * lr))
+    return {"version": bitsandbytes.__version__, "device": torch.cuda.get_device_name(0), "moved": high,
+            "value": float(moved.sum().item())}
 
 
 def _cuda_call(what, result):
@@ -287,7 +325,7 @@ def probe_cuda_python():
     version = _cuda_call("cudaRuntimeGetVersion()", runtime.cudaRuntimeGetVersion())
     # Real work: the squares copied to the device and back through a device buffer of its own.
     stage("run")
-    values = [float(i * i) for i in range(1, 65)]
+    values = [v * v for v in challenge_values()]
     host = (ctypes.c_float * 64)(*values)
     back = (ctypes.c_float * 64)()
     size = ctypes.sizeof(host)
@@ -366,9 +404,9 @@ def probe_onnxruntime():
     import array
     try:
         import numpy
-        feed = numpy.arange(1, 65, dtype=numpy.float32)
+        feed = numpy.asarray(challenge_values(), dtype=numpy.float32)
     except ImportError:
-        feed = array.array("f", range(1, 65))
+        feed = array.array("f", challenge_values())
     (out,) = session.run(None, {"x": feed})
     return {"version": onnxruntime.__version__, "device": used[0], "value": float(sum(float(v) for v in out))}
 
@@ -459,8 +497,9 @@ def run_one(name, distributions):
         else:
             found = probe()
             result.update(found)
-            if "value" in found and found["value"] != SQUARES:  # those that compute: the sum of the squares
-                raise Failed("compute", "the GPU computed %r, expected %r" % (found.get("value"), SQUARES))
+            if "value" in found and name != "bitsandbytes" and found["value"] != squares(CHALLENGE):
+                raise Failed("compute", "the GPU computed %r, expected %r" % (found.get("value"),
+                                                                            squares(CHALLENGE)))
     except Failed as exc:
         result.update(verdict="failed", stage=exc.stage, error=" ".join(str(exc).split()), cause=exc.cause)
     except BaseException as exc:  # the library's own words, at the stage it reached (the parent knows which)
@@ -519,7 +558,8 @@ def probe_framework(name, distributions, seconds):
     """One framework in a process of its own, killed (its whole process group) after `seconds`."""
     emit("framework_start", name=name)
     started = time.time()
-    argv = [sys.executable, "-", "--framework", name, "--distributions", json.dumps(distributions or [])]
+    argv = [sys.executable, "-", "--framework", name, "--distributions", json.dumps(distributions or []),
+            "--challenge", str(CHALLENGE)]
     child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,  # pylint: disable=ansible-bad-function
                              stderr=subprocess.PIPE, start_new_session=True)
     killed = False
@@ -589,6 +629,7 @@ def _option(name, default=None):
 
 def main():
     started = time.time()
+    globals()["CHALLENGE"] = int(_option("--challenge", "0"))  # the run's input, read by every probe
     if "--framework" in sys.argv[1:]:
         run_one(_option("--framework"), json.loads(_option("--distributions", "[]")))
         return

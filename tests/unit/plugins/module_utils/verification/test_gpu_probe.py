@@ -204,3 +204,67 @@ def test_the_hypotheses_are_one_function_each_in_the_documents_order():
     places = [h.__doc__.split("." if h.__doc__[0].isdigit() else ":", maxsplit=1)[0] for h in HYPOTHESES]
     assert places == ["1", "1", "2", "3", "3", "5", "4", "5", "5", "unexplained", "unexplained"]
     assert HYPOTHESES[-1]({"torch": {}})["hypothesis"] == "unexplained", "the last always holds"
+
+
+# Issue 57, item 2: probes answer a challenge. Each framework with a probe in FRAMEWORKS has its work replaced, in
+# the real probe program run by a real Python, by a constant (last round's fixed answer), a wrong answer and a
+# no-op; the framework's import is made to succeed (json) so the stub, not a missing package, decides. Each is a
+# failed framework once the judge has this run's challenge; a new entry with a probe is walked without a new line.
+_STUBS = {
+    "a constant": "{'value': 89440.0, 'moved': 0.1}",  # the sum of the squares of 1..64 and lr 0.1: the old answers
+    "a wrong answer": "{'value': squares(CHALLENGE) + 1.0, 'moved': bnb_lr(CHALLENGE) * 3}",
+    "a no-op": "{}",
+}
+
+
+def _stubbed_run(name: str, stub: str, challenge: int) -> dict:
+    import inspect
+    import json
+    import subprocess
+    import sys
+
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
+
+    source = inspect.getsource(_program_gpu_probe)
+    swap = (f"\nFRAMEWORKS = tuple((n, p, 'json' if n == {name!r} else m, (lambda: {stub}) if n == {name!r} else f,"
+            f" i) for n, p, m, f, i in FRAMEWORKS)\n")
+    head, tail = source.split('\nif __name__ == "__main__":', 1)
+    program = _program_gpu_probe.wrapper(head + swap + '\nif __name__ == "__main__":' + tail)
+    run = subprocess.run([sys.executable, "-", "--framework", name, "--distributions", json.dumps([]),
+                          "--challenge", str(challenge)], input=program, capture_output=True, text=True, timeout=60,
+                         check=False, env={"PATH": "/usr/bin:/bin"})
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import parse_probe_output
+
+    return parse_probe_output(run.stdout)["result"]
+
+
+@pytest.mark.parametrize("stub", sorted(_STUBS))
+def test_a_probe_that_does_not_do_its_work_fails_whatever_it_reports(stub):
+    import random
+
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import frameworks_probed
+
+    challenge = random.SystemRandom().randint(1, _program_gpu_probe.CHALLENGE_MAX)
+    probed = [name for name, _pattern, _module, probe, _fix in _program_gpu_probe.FRAMEWORKS if probe]
+    assert len(probed) >= 7, probed
+    for name in probed:
+        said = _stubbed_run(name, _STUBS[stub], challenge)
+        judged = frameworks_probed({"framework:" + name: said}, challenge)["results"][0]
+        assert (judged["verdict"], judged["stage"]) == ("failed", "compute"), (name, stub, said, judged)
+        if stub == "a no-op":  # the program's own check sees no value: the judge's recomputation is what fails it
+            assert said["verdict"] == "ok", (name, said)
+            assert judged["cause"] == "answer" and "did not do the work it reports" in judged["error"], judged
+
+
+def test_the_real_work_answers_every_challenge_exactly():
+    """The answers are exact in float32 for every challenge the module draws (a GPU's sum is not rounded away)."""
+    import struct
+
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
+
+    for k in range(1, _program_gpu_probe.CHALLENGE_MAX + 1):
+        total = 0.0
+        for i in range(1, 65):
+            total = struct.unpack("f", struct.pack("f", total + (i + k) * (i + k)))[0]
+        assert total == _program_gpu_probe.squares(k), k
