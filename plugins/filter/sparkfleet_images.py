@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 
@@ -165,8 +166,10 @@ def spark_images_derived_recipes(derived: list[dict], catalog: list[dict], sourc
             raise AnsibleFilterError(f"derived image {name}: launcher {validate.launcher(recipe['launcher'])} "
                                      "(it becomes a file in spark_images_launcher_dir)")
         if recipe["base"] not in bases:
+            near = difflib.get_close_matches(str(recipe["base"]), bases, n=1, cutoff=0.6)
             raise AnsibleFilterError(f"derived image {name}: base {recipe['base']!r} is not one of the pinned images "
-                                     f"({', '.join(bases)}); a derived image is built FROM a locked image only.")
+                                     f"({', '.join(bases)}){f': did you mean {near[0]}?' if near else ''}; a "
+                                     "derived image is built FROM a locked image only.")
         if not (recipe.get("apt_packages") or (recipe.get("dockerfile") or "").strip()):
             raise AnsibleFilterError(f"derived image {name} adds nothing (no apt_packages, no dockerfile); "
                                      "use its base's launcher instead.")

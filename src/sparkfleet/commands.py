@@ -119,10 +119,13 @@ def problems_before_run(record: Command, args: argparse.Namespace, inventory: st
     mistyped = variables.mistyped(values, variables.files_setting(inventory, {n for v in values.values() for n in v})
                                   if inventoried else None)
     broken_lock = variables.lock_problems(inventoried, inventory) if inventoried else []
-    if mistyped or broken_lock:
+    # What the lock and the derived recipes name that no catalog has (once the lock itself reads)
+    stray = variables.catalog_problems(inventoried, inventory) if inventoried and not broken_lock else []
+    if mistyped or broken_lock or stray:
         said = [p if "sparkfleet pin" in p else f"{p} (sparkfleet pin -i INVENTORY writes the lock)"
                 for p in broken_lock]
-        found.append(("these values cannot be used (nothing was run; fix each, then run again)", mistyped + said))
+        found.append(("these values cannot be used (nothing was run; fix each, then run again)",
+                      mistyped + said + stray))
     selected = selection.limit_problems(args.limit, listing, inventory)
     selected += selection.tag_problems(args.tags, getattr(args, "skip_tags", None))
     if selected:

@@ -190,6 +190,60 @@ def lock_problems(values_by_source: dict[str, dict], inventory: str) -> list[str
     return problems
 
 
+def _default_catalog() -> list:
+    data = yaml.safe_load((PROJECT_DIR / "roles" / "spark_images" / "defaults" / "main.yml").read_text()) or {}
+    return data.get("spark_images_catalog") or []
+
+
+def _nearest(name: object, names: list[str]) -> str:
+    near = difflib.get_close_matches(str(name), names, n=1, cutoff=0.6)
+    return f": did you mean {near[0]}?" if near else ""
+
+
+def catalog_problems(values_by_source: dict[str, dict], inventory: str) -> list[str]:
+    """What the image lock and the derived recipes name that no host's catalog has, in sparkfleet's words with the
+    nearest name (issue 58, item 4: a lock entry renamed 'unslot' failed the run as "has no entry 'unsloth'", a
+    derived image's base 'ngcc' as a filter's traceback). A lock serves the whole fleet: an entry is stray only
+    where no host's catalog names its image."""
+    from sparkfleet.collection_home import collection_module
+
+    image_lock = collection_module("images._lock")
+    default = _default_catalog()
+    catalogs = {source: values.get("spark_images_catalog", default) for source, values in values_by_source.items()}
+    names = sorted({str(image.get("name")) for catalog in catalogs.values() if isinstance(catalog, list)
+                    for image in catalog if isinstance(image, dict) and image.get("name")})
+    if not names:
+        return []
+    found: list[str] = []
+    folder = Path(inventory if Path(inventory).is_dir() else Path(inventory).parent)
+    default_path = str(folder / image_lock.DEFAULT_FILE)
+    paths = {values.get("spark_images_lock_file") for values in values_by_source.values()}
+    for path in sorted(p if isinstance(p, str) and p and "{" not in p else default_path for p in paths):
+        try:
+            lock, _text = image_lock.read(path)
+        except image_lock.LockRefused:
+            continue  # lock_problems says why
+        for entry in sorted(str(n) for n in (lock if isinstance(lock, dict) else {}) if str(n) not in names):
+            found.append(f"{path}: entry {entry!r} names no image of the catalog ({', '.join(names)})"
+                         f"{_nearest(entry, names)} Rename the entry, or run `sparkfleet pin` to write the lock "
+                         "again")
+    where = None
+    for source, values in sorted(values_by_source.items()):
+        catalog = catalogs[source] if isinstance(catalogs[source], list) else []
+        bases = [str(image.get("name")) for image in catalog if isinstance(image, dict)]
+        for recipe in values.get("spark_images_derived") or []:
+            base = recipe.get("base") if isinstance(recipe, dict) else None
+            if base is None or str(base) in bases:
+                continue
+            where = where or ", ".join(files_setting(inventory, {"spark_images_derived"}).get(
+                "spark_images_derived") or ["the inventory"])
+            line = (f"{where}: spark_images_derived: derived image {recipe.get('name')}: base {base!r} is not one of "
+                    f"the images it can be built from ({', '.join(bases) or 'none'}){_nearest(base, bases)}")
+            if line not in found:
+                found.append(line)
+    return found
+
+
 def unknown(names_by_source: dict[str, set[str]], names: set[str] | None = None) -> list[str]:
     """One sentence per variable that looks like sparkfleet's and is not: where it was set, the nearest name."""
     names = known() if names is None else names

@@ -90,3 +90,22 @@ def test_two_locks_are_named_before_any_host_is_touched(tmp_path):
     bare = _inventory(tmp_path / "bare", None)  # no lock file where the role's default looks
     [said] = variables.lock_problems({"host spark-01": {"spark_images_lock": {"ngc": ENTRY}}}, str(bare))
     assert f"{bare}/group_vars/all/spark_images_lock.yml is not there" in said
+
+
+def test_a_lock_entry_or_a_derived_base_that_names_no_catalog_image_is_bad_input_with_the_nearest_name(tmp_path):
+    """Issue 58, item 4: a lock entry renamed 'unslot' failed the run (exit 2) as "has no entry 'unsloth'", never
+    naming the stray entry; a derived image's base 'ngcc' as a filter's traceback."""
+    inv = _inventory(tmp_path, {"ngc": ENTRY, "unslot": {**ENTRY, "registry": "docker.io"}})
+    derived = [{"name": "ngc-tools", "base": "ngcc", "launcher": "spark-ngc-tools", "apt_packages": ["htop"]}]
+    (inv / "group_vars" / "all" / "main.yml").write_text(json.dumps({"spark_images_derived": derived}))
+    said = variables.catalog_problems({"host spark-01": {"spark_images_derived": derived}}, str(inv))
+    assert said == [
+        f"{inv}/group_vars/all/spark_images_lock.yml: entry 'unslot' names no image of the catalog (ngc, unsloth): "
+        "did you mean unsloth? Rename the entry, or run `sparkfleet pin` to write the lock again",
+        f"{inv}/group_vars/all/main.yml: spark_images_derived: derived image ngc-tools: base 'ngcc' is not one of "
+        "the images it can be built from (ngc, unsloth): did you mean ngc?"]
+    # A lock serves the fleet: an entry one host's own catalog names is no stray
+    own = [{"name": "unslot", "registry": "docker.io", "repository": "unsloth/unsloth", "tags": ["x"],
+            "launcher": "spark-unslot"}]
+    assert variables.catalog_problems({"host spark-01": {}, "host spark-02": {"spark_images_catalog": own}},
+                                      str(inv)) == []
