@@ -246,7 +246,8 @@ def _stubbed(name: str) -> str:
     import inspect
 
     source = inspect.getsource(_program_gpu_probe)
-    stub = (f"\nFRAMEWORKS = tuple((n, p, m, (lambda: {{'value': squares(CHALLENGE)}}) if n == {name!r} else f, i)\n"
+    answer = "bnb_answer(CHALLENGE)" if name == "bitsandbytes" else "squares(CHALLENGE)"  # the right one, not done
+    stub = (f"\nFRAMEWORKS = tuple((n, p, m, (lambda: {{'value': {answer}}}) if n == {name!r} else f, i)\n"
             f"                   for n, p, m, f, i in FRAMEWORKS)\n")
     head, tail = source.split('\nif __name__ == "__main__":', 1)
     return _program_gpu_probe.wrapper(head + stub + '\nif __name__ == "__main__":' + tail)
