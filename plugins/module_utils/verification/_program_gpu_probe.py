@@ -392,6 +392,17 @@ def probe_onnxruntime():
     if "CUDAExecutionProvider" not in providers and not ON_CPU:
         raise Failed("device", "onnxruntime %s runs on the CPU: its providers are %s"
                      % (onnxruntime.__version__, ", ".join(providers)), "cpu")
+    # NVIDIA's wheels (nvidia-cublas, nvidia-cudnn-cu13, ...) keep their libraries under site-packages/nvidia/,
+    # where the dynamic loader does not look: onnxruntime documents preload_dlls() (1.21 and later) to load them
+    # first, as an owner's code does. Without it the first library of those wheels is named missing, though it is
+    # installed; with it, the library really missing is.
+    preload = getattr(onnxruntime, "preload_dlls", None)
+    if preload is not None and not ON_CPU:
+        stage("preload")
+        try:
+            preload(cuda=True, cudnn=True)
+        except Exception:  # what it could not load, the session below names
+            pass
     # The providers above are a list compiled in: only a session shows whether the CUDA provider loads (its
     # libraries are found) and is used.
     stage("run")
