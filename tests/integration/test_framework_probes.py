@@ -20,6 +20,7 @@ import random
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
@@ -333,3 +334,30 @@ def test_a_framework_the_timeout_leaves_no_time_for_is_not_started_and_says_so(t
     [cupy] = result["frameworks"]["results"]
     assert (cupy["verdict"], cupy["cause"]) == ("not exercised", "no time")
     assert cupy["error"] == "not started: the probe's time (the module's timeout) was spent before it"
+
+
+def test_numba_s_simulator_switched_on_by_its_config_file_is_named_as_the_cause(venvs, tmp_path):
+    """Issue 57, item 7: `enable_cudasim: 1` in a .numba_config.yaml of the folder numba runs in was not named (the
+    self-contradicting 'found no CUDA device: Found 1 CUDA devices ... SIMULATOR'). numba reads the file only with
+    PyYAML: the test venv's own is lent to the framework's venv."""
+    import shutil
+
+    import yaml
+
+    path, environment = venv_of(venvs, "frameworks")
+    lent = tmp_path / "site"
+    shutil.copytree(Path(yaml.__file__).parent, lent / "yaml", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / ".numba_config.yaml").write_text("enable_cudasim: 1\n")
+    program = _program_gpu_probe.wrapper(inspect_source())
+    run = subprocess.run([str(path / "bin" / "python"), "-", "--framework", "numba-cuda", "--distributions", "[]",
+                          "--challenge", str(CHALLENGE)], input=program, capture_output=True, text=True, timeout=300,
+                         check=False, cwd=work, env={"PATH": os.environ["PATH"], "PYTHONPATH": str(lent),
+                                                    **environment})
+    said = parse_probe_output(run.stdout)["result"]
+    judged = frameworks_probed({"framework:numba-cuda": said}, CHALLENGE)["results"][0]
+    assert (judged["verdict"], judged["stage"], judged["cause"]) == ("failed", "environment", "forced"), judged
+    assert judged["error"] == (f"enable_cudasim is set in {work}/.numba_config.yaml: numba's CUDA simulator runs "
+                               "every kernel on the CPU"), judged
+    assert judged["fix"].startswith(f"remove enable_cudasim from {work}/.numba_config.yaml"), judged

@@ -137,6 +137,9 @@ def framework_advice(result: dict, expected_cuda_major: int = 13) -> str | None:
     name, cause, stage = result.get("name"), result.get("cause"), result.get("stage")
     install = _INSTALL.get(name, f"reinstall {name}")
     error = result.get("error") or ""
+    if cause == "forced" and error.startswith("enable_cudasim is set in "):
+        path = error[len("enable_cudasim is set in "):].split(":", 1)[0]
+        return f"remove enable_cudasim from {path} (numba reads .numba_config.yaml in the folder it runs in)"
     if cause == "forced":
         variable = error.split("=", 1)[0]
         return (f"unset {variable} where {name} runs (the inventory's environment, a shell profile, the image's "

@@ -186,6 +186,11 @@ def probe_numba_cuda():
     import io
 
     from numba import cuda
+    from numba.core import config as numba_config
+    if getattr(numba_config, "ENABLE_CUDASIM", 0) and not ON_CPU:
+        # Not the variable (checked before the import): numba's config file, read from the folder it runs in.
+        raise Failed("environment", "enable_cudasim is set in %s: numba's CUDA simulator runs every kernel on the CPU"
+                     % os.path.abspath(".numba_config.yaml"), "forced")
     stage("device")
     said = io.StringIO()
     with contextlib.redirect_stdout(said):
@@ -399,10 +404,8 @@ def probe_onnxruntime():
     preload = getattr(onnxruntime, "preload_dlls", None)
     if preload is not None and not ON_CPU:
         stage("preload")
-        try:
+        with contextlib.suppress(Exception):  # what it could not load, the session below names
             preload(cuda=True, cudnn=True)
-        except Exception:  # what it could not load, the session below names
-            pass
     # The providers above are a list compiled in: only a session shows whether the CUDA provider loads (its
     # libraries are found) and is used.
     stage("run")
