@@ -141,6 +141,22 @@ def test_8_where_unsloth_is_installed_its_own_path_runs_and_a_missing_dependency
     assert len(result["losses"]) == 40 and result["drop"] >= 0.05, "the peft path ran past it"
 
 
+def test_8b_unsloth_s_cpu_fallback_is_refused_whatever_the_environment_says(venv):
+    """Issue 57, item 10: the real Unsloth 2026.10.9, importable (what its no-deps step leaves out lent beside it),
+    finds no GPU and trains on the CPU ("no GPU found, training on CPU") unless UNSLOTH_DISABLE_CPU_FALLBACK=1. The
+    smoke step sets it, whatever the environment says: Unsloth refuses, named at its stage with the GPU fix."""
+    import wheels
+
+    path = f"{wheels.unsloth_site()}:{wheels.unsloth_imports_site()}"
+    result = smoke(venv, environment={"PYTHONPATH": path, "UNSLOTH_DISABLE_CPU_FALLBACK": "0"})
+    assert (result["verdict"], result["gpu_verified"]) == ("failed", False), result
+    [refused] = [b for b in result["blockers"] if b["stage"] == "unsloth"]
+    assert refused["error"] == "NotImplementedError: Unsloth cannot find any torch accelerator? You need a GPU.", \
+        refused
+    assert refused["fix"].startswith("Unsloth runs only on a GPU: fix the GPU line first")
+    assert result["parts"]["unsloth"] is None, "its CPU backend never ran"
+
+
 def test_9_the_compile_stage_s_own_kernel_runs_and_is_judged_without_a_gpu(venv):
     """Issue 47, items 3 and 10: the compile stage, tested nowhere off the GPU before, runs its own Triton kernel
     (real triton 3.8.0) under Triton's interpreter on torch's CPU tensors - the tests' CPU exercise, the program's

@@ -261,6 +261,23 @@ def unsloth_site() -> Path:
     return site
 
 
+# What Unsloth 2026.10.9 imports that the smoke venv lacks (its no-deps step leaves them out): with them it imports
+# on a machine without a GPU, and its CPU fallback is reached.
+UNSLOTH_IMPORTS = ["requests==2.34.2", "urllib3==2.8.0"]
+
+
+def unsloth_imports_site() -> Path:
+    """UNSLOTH_IMPORTS --target'ed into a folder of its own (cached), beside unsloth_site() on PYTHONPATH."""
+    site = CACHE / "sites" / "unsloth-imports"
+    stamp = site / ".sparkfleet-installed"
+    if stamp.exists() and stamp.read_text() == repr(UNSLOTH_IMPORTS):
+        return site
+    _pip("install", "-q", "--no-deps", "--upgrade", "--target", str(site), *UNSLOTH_IMPORTS,
+         python=str(smoke_venv() / "bin" / "python"))
+    stamp.write_text(repr(UNSLOTH_IMPORTS))
+    return site
+
+
 def triton_site() -> Path:
     """Triton 3.8.0 (this machine's wheel store, cp311) --target'ed into a folder of its own, for the smoke venv
     through PYTHONPATH (the smoke venv's torch is the CPU build, which does not bring it)."""

@@ -182,10 +182,13 @@ def learned(losses, norms, opts):
 
 
 UNSLOTH_NO_GPU = "Unsloth cannot find any torch accelerator"
+# Unsloth 2026.10 and later: without a GPU it selects its CPU backend and trains there (it prints "no GPU found,
+# training on CPU"), unless UNSLOTH_DISABLE_CPU_FALLBACK=1, which the smoke step sets (and the venv's environment).
+UNSLOTH_CPU_BACKEND = "Unsloth selected its CPU backend (no GPU found, training on CPU)"
 
 
 def unsloth_fix(text):
-    if UNSLOTH_NO_GPU in text:
+    if UNSLOTH_NO_GPU in text or UNSLOTH_CPU_BACKEND in text:
         return "Unsloth runs only on a GPU: fix the GPU line first (sparkfleet verify); this is no verification"
     if "No module named" in text:
         return ("a package Unsloth imports is not installed (its step installs it --no-deps): install what the "
@@ -268,12 +271,18 @@ def run(opts):
     if unsloth:
         # Before transformers, peft and trl: Unsloth patches them, as in a fine-tuning job that uses it.
         emit("stage", stage="unsloth")
+        # Never Unsloth's CPU fallback, whatever the environment says: a smoke step on the CPU proves nothing.
+        os.environ["UNSLOTH_DISABLE_CPU_FALLBACK"] = "1"
         try:
-            import unsloth as _unsloth  # noqa: F401
+            import unsloth as _unsloth
         except BaseException as exc:  # its own refusal (no GPU) is a NotImplementedError
             text = "%s: %s" % (type(exc).__name__, " ".join(str(exc).split())[-600:])
             blocked(Stop("unsloth", text, unsloth_fix(text)))
             unsloth = None
+        else:
+            if getattr(_unsloth, "DEVICE_TYPE", None) == "cpu":  # forced (UNSLOTH_FORCE_CPU) or an older switch
+                blocked(Stop("unsloth", UNSLOTH_CPU_BACKEND, unsloth_fix(UNSLOTH_CPU_BACKEND)))
+                unsloth = None
     try:
         import torch
         import transformers

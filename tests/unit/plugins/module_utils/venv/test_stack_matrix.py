@@ -60,7 +60,8 @@ def test_the_shipped_matrix_is_valid_and_holds_the_users_sequence_verbatim():
     assert [s.get("installer", False) for s in MATRIX["steps"]] == [False] * 5 + [True]
     assert MATRIX["steps"][0]["index_url"] == "https://download.pytorch.org/whl/cu130"
     assert str(MATRIX["last_verified"]) == "2026-07-14"
-    assert MATRIX["environment"] == {"TRITON_PTXAS_PATH": "/usr/local/cuda/bin/ptxas", "HF_XET_HIGH_PERFORMANCE": "1"}
+    assert MATRIX["environment"] == {"TRITON_PTXAS_PATH": "/usr/local/cuda/bin/ptxas", "HF_XET_HIGH_PERFORMANCE": "1",
+                                     "UNSLOTH_DISABLE_CPU_FALLBACK": "1"}
 
 
 def test_pins_are_by_normalized_name():
