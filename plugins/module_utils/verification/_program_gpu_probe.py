@@ -568,8 +568,50 @@ def wrapper(source):
             "'exec'))\n" % source)
 
 
+def become_subreaper():
+    """Linux's PR_SET_CHILD_SUBREAPER on this process: a framework's grandchild that leaves its session (setsid)
+    is reparented here, not to init, so the deadline still finds it (_descendants). False where it cannot be."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except Exception:  # not Linux, no libc to ask: the process group alone is killed
+        return False
+
+
+def _descendants(pid):
+    """Every process below `pid`, by /proc's parent links, whatever its session or group."""
+    parents = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            parents.setdefault(int(fields[1]), []).append(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue
+    found, todo = [], list(parents.get(pid, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo.extend(parents.get(child, []))
+    return found
+
+
+def _kill_all(child):
+    """The framework's process group, then every process still below this one (one that left the group with
+    setsid, reparented here as its subreaper): nothing a framework started outlives its deadline."""
+    with contextlib.suppress(OSError):
+        os.killpg(child.pid, signal.SIGKILL)
+    for pid in _descendants(os.getpid()):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def probe_framework(name, distributions, seconds):
-    """One framework in a process of its own, killed (its whole process group) after `seconds`."""
+    """One framework in a process of its own, killed (its whole process group, and whatever left it) after
+    `seconds`."""
     emit("framework_start", name=name)
     started = time.time()
     argv = [sys.executable, "-", "--framework", name, "--distributions", json.dumps(distributions or []),
@@ -581,11 +623,10 @@ def probe_framework(name, distributions, seconds):
         out, err = child.communicate(wrapper(own_source()).encode(), timeout=seconds)
     except subprocess.TimeoutExpired:
         killed = True
-        with contextlib.suppress(OSError):
-            os.killpg(child.pid, signal.SIGKILL)
-        try:
+        _kill_all(child)
+        try:  # what it said before the deadline (communicate keeps it): its stages and its stderr
             out, err = child.communicate(timeout=10)
-        except subprocess.TimeoutExpired:  # a process that left the group still holds the pipes
+        except subprocess.TimeoutExpired:  # a process beyond our reach still holds the pipes
             child.kill()
             out, err = b"", b""
     lines = _json_lines(_decode(out))
@@ -648,6 +689,7 @@ def main():
         run_one(_option("--framework"), json.loads(_option("--distributions", "[]")))
         return
     seconds = float(_option("--seconds", 170))
+    become_subreaper()
     smi = {"found": False}
     for cand in ("nvidia-smi", "/usr/bin/nvidia-smi"):
         try:

@@ -268,3 +268,53 @@ def test_the_real_work_answers_every_challenge_exactly():
         for i in range(1, 65):
             total = struct.unpack("f", struct.pack("f", total + (i + k) * (i + k)))[0]
         assert total == _program_gpu_probe.squares(k), k
+
+
+def test_a_framework_whose_child_leaves_its_session_is_killed_whole_at_its_deadline(tmp_path):
+    """Issue 57, item 6: a framework that starts `setsid sleep` before it hangs was reported at stage start with no
+    stderr, ran past its deadline, and left the child running. The real probe program, one framework's work
+    replaced by that hang (its import made to succeed), its deadline 4 s."""
+    import inspect
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import (
+        frameworks_probed,
+        parse_probe_output,
+    )
+
+    marker = f"{os.getpid()}.{time.monotonic_ns() % 1000}"
+    hang = (f"\ndef _hang():\n    stage('run')\n    import subprocess, sys, time\n"
+            f"    subprocess.Popen(['setsid', 'sleep', '{marker}'])\n"
+            f"    sys.stderr.write('about to hang\\n')\n    sys.stderr.flush()\n    time.sleep(600)\n"
+            f"FRAMEWORKS = tuple((n, p, 'json' if n == 'jax' else m, _hang if n == 'jax' else f, i)"
+            f" for n, p, m, f, i in FRAMEWORKS)\n"
+            f"installed_frameworks = lambda: [{{'framework': 'jax', 'distributions': ['jax 0.10.2']}}]\n"
+            f"FRAMEWORK_SECONDS = 4\n")
+    source = inspect.getsource(_program_gpu_probe)
+    head, tail = source.split('\nif __name__ == "__main__":', 1)
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, "-", "--frameworks", "--seconds", "60", "--challenge", "7"],
+                         input=_program_gpu_probe.wrapper(head + hang + '\nif __name__ == "__main__":' + tail),
+                         capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+                         env={"PATH": os.environ["PATH"]})
+    took = time.monotonic() - started
+    (jax,) = frameworks_probed(parse_probe_output(run.stdout), 7)["results"]
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and marker in _cmdline(pid)]
+    assert (jax["verdict"], jax["stage"], jax["cause"]) == ("failed", "run", "timeout"), json.dumps(jax)
+    assert jax["error"] == "timed out after 4 s at run (killed)" and "about to hang" in (jax["stderr"] or ""), jax
+    assert left == [], "the child that left the session still runs"
+    assert took < 4 + 12, f"{took:.1f} s for a 4 s deadline"
+
+
+def _cmdline(pid: str) -> str:
+    from pathlib import Path
+
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:  # ended meanwhile
+        return ""
