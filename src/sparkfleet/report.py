@@ -63,6 +63,14 @@ def build(fleet: Fleet, meta: dict[str, Any]) -> dict:
     }
 
 
+def change_lines(change: dict, check: bool) -> list[str]:
+    """What one change of a host's did, as a person reads it on the screen, in report.md and in its JUnit case:
+    'changed: TASK (PATH)', then each line the task said it moved (old -> new)."""
+    head = f"{'would change' if check else 'changed'}: {change['task']}" + (
+        f" ({change['path']})" if change.get("path") else "")
+    return [head] + [f"  {line}" for line in change.get("lines") or []]
+
+
 def host_ok(entry: dict) -> bool:
     return entry["reachable"] and not entry["failures"] and entry["counts"].get("failed", 0) == 0
 
@@ -173,8 +181,9 @@ def junit(report: dict) -> str:
             case(name, "reachable", failure=f"unreachable: {h['unreachable']}")
             continue
         run_failure = "; ".join(f"{f['task']}: {f['msg']}" for f in h["failures"])
+        said = [line for change in h.get("changes") or [] for line in change_lines(change, report.get("check"))]
         case(name, "run", failure=run_failure or None,
-             text=f"changed={h['counts'].get('changed', 0)} ok={h['counts'].get('ok', 0)}")
+             text="\n".join([f"changed={h['counts'].get('changed', 0)} ok={h['counts'].get('ok', 0)}", *said]))
         if h.get("refresh"):
             case(name, "refresh", failure=h["refresh_failure"] if h["refresh"]["outcome"] == "rolled back" else None,
                  text=f"batch {h['refresh']['batch']}: {h['refresh']['outcome']}")

@@ -164,6 +164,14 @@ def print_summary(data: dict, paths: dict[str, Path] | None, console: Console, d
                               f"({change['task']})", markup=False, soft_wrap=True)
                 for line in change.get("lines") or []:
                     console.print(f"  {line}", markup=False, soft_wrap=True)
+        # What each host's run changed (a repair says what it repaired), a line a change; --diff shows how.
+        for name, host in data["hosts"].items():
+            if name == "localhost":
+                continue
+            for change in host.get("changes") or []:
+                for line in report.change_lines(change, bool(data.get("check"))):
+                    console.print(f"{name}: {line}" if not line.startswith(" ") else f"  {line}", markup=False,
+                                  soft_wrap=True)
     for warning in data.get("warnings") or []:
         console.print(f"warning: {warning}", style="yellow", markup=False)
     if data.get("refresh"):

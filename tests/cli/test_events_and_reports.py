@@ -528,3 +528,21 @@ def test_each_image_and_venv_is_a_row_of_its_own_naming_what_each_check_found_fo
         assert any(line.startswith("spark-01") and "image ngc@0123456789ab" in line for line in screen), screen
         assert any(line.startswith("spark-01") and "venv unsloth-2026.7.2" in line for line in screen), screen
         assert all(len(line) <= width for line in screen if line.startswith("spark-01")), screen
+
+
+def test_a_run_that_changed_a_host_says_each_change_on_the_screen_and_in_its_junit_case():
+    """Issue 58, item 2: a provision that repaired five drifts printed `updated ... 5 0`, what it repaired only in
+    report.md or under --diff. A recorded fresh provision (every role changed the host): each change a line under
+    the table, plain too, and in the host's JUnit case."""
+    data = report.build(replay("provision-lab"), META)
+    changes = data["hosts"][LAB]["changes"]
+    assert len(changes) >= 5, changes
+    screen = _screen(data, 100)
+    said = [line for line in screen if line.startswith(f"{LAB}: changed: ")]
+    assert len(said) == len(changes) and all(line.startswith(f"{LAB}: changed: {c['task']}")
+                                              for line, c in zip(said, changes, strict=True)), screen
+    assert any(c.get("path") and f"({c['path']})" in " ".join(screen) for c in changes), "the file each wrote"
+    run_case = next(c for c in ET.fromstring(report.junit(data)).iter("testcase")
+                    if c.get("classname") == f"sparkfleet.{LAB}" and c.get("name") == "run")
+    out = run_case.find("system-out").text
+    assert all(f"changed: {c['task']}" in out for c in changes), out
