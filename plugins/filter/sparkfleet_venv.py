@@ -26,6 +26,12 @@ def spark_venv_active(build: dict, switch: dict | None, verdict: dict, matrix_fi
     active = (switch or {}).get("active") or build.get("active") or {}
     out = {**active, "matrix_file": os.path.basename(matrix_file), "staleness": build.get("staleness"),
            "new_venv_failed": build.get("action") in BUILT and not verdict.get("passed")}
+    if read and build.get("contents_drift"):  # this matrix's venv, and what is installed in it differs
+        out["new_venv_failed"] = False
+        out["drift"] = [f"venv {active.get('path')}: {line} - `sparkfleet provision` builds the matrix's venv anew "
+                        "beside it, verifies it and makes it active (this one is kept)"
+                        for line in build["contents_drift"]]
+        return out
     if read:
         out["new_venv_failed"] = False
         out["drift"] = [] if build.get("action") not in BUILT else [

@@ -161,6 +161,16 @@ path:
   returned: success
   type: str
   sample: /opt/sparkfleet/venvs/unsloth-2026.7.2-3fa9c0d1e2b4
+contents_drift:
+  description:
+    - How the active venv of this matrix differs from what its build installed and from the matrix's pins, read
+      from its dist-info, a line a package (C(peft) missing, the matrix pinning C(0.19.1)); empty when it does
+      not, or when another matrix's venv is active.
+    - Where it is not empty the venv is built anew beside the active one (RV(path) ends in C(-2), C(-3), ...), which
+      stays until the new one is verified and active.
+  returned: state=built
+  type: list
+  elements: str
 fingerprint:
   description: sha256 of what the venv is built from.
   returned: success
@@ -244,6 +254,9 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._secrets imp
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
     MatrixError,
     fingerprint,
+    installer,
+    normalize,
+    parse_pin,
     pins,
     plan_extras,
     staleness,
@@ -294,8 +307,7 @@ class Venv:
         if p["wheelhouse"] and self.lock is None:
             module.fail_json(msg=f"wheelhouse {p['wheelhouse']} is given without the hash lock: its wheels are "
                                  "installed only against the lock's sha256. Give the lock too. Nothing was changed.")
-        self.steps = pip_steps(self.matrix, self.extras, p["index_mirrors"], os.path.join(self.path, CONSTRAINTS),
-                               self.lock, self.path, p["wheelhouse"])
+        self.steps = self.steps_into(self.path)
         refused = plain_http_refused([url for step in self.steps for url in step["indexes"]],
                                      p["insecure_indexes"])
         if refused:
@@ -314,7 +326,28 @@ class Venv:
         self.result = {"changed": False, "path": self.path, "fingerprint": self.fp, "staleness": self.staleness,
                        "steps": [{"id": s["id"], "why": s["why"], "command": display(s)} for s in self.steps],
                        "extras": [{"requirement": e["requirement"], "policy": e["policy"], "says": e["says"]}
-                                  for e in self.extras]}
+                                  for e in self.extras], "contents_drift": []}
+
+    def steps_into(self, path: str) -> list[dict]:
+        p = self.module.params
+        return pip_steps(self.matrix, self.extras, p["index_mirrors"], os.path.join(path, CONSTRAINTS), self.lock,
+                         path, p["wheelhouse"])
+
+    def venv_pins(self) -> dict[str, str]:
+        """The matrix's pins a venv holds: all but its installer's (uv is installed beside the venvs)."""
+        beside = {normalize(parse_pin(spec)[0]) for spec in (installer(self.matrix) or {}).get("packages", [])}
+        return {name: spec for name, spec in pins(self.matrix).items() if name not in beside}
+
+    def beside(self) -> None:
+        """Build anew beside a venv of this matrix whose contents changed: the next free path of its name (-2, -3,
+        ...), so the changed one stays as it is until the new one is verified and active (then pruned as any)."""
+        number = 2
+        while os.path.lexists(f"{self.path}-{number}"):  # the drifted one among them
+            number += 1
+        self.path = f"{self.path}-{number}"
+        self.steps = self.steps_into(self.path)
+        self.result.update(path=self.path, steps=[{"id": s["id"], "why": s["why"], "command": display(s)}
+                                                  for s in self.steps])
 
     # ----- the active venv -------------------------------------------------
     def active(self) -> dict | None:
@@ -429,8 +462,16 @@ class Venv:
         active = self.active()
         self.result["active"] = active
         if active and active["fingerprint"] == self.fp and active["status"] == "verified":
-            self.result["action"] = "none"
-            self.module.exit_json(**self.result)
+            # The marker says this matrix; what is installed must say so too (a `pip install -U` into the shared
+            # venv, a package removed): each difference is drift, and a provision builds anew beside it.
+            drift = venv_files.contents_drift(venv_files.installed(active["path"]),
+                                              (read_marker(active["path"]) or {}).get("packages") or {},
+                                              self.venv_pins())
+            if not drift:
+                self.result["action"] = "none"
+                self.module.exit_json(**self.result)
+            self.result["contents_drift"] = drift
+            self.beside()
         marker = read_marker(self.path)
         if marker and marker.get("fingerprint") == self.fp and marker.get("status") in FINISHED:
             self.result.update(action="reuse", imports=marker.get("imports", []), packages=marker.get("packages", {}),

@@ -155,7 +155,7 @@ def test_rerun_runs_no_pip_change_builds_beside_and_switches_after_verification(
 
     pyindex.requests.clear()
     again = run_module("spark_venv", place())
-    assert (again["changed"], again["action"]) == (False, "none")
+    assert (again["changed"], again["action"]) == (False, "none"), again.get("contents_drift")
     assert pyindex.requests == [], "a converged re-run asks the index nothing"
     assert "rc" not in again["steps"][0], "no pip ran"
     assert run_module("spark_venv", place(state="active", path=first["path"]))["changed"] is False
@@ -561,3 +561,28 @@ def test_a_matrix_that_cannot_be_built_is_refused_before_any_wheel_is_fetched(ow
     venvs = tmp_path / "host-1" / "venvs"
     assert not venvs.exists() or not [p for p in venvs.iterdir() if not p.name.startswith(".")]
     assert not (tmp_path / "host-1" / "venv").exists()
+
+
+def test_a_changed_venv_is_drift_named_per_package_and_a_provision_builds_it_anew_beside_it(place, pyindex, tmp_path):
+    """Issue 58, item 1: `pip uninstall -y peft` in the active venv left provision `converged` and verify
+    `successful`: only the venv's marker and link were compared. What is installed is compared now, with the
+    matrix's pins and with what the build installed: a package removed, one upgraded, one added."""
+    first = run_module("spark_venv", place())
+    run_module("spark_venv", place(state="active", path=first["path"], verification={"line": "True 13.0"}))
+    pip = [first["path"] + "/bin/python", "-m", "pip", "--disable-pip-version-check", "-q"]
+    import subprocess
+
+    subprocess.run([*pip, "uninstall", "-y", "peft"], check=True, capture_output=True)
+    subprocess.run([*pip, "install", "--no-deps", "--index-url", f"{pyindex.url}/pypi/", "trl==1.9.0"],
+                   check=True, capture_output=True)
+    read = run_module("spark_venv", place(), "--check")
+    assert read["contents_drift"] == ["peft: missing; the matrix pins 0.19.1", "trl 1.9.0: the matrix pins 1.8.0"]
+    assert (read["action"], read["path"]) == ("build", first["path"] + "-2"), "built beside, never over it"
+    assert not Path(first["path"] + "-2").exists(), "check mode made nothing"
+
+    again = run_module("spark_venv", place())
+    assert again["action"] == "build" and again["packages"]["peft"] == "0.19.1"
+    assert os.readlink(tmp_path / "venv") == first["path"], "the changed venv is active until the new is verified"
+    run_module("spark_venv", place(state="active", path=again["path"], verification={"line": "True 13.0"}))
+    assert os.readlink(tmp_path / "venv") == again["path"] and Path(first["path"]).exists(), "the old one is kept"
+    assert run_module("spark_venv", place())["action"] == "none", "converged again"

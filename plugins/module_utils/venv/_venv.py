@@ -14,6 +14,8 @@ import os
 import shutil
 
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import normalize, parse_pin
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._dist_info import parse_metadata
 
 MARKER = "sparkfleet-venv.json"
 CONSTRAINTS = "sparkfleet-constraints.txt"
@@ -67,6 +69,44 @@ def active(link: str) -> dict | None:
             "fingerprint": marker.get("fingerprint"), "matrix": marker.get("matrix"),
             "last_verified": marker.get("last_verified"), "status": marker.get("status", "unknown"),
             "verification": marker.get("verification")}
+
+
+def installed(path: str) -> dict[str, str]:
+    """{normalized name: version} of every distribution in the venv at `path`, read from its dist-info METADATA
+    headers (no Python started, no pip: a converged run reads a few hundred small files)."""
+    import glob
+
+    found: dict[str, str] = {}
+    for meta in sorted(glob.glob(os.path.join(path, "lib", "python3*", "site-packages", "*.dist-info", "METADATA"))):
+        try:
+            with open(meta, encoding="utf-8", errors="replace") as handle:
+                head = handle.read(16384)
+        except OSError:
+            continue
+        name, version, _requires = parse_metadata(head)
+        if name:
+            found[normalize(name)] = version or "?"
+    return found
+
+
+def contents_drift(now_installed: dict[str, str], built: dict[str, str], pinned: dict[str, str]) -> list[str]:
+    """How a venv differs from what its build installed (`built`: its marker's packages, as pip listed them) and
+    from the matrix's pins (`pinned`: pins()), a line a package: 'peft: missing; the matrix pins 0.19.1',
+    'transformers 5.14.0: the matrix pins 5.13.1', 'rich 14.2.0: installed after the build'."""
+    built = {normalize(name): version for name, version in (built or {}).items()}
+    pinned_versions = {name: parse_pin(spec)[1] for name, spec in pinned.items()}
+    said = []
+    for name in sorted(set(built) | set(pinned_versions) | set(now_installed)):
+        have, want, made = now_installed.get(name), pinned_versions.get(name), built.get(name)
+        expected = want or made
+        source = "the matrix pins" if want else "the build installed"
+        if expected is None:
+            said.append(f"{name} {have}: installed after the build")
+        elif have is None:
+            said.append(f"{name}: missing; {source} {expected}")
+        elif have != expected and have.split("+", 1)[0] != expected:
+            said.append(f"{name} {have}: {source} {expected}")
+    return said
 
 
 def switch_link(link: str, path: str) -> None:

@@ -71,3 +71,18 @@ def test_a_venv_whose_pip_check_holds_what_the_matrix_does_not_accept_fails_and_
     # A venv built before sparkfleet ran pip check: not judged on it, and said.
     old = venv.spark_venv_verdict({**BUILD, "dependencies": None}, GPU_OK, ABI_OK, False)
     assert old["passed"] is True and "pip check: not recorded" in old["verification"]["notes"][0]
+
+
+def test_verify_names_each_package_of_a_changed_venv_with_what_moves_it():
+    """Issue 58, item 1: the active venv is this matrix's (its marker), but what is installed differs: each package
+    is drift, with the command that builds the venv anew beside it."""
+    active = {"path": "/opt/sparkfleet/venvs/unsloth-2026.7.2-0123456789ab", "fingerprint": "0123456789ab" * 5,
+              "status": "verified"}
+    build = {"action": "build", "active": active, "fingerprint": active["fingerprint"],
+             "contents_drift": ["peft: missing; the matrix pins 0.19.1"]}
+    out = venv.spark_venv_active(build, None, {}, "matrix/spark-stack.yml", True)
+    assert out["drift"] == [f"venv {active['path']}: peft: missing; the matrix pins 0.19.1 - `sparkfleet provision` "
+                            "builds the matrix's venv anew beside it, verifies it and makes it active (this one is "
+                            "kept)"]
+    converged = {**build, "contents_drift": [], "action": "none"}
+    assert venv.spark_venv_active(converged, None, {}, "m.yml", True)["drift"] == []
