@@ -78,3 +78,22 @@ def test_pip_errors_keep_pips_explanation_and_drop_its_progress():
     out = "Looking in indexes: x\nCollecting torch\nThe conflict is caused by:\n    a 1 depends on b<2\n"
     err = "ERROR: ResolutionImpossible\n"
     assert venv.pip_error(out, err) == "The conflict is caused by:\n    a 1 depends on b<2\nERROR: ResolutionImpossible"
+
+
+def test_a_venv_s_contents_are_read_from_its_dist_info_and_each_difference_named(tmp_path):
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._venv import contents_drift, installed
+
+    site = tmp_path / "lib" / "python3.12" / "site-packages"
+    for name, version in (("Unsloth_Zoo", "2026.7.2"), ("peft", "0.20.0"), ("rich", "14.2.0")):
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nlong text\n")
+    found = installed(str(tmp_path))
+    assert found == {"unsloth-zoo": "2026.7.2", "peft": "0.20.0", "rich": "14.2.0"}
+    pinned = {"peft": "peft==0.19.1", "unsloth-zoo": "unsloth_zoo==2026.7.2", "trl": "trl==1.8.0"}
+    built = {"peft": "0.19.1", "unsloth_zoo": "2026.7.2", "trl": "1.8.0"}
+    assert contents_drift(found, built, pinned) == [
+        "peft 0.20.0: the matrix pins 0.19.1", "rich 14.2.0: installed after the build",
+        "trl: missing; the matrix pins 1.8.0"]
+    assert contents_drift(found, {}, pinned) == ["peft 0.20.0: the matrix pins 0.19.1",
+                                                 "trl: missing; the matrix pins 1.8.0"], "no record: the pins alone"
