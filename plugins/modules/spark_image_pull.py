@@ -85,10 +85,18 @@ options:
     version_added: 0.2.0
   docker_data_root:
     description:
-      - Docker's data root (spark_preflight_facts' C(docker_data_root)). With O(converged_key), the image store's
-        C(repositories.json) under it is the state a converged run is recorded by; Docker's containerd image
-        store has none, and nothing is recorded.
+      - Docker's data root (spark_preflight_facts' C(docker_data_root)). With O(converged_key) and
+        O(docker_image_store), the image store's C(image/<driver>/repositories.json) under it is the state a
+        converged run is recorded by.
     type: path
+  docker_image_store:
+    description:
+      - Where the engine keeps its images (spark_preflight_facts' C(docker_image_store)) - a graph driver's name
+        (C(overlay2)), whose C(repositories.json) Docker rewrites on every pull and removal, or C(containerd)
+        (the containerd image store), under which nothing is recorded.
+      - Left out, nothing is recorded either.
+    type: str
+    version_added: 0.2.0
   record:
     description: The file listing the images (C(REPO@DIGEST)) this project pulled.
     type: path
@@ -157,7 +165,6 @@ repo_digests:
   elements: str
 """
 
-import glob
 import json
 import os
 
@@ -356,6 +363,7 @@ def main() -> None:
             "record": {"type": "path", "default": "/var/lib/sparkfleet/pulled-images.json"},
             "docker_config": {"type": "path"},
             "docker_data_root": {"type": "path"},
+            "docker_image_store": {"type": "str"},
             "converged_key": {"type": "str", "no_log": False},
             **DOCKER,
         },
@@ -393,13 +401,14 @@ def main() -> None:
         entry.pop("changed", None)
     if failed:
         module.fail_json(msg="; ".join(failed), changed=changed, images=results, pinned=records)
-    store = sorted(glob.glob(os.path.join(params["docker_data_root"] or "/nonexistent", "image", "*",
-                                          "repositories.json")))
+    # The one file Docker rewrites on every pull, tag and removal, for the store the engine says it uses (a glob of
+    # image/*/ took a stale overlay2 file on a host moved to the containerd image store, and skipped the pull).
+    watched = docker_api.store_file(params["docker_data_root"], params["docker_image_store"])
+    store = [watched] if watched and os.path.isfile(watched) else []
     if not module.check_mode and store and not any(entry.get("local_blessed") for entry in results):
-        # What a converged re-run returns: each image there, none pulled. Docker rewrites its image store's
-        # repositories.json on every pull, tag and removal: the state is there. (A blessed tag used in place of
-        # the locked digest is not recorded: the next run tries the digest again. Docker's containerd image store
-        # has no such file: not recorded.)
+        # What a converged re-run returns: each image there, none pulled. (A blessed tag used in place of the
+        # locked digest is not recorded: the next run tries the digest again. Docker's containerd image store keeps
+        # its state in containerd's database, which sparkfleet does not read: not recorded.)
         converged.remember(NAME, params["converged_key"], store,
                            {"changed": False, "pinned": records,
                             "images": [{**entry, "pulled": False, "present_before": True} for entry in results]})

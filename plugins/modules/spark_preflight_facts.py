@@ -148,6 +148,14 @@ ansible_facts:
         docker_data_root_free_bytes:
           description: Bytes free for an unprivileged writer on the data root's file system.
           type: int
+        docker_image_store:
+          description:
+            - Where the engine keeps its images, as its C(/info) says - C(containerd) for Docker's containerd image
+              store (the default of a fresh Docker 29 install), else its graph driver's name (C(overlay2)); null
+              where the engine did not answer.
+            - Under the containerd image store no converged pull is recorded (spark_image_pull).
+          type: str
+          version_added: 0.2.0
         dockerd:
           description: The Docker engine's binary (C(/usr/bin/dockerd) or C(/usr/sbin/dockerd)), null when absent.
           type: str
@@ -353,6 +361,7 @@ class PreflightFacts:
             "nvidia_smi": nvsmi,
             "docker_data_root": data_root,
             "docker_data_root_free_bytes": docker_api.free_bytes(data_root),
+            "docker_image_store": docker_api.image_store(info),
             "dockerd": next((p for p in ("/usr/bin/dockerd", "/usr/sbin/dockerd") if os.path.exists(p)), None),
             "docker_service": self.docker_service(),
             "docker_runtimes": runtimes if isinstance(runtimes, dict) else None,

@@ -141,3 +141,4 @@ def test_the_engine_is_asked_on_its_socket_and_says_what_docker_info_says(fake_b
     assert not calls.exists(), calls.read_text() if calls.exists() else ""
     assert facts["docker_runtimes"] == real["Runtimes"]
     assert facts["docker_data_root"] == real["DockerRootDir"]
+    assert facts["docker_image_store"] == real["Driver"] == "overlay2", "this engine's graph driver (issue 56, item 3)"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import socket
 import stat
 import urllib.parse
@@ -128,6 +129,32 @@ def engine_info(run, docker: str | None, timeout: float = 30) -> tuple[dict, str
     except ValueError:
         return {}, f"{docker} info gave no JSON"
     return (found, None) if isinstance(found, dict) else ({}, f"{docker} info gave no JSON object")
+
+
+# A graph driver's name as /info says it (overlay2, btrfs, zfs, vfs): the image store's folder under the data root.
+_DRIVER = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+
+
+def image_store(info: dict) -> str | None:
+    """Where the engine keeps its images, from its /info: "containerd" for the containerd image store (Docker 24
+    and later with the containerd-snapshotter feature, the default of a fresh Docker 29 install: /info's
+    DriverStatus says driver-type io.containerd.snapshotter.v1), else its graph driver's name (overlay2), whose
+    folder image/<driver>/ under the data root holds repositories.json; None where the engine did not say."""
+    status = info.get("DriverStatus") if isinstance(info, dict) else None
+    if any(isinstance(pair, (list, tuple)) and len(pair) == 2 and str(pair[1]).startswith("io.containerd.snapshotter")
+           for pair in status or []):
+        return "containerd"
+    driver = info.get("Driver") if isinstance(info, dict) else None
+    return driver if isinstance(driver, str) and _DRIVER.match(driver) else None
+
+
+def store_file(data_root: str | None, store: str | None) -> str | None:
+    """The file Docker rewrites on every pull, tag and removal of its image store: image/<driver>/repositories.json
+    under the data root for a graph driver; None for the containerd image store (its state is containerd's own
+    database, which sparkfleet does not read) or a store the engine did not name."""
+    if not data_root or not store or store == "containerd" or not _DRIVER.match(store):
+        return None
+    return os.path.join(data_root, "image", store, "repositories.json")
 
 
 def inspect_image(run, docker: str | None, ref: str, timeout: float = 30) -> dict | None:

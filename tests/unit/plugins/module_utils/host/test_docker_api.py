@@ -79,3 +79,25 @@ def test_the_free_space_of_a_data_root_not_made_yet_is_its_nearest_parents(tmp_p
     assert docker_api.free_bytes(str(tmp_path / "docker" / "overlay2")) == pytest.approx(
         here.f_bavail * here.f_frsize, rel=0.01), "the parent that exists stands for the folder Docker will make"
     assert docker_api.free_bytes(str(tmp_path)) > 0
+
+
+# Issue 56, item 3: a host moved to the containerd image store keeps the old overlay2 repositories.json, which no
+# pull or removal rewrites; the glob of image/*/ watched it, and a converged record outlived a `docker rmi`. /info
+# as Docker documents it: a graph driver (Docker 20.10 to 28 by default) and the containerd image store (Docker
+# 29's default: "Storage Driver: overlayfs", "driver-type: io.containerd.snapshotter.v1").
+GRAPH_DRIVER = {"Driver": "overlay2", "DriverStatus": [["Backing Filesystem", "extfs"], ["Supports d_type", "true"],
+                                                       ["Using metacopy", "false"], ["Native Overlay Diff", "true"],
+                                                       ["userxattr", "false"]]}
+CONTAINERD = {"Driver": "overlayfs", "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]}
+
+
+def test_the_image_store_docker_says_it_uses_decides_the_one_file_a_converged_pull_watches(tmp_path):
+    stale = tmp_path / "image" / "overlay2" / "repositories.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")
+    assert docker_api.image_store(GRAPH_DRIVER) == "overlay2"
+    assert docker_api.store_file(str(tmp_path), "overlay2") == str(stale)
+    assert docker_api.image_store(CONTAINERD) == "containerd"
+    assert docker_api.store_file(str(tmp_path), "containerd") is None, "the stale overlay2 file is never watched"
+    assert docker_api.image_store({}) is None and docker_api.store_file(str(tmp_path), None) is None
+    assert docker_api.image_store({"Driver": "../../etc"}) is None, "a driver's name is a folder name, checked"
