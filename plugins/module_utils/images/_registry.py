@@ -62,6 +62,12 @@ class RegistryError(Exception):
         self.transient = transient
 
 
+# What this client reads of a registry's answer: manifests and indexes are at most 4 MiB (the distribution spec),
+# tokens a few KiB; an error's body only for its first codes.
+BODY_MAX = 4 * 2**20
+ERROR_BODY_MAX = 64 * 2**10
+
+
 class Registry:
     """One registry's API: requests authorized as it asks, retried, redirected safely; counted (`requests`)."""
 
@@ -84,9 +90,10 @@ class Registry:
             try:
                 response = open_url(url, method=method, headers=headers, timeout=self.timeout,
                                     follow_redirects="none", validate_certs=True)
-                return response.status, dict(response.headers), response.read() if method != "HEAD" else b""
+                return response.status, dict(response.headers), self._bounded(response, url) if method != "HEAD" \
+                    else b""
             except HTTPError as exc:
-                body = exc.read() if hasattr(exc, "read") else b""
+                body = exc.read(ERROR_BODY_MAX) if hasattr(exc, "read") else b""  # its start says why
                 answer = exc.code, dict(exc.headers or {}), body or b""
             except (URLError, OSError, TimeoutError) as exc:
                 reason = getattr(exc, "reason", exc)
@@ -102,6 +109,16 @@ class Registry:
             if not keep:
                 headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
         raise RegistryError(f"{self.host}: more than {MAX_REDIRECTS} redirects for {url}")
+
+    def _bounded(self, response, url: str) -> bytes:
+        """The body, BODY_MAX at most: a manifest, an index or a token is far smaller, and a registry that answers
+        without end would otherwise fill the controller's memory."""
+        body = response.read(BODY_MAX + 1)
+        if len(body) > BODY_MAX:
+            raise RegistryError(f"{self.host}: {urlsplit(url).path} answered more than {BODY_MAX // 2**20} MiB, "
+                                "where a manifest, an index or a token is a few KiB (the distribution spec's limit "
+                                "for a manifest is 4 MiB); nothing was pinned from it")
+        return body
 
     def _retrying(self, method: str, url: str, headers: dict) -> tuple[int, dict, bytes]:
         attempts = max(1, self.retries)
@@ -146,6 +163,11 @@ class Registry:
         if self.username and where.scheme != "https" and not is_loopback(where.netloc):
             raise RegistryError(f"{self.host}: its token service {realm} is not https; the credentials for "
                                 f"{self.host} are never sent over plain http")
+        if self.username and is_loopback(where.netloc) and not is_loopback(self.host):
+            # A registry elsewhere that names this machine's loopback as its token service would have the
+            # credentials sent to whatever local user listens there.
+            raise RegistryError(f"{self.host}: its token service {realm} is on this machine's loopback, which no "
+                                f"registry elsewhere serves; the credentials for {self.host} are not sent there")
         url = realm + ("&" if "?" in realm else "?") + urlencode(query)
         headers = {}
         if self.username:

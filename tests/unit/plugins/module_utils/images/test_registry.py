@@ -174,3 +174,28 @@ def test_a_redirect_to_another_origin_gets_no_authorization(served):
         assert "Authorization" not in other.seen[-1]["headers"], "the token stays with its origin"
     finally:
         other.close()
+
+
+# Issue 56, item 5: each suspicion of the review, attacked.
+def test_an_answer_larger_than_any_manifest_or_token_is_refused_without_reading_it_whole(served):
+    """Suspected: manifests and token bodies read with no size bound. Proved (a 6 MiB answer was read whole), fixed:
+    a body is read up to 4 MiB, the distribution spec's limit for a manifest."""
+    huge = b"{" + b" " * (6 * 2**20) + b"}"
+    served.routes[("GET", "/v2/nvidia/pytorch/manifests/25.11-py3")] = [(200, {"Content-Type": INDEX}, huge)]
+    with pytest.raises(RegistryError, match=r"/v2/nvidia/pytorch/manifests/25.11-py3 answered more than 4 MiB"):
+        served.registry().request("GET", "nvidia/pytorch", "manifests/25.11-py3")
+
+
+def test_a_registry_elsewhere_that_names_a_loopback_token_service_never_gets_the_credentials_sent_there(served):
+    """Suspected: a Bearer realm on any loopback host received the Basic credentials, whatever the registry. Proved
+    for a registry off this machine (a local user listening there would have them); fixed: refused, nothing sent.
+    A registry on the loopback itself (the test bed's) still gets its token there."""
+    realm = f"http://{served.host}/token"
+    served.routes[("GET", "/v2/nvidia/pytorch/manifests/25.11-py3")] = [
+        (401, {"WWW-Authenticate": f'Bearer realm="{realm}",service="x"'}, b"")]
+    served.routes[("GET", "/token")] = [(200, {}, json.dumps({"token": "t"}).encode())]
+    elsewhere = Registry("registry.example.com", served.host, credentials={
+        "registry.example.com": {"username": "u", "password": "secret"}}, plain_http=["registry.example.com"])
+    with pytest.raises(RegistryError, match=r"is on this machine's loopback, which no registry elsewhere serves"):
+        elsewhere.request("GET", "nvidia/pytorch", "manifests/25.11-py3")
+    assert [r for r in served.seen if r["path"] == "/token"] == [], "the credentials went nowhere"
