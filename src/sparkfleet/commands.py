@@ -78,19 +78,24 @@ def inventory_folders_problems(inventory: str) -> list[str]:
     writes into (module_utils/common/_trusted.py): Ansible loads any group_vars file and any inventory source
     another user could put there, and sparkfleet keeps the run lock and the hosts' records beside them. As Ansible
     itself ignores an ansible.cfg in a folder every user can write to."""
-    if "," in inventory:
+    if selection.is_host_list(inventory):
         return []
     trusted = collection_module("common._trusted")
-    base = Path(inventory).absolute()
-    base = base if base.is_dir() else base.parent
-    folders = [base] + [p for name in ("group_vars", "host_vars") if (base / name).is_dir()
-                        for p in [base / name, *sorted(q for q in (base / name).rglob("*") if q.is_dir())]]
+    # The folder as typed and the one a link to the inventory names (the run gives Ansible the resolved path, and
+    # Ansible reads the group_vars beside it): each with its group_vars and host_vars.
+    judged: dict[Path, str] = {}
+    for base in (Path(inventory).absolute(), Path(inventory).resolve()):
+        base = base if base.is_dir() else base.parent
+        judged.setdefault(base, "the inventory's folder")
+        for name in ("group_vars", "host_vars"):
+            if (base / name).is_dir():
+                for folder in [base / name, *sorted(q for q in (base / name).rglob("*") if q.is_dir())]:
+                    judged.setdefault(folder, "the inventory folder")
     found = []
-    for folder in folders:
+    for folder, what in judged.items():
         try:
             # an owner's link (group_vars/all -> ../common) is judged by the folder it names
-            trusted.check_dir(str(folder.resolve()),
-                              "the inventory's folder" if folder == base else "the inventory folder")
+            trusted.check_dir(str(folder.resolve()), what)
         except trusted.Untrusted as exc:
             found.append(str(exc))
     return found
@@ -179,7 +184,7 @@ def run_command(record: Command, args: argparse.Namespace, console: Console) -> 
             "INVENTORY, or set ANSIBLE_INVENTORY, or inventory = ... under [defaults] in your ansible.cfg "
             f"(in use: {config.described})", [])])
     args = argparse.Namespace(**{**vars(args), "inventory": inventory})
-    if "," not in inventory and not Path(inventory).exists():
+    if not selection.is_host_list(inventory) and not Path(inventory).exists():
         return refused(record, args, console, inventory, config, [(
             f"inventory {inventory} not found; expected a directory such as inventory/example (copy it to "
             "inventory/<yours> and list your Sparks there).", [])])

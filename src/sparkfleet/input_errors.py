@@ -19,7 +19,9 @@ def ansible_errors(stdout: Path, inventory: str | None = None) -> list[str]:
     lines = [line.strip() for line in text.splitlines()]
     errors = [line for line in lines if line.startswith(("[ERROR]", "ERROR!"))]
     errors += dict.fromkeys(line for line in lines if line.startswith("Origin: ") and re.search(r":\d+:\d+$", line))
-    return errors + (broken_variable_files(Path(inventory)) if inventory and "," not in inventory else [])
+    from sparkfleet.selection import is_host_list
+
+    return errors + (broken_variable_files(Path(inventory)) if inventory and not is_host_list(inventory) else [])
 
 
 class AnyTagLoader(yaml.SafeLoader):

@@ -37,6 +37,7 @@ from sparkfleet.mitogen import mitogen_env
 from sparkfleet.outcome import EXIT_CANCELLED, RunOutcome, outcome_from_stats
 from sparkfleet.processes import end_run
 from sparkfleet.progress import Progress
+from sparkfleet.selection import is_host_list
 
 # Ctrl-C, kill's default and a closed terminal end a run the same way: its processes first, then the rest.
 CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -64,7 +65,7 @@ class Run:
     def cmdline(self, private: Path) -> list[str]:
         # A host list (-i a,b,) goes to ansible-playbook as typed: given to ansible-runner, it becomes a file in
         # the private directory, and the inventory's directory (where the lock is written) a temporary one.
-        hosts = ["--inventory", self.inventory] if "," in self.inventory else []
+        hosts = ["--inventory", self.inventory] if is_host_list(self.inventory) else []
         if hosts and {h.strip() for h in self.inventory.split(",") if h.strip()} == {"localhost"}:
             # Named in the inventory, localhost is no longer Ansible's implicit one that runs the controller's
             # own Python; this run's is the one that has the collection's needs (the user's -e still wins).
@@ -119,7 +120,7 @@ class Run:
                     private_data_dir=str(private),
                     project_dir=str(PROJECT_DIR),
                     playbook=str(PROJECT_DIR / self.playbook),
-                    inventory=None if "," in self.inventory else str(Path(self.inventory).resolve()),
+                    inventory=None if is_host_list(self.inventory) else str(Path(self.inventory).resolve()),
                     cmdline=shlex.join(self.cmdline(private)),
                     envvars=env,
                     artifact_dir=str(artifacts),

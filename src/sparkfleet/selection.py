@@ -48,6 +48,12 @@ class Listing:
         return sorted(name for name, members in self.groups.items() if members and name not in ("all", "ungrouped"))
 
 
+def is_host_list(inventory: str) -> bool:
+    """Whether `-i` names hosts ("spark-01,spark-02,") rather than an inventory's path: as Ansible's host_list plugin
+    decides, a comma in a value that names no existing path (a folder whose name holds a comma is an inventory)."""
+    return "," in inventory and not os.path.exists(inventory)
+
+
 def host_list(inventory: str) -> Listing:
     """A host list typed as the inventory ("spark-01,spark-02,"): its hosts, no variables, no groups."""
     hosts = [h.strip() for h in inventory.split(",") if h.strip()]
@@ -62,7 +68,7 @@ def _unwrapped(obj: dict) -> object:
 
 def list_inventory(inventory: str, env: dict[str, str]) -> Listing:
     """The inventory as Ansible reads it (one ansible-inventory --list for the whole check)."""
-    if "," in inventory:
+    if is_host_list(inventory):
         return host_list(inventory)
     try:
         rc, out = run_ended_with_us([str(Path(sys.executable).parent / "ansible-inventory"), "-i", inventory,

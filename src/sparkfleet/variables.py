@@ -265,9 +265,9 @@ def inventory_values(inventory: str, env: dict[str, str], listing=None) -> dict[
     """Each host's inventory variables (group_vars and host_vars merged), as ansible-inventory lists them; empty
     when it cannot list them without help (a vaulted file, a dynamic source that fails): Ansible then says why.
     `listing`: the inventory already listed (selection.list_inventory), so that it is listed once a run."""
-    from sparkfleet.selection import list_inventory
+    from sparkfleet.selection import is_host_list, list_inventory
 
-    if "," in inventory:
+    if is_host_list(inventory):
         return {}
     listing = listing or list_inventory(inventory, env)
     return {f"host {host}": values for host, values in listing.hostvars.items()}

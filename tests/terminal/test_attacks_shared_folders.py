@@ -330,3 +330,36 @@ def test_suspicion_5g_the_owners_proxy_reaches_the_controllers_wheel_fetch(tmp_p
     asked = [r["target"] for r in server.seen]
     assert result["failed"], "the index is not there"
     assert any(path.startswith("http://index.invalid/simple/six") for path in asked), asked
+
+
+def test_suspicion_5h_an_inventory_given_as_a_link_is_judged_by_the_folder_ansible_reads_too(tmp_path):
+    """Issue 56, item 5: the folder check took the link's own folder (absolute()), while the run hands Ansible the
+    resolved path, whose group_vars Ansible loads. Proved (another user's group_vars beside the link's target ran
+    their interpreter), fixed: both folders are judged."""
+    shared = shared_folder(tmp_path)
+    inventory_file(shared)
+    marker = tmp_path / "their-interpreter-ran"
+    evil = shared / "evil.sh"
+    evil.write_text(f"#!/bin/sh\ntouch {marker}\nexec python3 \"$@\"\n")
+    evil.chmod(0o755)
+    (shared / "group_vars").mkdir()
+    (shared / "group_vars" / "all.yml").write_text(f"ansible_python_interpreter: {evil}\n")
+    for path in (evil, shared / "group_vars", shared / "group_vars" / "all.yml"):
+        planted(path)
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o755)
+    (mine / "inv.yml").symlink_to(shared / "inv.yml")
+    proc = piped(["verify", "-i", str(mine / "inv.yml"), "--plain"], tmp_path)
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"{shared}" in " ".join(proc.stderr.split()) and not marker.exists()
+
+
+def test_suspicion_5i_an_inventory_folder_whose_name_holds_a_comma_is_no_host_list_and_is_judged(tmp_path):
+    """Issue 56, item 5: a comma anywhere in -i skipped the folder check (taken for a host list); Ansible takes a
+    value naming an existing path as that path. Proved, fixed: a folder others can write is refused."""
+    shared = shared_folder(tmp_path, "lab,shared", 0o777)
+    inventory_file(shared, "hosts.yml")
+    proc = piped(["verify", "-i", str(shared), "--plain"], tmp_path)
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "the inventory is in a folder other users can write to (nothing was run)" in proc.stderr
+    assert f"{shared}" in " ".join(proc.stderr.split())
