@@ -106,6 +106,7 @@ launchers:
 """
 
 import os
+import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
@@ -119,15 +120,29 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.images._launchers
 
 
 def _read(module: AnsibleModule, path: str) -> str | None:
+    """The launcher as it is, read without following a link (a link planted there would show its target's bytes in
+    the diff) or waiting on a FIFO; such a file is named, not read, and replaced by the launcher."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        if os.path.islink(path):
+            return f"(a symbolic link to {os.readlink(path)}: not read, replaced by the launcher)\n"
+        module.fail_json(msg=f"cannot read the launcher {path}: {exc}; expected a text file or none. "
+                             "Move it away (it is replaced by sparkfleet's launcher) and run again.")
+        raise AssertionError("unreachable") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "(not a regular file: not read, replaced by the launcher)\n"
+        with os.fdopen(fd, encoding="utf-8", closefd=False) as handle:
+            return handle.read()
     except (OSError, UnicodeDecodeError) as exc:
         module.fail_json(msg=f"cannot read the launcher {path}: {exc}; expected a text file or none. "
                              "Move it away (it is replaced by sparkfleet's launcher) and run again.")
         raise AssertionError("unreachable") from exc
+    finally:
+        os.close(fd)
 
 
 NAME = "spark_launchers"

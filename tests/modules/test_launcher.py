@@ -136,3 +136,22 @@ def test_a_converged_run_is_recorded_and_the_preflight_returns_it_until_a_launch
     finally:
         if os.path.exists(record):
             os.unlink(record)
+
+
+def test_a_link_or_a_fifo_planted_as_a_launcher_is_named_not_read_and_replaced(tmp_path):
+    """Issue 56, item 5: the old launcher was read with a plain open before the folder was checked: a link planted
+    there showed its target's bytes in the diff (--diff, report.md), a FIFO hung the module. Proved, fixed."""
+    secret = tmp_path / "secret"
+    secret.write_text("root:$6$the-hash-of-roots-password:19000:0:99999:7:::\n")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "spark-ngc").symlink_to(secret)
+    os.mkfifo(tmp_path / "bin" / "spark-ngc-tools")
+    result = install(tmp_path, [NGC, DERIVED], "--check", "--diff")
+    assert not result["failed"], result.get("msg")
+    assert "the-hash-of-roots-password" not in json.dumps(result), "the link's target was read"
+    assert f"(a symbolic link to {secret}: not read, replaced by the launcher)" in result["_stdout"]
+    assert "(not a regular file: not read, replaced by the launcher)" in result["_stdout"]
+    written = install(tmp_path, [NGC, DERIVED])
+    assert not written["failed"], written.get("msg")
+    assert not (tmp_path / "bin" / "spark-ngc").is_symlink() and secret.read_text().startswith("root:$6$"), \
+        "the link was replaced, its target untouched"
