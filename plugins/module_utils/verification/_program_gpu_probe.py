@@ -71,9 +71,12 @@ def bnb_answer(k):
 
 BNB_SPREAD = 0.1
 
+
 def challenge_values():
     """The 64 input values of this run: K+1 .. K+64."""
     return [float(i + CHALLENGE) for i in range(1, 65)]
+
+
 # How much of a framework's own stderr its result keeps (the last lines: where the library said why).
 STDERR_LINES = 12
 STDERR_CHARS = 1500
@@ -512,8 +515,8 @@ def run_one(name, distributions):
             found = probe()
             result.update(found)
             if "value" in found and name != "bitsandbytes" and found["value"] != squares(CHALLENGE):
-                raise Failed("compute", "the GPU computed %r, expected %r" % (found.get("value"),
-                                                                            squares(CHALLENGE)))
+                raise Failed("compute", "the GPU computed %r, expected %r"
+                             % (found.get("value"), squares(CHALLENGE)))
     except Failed as exc:
         result.update(verdict="failed", stage=exc.stage, error=" ".join(str(exc).split()), cause=exc.cause)
     except BaseException as exc:  # the library's own words, at the stage it reached (the parent knows which)
