@@ -96,6 +96,20 @@ def public(version: str) -> str:
     return version.split("+", 1)[0]
 
 
+def _stale_words(why: str, moved: dict[str, tuple[str, str]], deviations: bool) -> list[str]:
+    """What a step's `why`, written by a person for the old set, says of it that the proposed set no longer holds:
+    each moved pin's old version it names ('torch==2.10.0', 'torch 2.10.0'), and the accepted deviations where the
+    proposed set has none."""
+    found = []
+    for name, (old, new) in moved.items():
+        spelled = "[-_.]".join(re.escape(part) for part in re.split(r"[-_.]", name))
+        if re.search(rf"(?i)\b{spelled}\s*(==|<=|>=|<|>|~=|\s)\s*{re.escape(old)}(?![\w.])", why):
+            found.append(f"{name} {old} (proposed: {new})")
+    if not deviations and re.search(r"(?i)accepted deviation", why):
+        found.append("the accepted deviations (the proposed set has none)")
+    return found
+
+
 def candidate(matrix: dict, chosen: dict[str, str], today: datetime.date, added: list[str] | tuple = (),
               accepted: list[dict] | None = None) -> dict:
     """The matrix with each pin at the version chosen for it ({normalized name: version}), named and dated for
@@ -103,9 +117,18 @@ def candidate(matrix: dict, chosen: dict[str, str], today: datetime.date, added:
     What the set declares and no step installed (added, names as declared) is pinned in its held step, at the version
     chosen; accepted (when given) replaces the matrix's deviations."""
     new = copy.deepcopy(matrix)
+    old_pins = {normalize(name): version for step in matrix["steps"] for name, version in
+                (parse_pin(spec) for spec in step["packages"])}
+    moved = {name: (version, public(chosen[name])) for name, version in old_pins.items()
+             if name in chosen and public(chosen[name]) != version}
+    deviations = bool(accepted if accepted is not None else matrix.get("accepted"))
     for step in new["steps"]:
         pins = [parse_pin(spec) for spec in step["packages"]]
         step["packages"] = [f"{name}=={public(chosen.get(normalize(name), version))}" for name, version in pins]
+        stale = _stale_words(str(step.get("why") or ""), moved, deviations)
+        if stale:  # a person's words about the old set: kept, and marked for the review the proposal asks for
+            step["why"] = (f"REVIEW (written for {matrix['name']}; it names {', '.join(stale)}): "
+                           + str(step["why"]))
         if step.get("hold"):
             own = {normalize(name) for name, _version in pins}
             step["packages"] += [f"{name}=={public(chosen[normalize(name)])}" for name in added

@@ -77,3 +77,24 @@ def test_an_added_pin_is_written_in_the_held_step_shown_as_new_and_said_why():
     assert added_lines({"json5": JSON5}) == [
         "added: json5>=0.9.25 - unsloth 2026.10.9 declares it and no step installed it"]
     assert blame(rows, "No module named json5") == ["json5==0.9.28 (new)"]
+
+
+def test_a_why_that_names_the_old_set_is_marked_for_review_and_one_that_still_holds_is_left_alone():
+    """Issue 57, item 8: a proposed matrix kept 'torchvision 0.25.0 declares torch==2.10.0' and 'the accepted
+    deviations below' beside torch 2.14.1 and no accepted deviations."""
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml import yaml
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import normalize, parse_pin
+
+    from conftest import REPO
+
+    shipped = check(yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text()))
+    chosen = {normalize(parse_pin(p)[0]): parse_pin(p)[1] for s in shipped["steps"] for p in s["packages"]}
+    chosen.update({"torch": "2.14.1", "torchvision": "0.29.1", "unsloth": "2026.10.9", "unsloth-zoo": "2026.10.9"})
+    proposed = candidate(shipped, chosen, datetime.date(2026, 12, 4), [], [])
+    why = {step["id"]: step["why"] for step in proposed["steps"]}
+    assert why["torch"].startswith("REVIEW (written for unsloth-2026.7.2; it names torch 2.10.0 (proposed: 2.14.1), "
+                                   "torchvision 0.25.0 (proposed: 0.29.1)): "), why["torch"]
+    assert why["unsloth"].startswith("REVIEW (written for unsloth-2026.7.2; it names unsloth 2026.7.2 (proposed: "
+                                     "2026.10.9), the accepted deviations (the proposed set has none)): ")
+    assert why["stack"] == "The training stack, every version pinned.", "a why that still holds is left alone"
+    assert why["torchao"] == next(s["why"] for s in shipped["steps"] if s["id"] == "torchao")
