@@ -59,8 +59,10 @@ def _in_every_string(value: object, payload: str) -> object:
 
 
 def _image_lock(payload: str) -> tuple[str, dict]:
-    lock = {"ngc": {"requested": "nvcr.io/nvidia/pytorch:25.11-py3", "registry": "nvcr.io",
-                    "repository": "nvidia/pytorch", "tag": "25.09-py3", "index_digest": D,
+    # A tag and a date that YAML would read as a float and a timestamp: Ansible reads a tagged scalar's type anew,
+    # ignoring its quotes ('25.10' !unsafe is the float 25.1), so they must come back as the text they are.
+    lock = {"ngc": {"requested": "nvcr.io/nvidia/pytorch:25.10", "registry": "nvcr.io",
+                    "repository": "nvidia/pytorch", "tag": "25.10", "index_digest": D,
                     "digests": {"linux/arm64": D}, "media_type": "application/vnd.oci.image.index.v1+json",
                     "platforms": ["linux/arm64"], "sizes": {"linux/arm64": 1},
                     "fallback": {"wanted": "25.11-py3", "used": "25.09-py3", "reasons": ["404 manifest unknown"]},
@@ -122,6 +124,18 @@ def _play(tmp_path: Path, core: str, files: dict[str, str], use: str) -> tuple[s
                          env=ansible_env(PATH=f"{bin_dir}:/usr/bin:/bin"), capture_output=True, text=True,
                          check=False, cwd=tmp_path)
     return run, json.loads(out.read_text()) if out.is_file() else None
+
+
+@pytest.mark.parametrize("core", list(CORES))
+@pytest.mark.parametrize("writer", sorted(w for w in WRITERS if WRITERS[w][1]))
+def test_what_a_writer_writes_comes_back_as_it_was_written_text_a_number_a_date(writer, core, tmp_path):
+    """No payload: every value, loaded by Ansible from group_vars, is what was written - a tag '25.10' stays text (it
+    came back as the float 25.1 when every string was tagged !unsafe), a date stays text, a size a number."""
+    name, make = WRITERS[writer]
+    text, want = make("")
+    run, got = _play(tmp_path, core, {name: text}, "{{ " + next(iter(want)) + " }}")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert got == next(iter(want.values())), f"{writer}: not what was written, on ansible-core {core}"
 
 
 @pytest.mark.parametrize("core", list(CORES))

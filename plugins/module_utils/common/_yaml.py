@@ -5,13 +5,15 @@ way sparkfleet writes a file Ansible may load as variables.
 
 A host without PyYAML gets the standard "missing required library" failure, not an ImportError.
 
-What sparkfleet writes into an inventory (the image lock, the hash lock, a proposed matrix) holds text a peer chose:
-a registry's error, an index's file names, a hand edit. Ansible renders every string of group_vars as a template
-when a play uses the variable, so `{{ lookup('pipe', ...) }}` in a registry's answer would run as root on the
-controller, even under --check. inert_dump() writes every string (keys too) with Ansible's `!unsafe` tag, which
-Ansible loads as text it never renders; inert_load() reads such a file back (PyYAML's safe loader, `!unsafe` read as
-the text it tags); template_markers() finds the strings of a value that would be a template if they were rendered,
-for the readers that refuse them (a hand edit has no tag).
+What sparkfleet writes into an inventory (the image lock, the hash lock) holds text a peer chose: a registry's error,
+an index's file names, a hand edit. Ansible renders every string of group_vars as a template when a play uses the
+variable, so `{{ lookup('pipe', ...) }}` in a registry's answer would run as root on the controller, even under
+--check. inert_dump() writes every string that could start a template (one holding '{{', '{%', '{#' or a
+'#jinja2:' header) with Ansible's `!unsafe` tag, which Ansible loads as text it never renders, and every other
+string as PyYAML's safe dumper does: Ansible reads a tagged scalar's type anew, ignoring its quotes ('25.10' tagged
+is the float 25.1, a date a datetime), so only text that cannot be read as another type is tagged. inert_load()
+reads such a file back (PyYAML's safe loader, `!unsafe` read as the text it tags); template_markers() finds the
+strings of a value that would be a template if rendered, for the readers that refuse them (a hand edit has no tag).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ else:
 UNSAFE = "!unsafe"
 # What starts or ends a Jinja expression, statement or comment: text holding one is refused where sparkfleet reads it.
 MARKERS = ("{{", "}}", "{%", "%}", "{#", "#}")
+# What makes Ansible take a string for a template: text holding one is written !unsafe.
+STARTS = ("{{", "{%", "{#", "#jinja2:")
 
 
 def require_yaml(module) -> None:
@@ -39,17 +43,17 @@ def require_yaml(module) -> None:
         module.fail_json(msg=missing_required_lib("PyYAML"), exception=YAML_IMPORT_ERROR)
 
 
-class _Name(str):
-    """A top-level key of inert_dump(): a variable's name."""
-
-
 if yaml is not None:
     class InertDumper(yaml.SafeDumper):
-        """Every string tagged !unsafe; mappings in the order given (the file's order is its review)."""
+        """A string that could start a template tagged !unsafe, every other as the safe dumper writes it; mappings
+        in the order given (the file's order is its review)."""
 
-    InertDumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(UNSAFE, text))
-    # A variable's own name is no text of a peer's: written plain, as Ansible expects a name.
-    InertDumper.add_representer(_Name, lambda dumper, text: dumper.represent_str(str(text)))
+        def represent_str(self, data):
+            if any(start in data for start in STARTS):
+                return self.represent_scalar(UNSAFE, data)
+            return super().represent_str(data)
+
+    InertDumper.add_representer(str, InertDumper.represent_str)
     InertDumper.add_representer(dict, lambda dumper, data: dumper.represent_mapping("tag:yaml.org,2002:map",
                                                                                     data.items()))
 
@@ -73,10 +77,9 @@ def _plain(value: object) -> object:
 
 
 def inert_dump(data: object, header: str = "") -> str:
-    """YAML of `data` that Ansible loads as data: every string !unsafe. `header`: comment lines after `---`."""
+    """YAML of `data` that Ansible loads as data: a string that could start a template !unsafe. `header`: comment
+    lines after `---`."""
     data = _plain(data)
-    if isinstance(data, dict):
-        data = {_Name(key) if isinstance(key, str) else key: value for key, value in data.items()}
     return "---\n" + header + yaml.dump(data, Dumper=InertDumper, sort_keys=False, default_flow_style=False,
                                         width=200, allow_unicode=True)
 
