@@ -16,7 +16,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matri
 
 def spark_matrix_lock(results: list[dict], matrix: dict, file_from: str | None = None) -> dict | str:
     """The hash lock from the matrix check's registered step results (playbooks/matrix_check.yml); with `file_from`
-    (the matrix file's name), the text of its file, every string !unsafe (Ansible loads the file from group_vars,
+    (the matrix file's name), the text of its file, its text inert (Ansible loads the file from group_vars,
     and it holds what an index said)."""
     sequence = [step for result in results or [] for step in result.get("sequence") or []]
     try:

@@ -26,7 +26,7 @@ def ansible_errors(stdout: Path, inventory: str | None = None) -> list[str]:
 
 class AnyTagLoader(yaml.SafeLoader):
     """YAML as Ansible reads variable files: its own tags (!vault, !unsafe: what sparkfleet writes into an
-    inventory carries the latter on every string) are values, not errors."""
+    inventory tags text that could start a template with the latter) are values, not errors."""
 
 
 def _tagged(loader: AnyTagLoader, _suffix: str, node: yaml.Node) -> object:

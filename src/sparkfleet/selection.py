@@ -61,7 +61,7 @@ def host_list(inventory: str) -> Listing:
 
 
 def _unwrapped(obj: dict) -> object:
-    """ansible-inventory --list writes a !unsafe string (every string of the locks sparkfleet writes) as
+    """ansible-inventory --list writes a !unsafe string (text that could start a template, in a lock) as
     {"__ansible_unsafe": "text"}: the text, as every play has it."""
     return obj["__ansible_unsafe"] if len(obj) == 1 and isinstance(obj.get("__ansible_unsafe"), str) else obj
 

@@ -369,7 +369,7 @@ def removed(lock: dict | None, names: list[str]) -> list[str]:
 # --- writing: write() ---------------------------------------------------------------------------------------------
 
 def render(lock: dict) -> str:
-    """The lock's file: every string !unsafe, so Ansible, which loads it as a variable, never renders it."""
+    """The lock's file, written so Ansible, which loads it as a variable, never renders its text (inert_dump)."""
     return inert_dump({VARIABLE: lock}, HEADER)
 
 

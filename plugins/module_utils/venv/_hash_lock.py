@@ -38,8 +38,8 @@ _VARIABLE = "spark_venv_lock"
 
 
 def render(lock: dict, source: str) -> str:
-    """The hash lock's file (the inventory's group_vars/all/spark_venv_lock.yml): its one variable, every string
-    !unsafe, so Ansible, which loads the file as a variable, never renders what an index said."""
+    """The hash lock's file (the inventory's group_vars/all/spark_venv_lock.yml): its one variable, written so
+    Ansible, which loads the file as a variable, never renders what an index said (inert_dump)."""
     header = (f"# Written by sparkfleet matrix lock from {source}: every package each step of\n"
               "# the sequence resolves to, with the sha256 of its wheel as its index gave it. Review its diff like the\n"
               "# matrix's and commit it with the inventory; the venv installs it with pip's --require-hashes (always\n"
