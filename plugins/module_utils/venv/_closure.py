@@ -128,23 +128,30 @@ def judge(steps: list[dict], target: dict, accepted: list[dict] | None = None) -
     for finding in findings:
         reason = next((a.get("reason") for a in accepted or [] if isinstance(a, dict) and _matches(a, finding)), None)
         finding["accepted"] = reason
-    # A violation the matrix does not accept fails it. A requirement no step installs is said (each declarer's on
-    # one line), not failed on: `--no-deps` leaves it out on purpose, and the venv lacks it until a step installs it.
-    unaccepted = [f for f in findings if not f["accepted"] and f["kind"] == "violation"]
+    # A violation the matrix does not accept fails it; so does a requirement no step installs, once every step
+    # resolved (a venv without it fails at import: `--no-deps` leaves it out, and a later step must install it).
+    # Where a step did not resolve, what it would have brought is not known: the missing list is provisional, said
+    # so, and fails nothing.
+    unresolved = [str(s.get("step")) for s in steps if not s.get("resolved") and not s.get("no_deps")]
+    unaccepted = [f for f in findings if not f["accepted"]
+                  and (f["kind"] == "violation" or (f["kind"] == "missing" and not unresolved))]
     lines = [f"{'ACCEPTED' if f['accepted'] else 'VIOLATION'} {f['text']}"
              + (f" (accepted: {f['accepted']})" if f["accepted"] else "") for f in findings if f["kind"] == "violation"]
     missing: dict[str, list[str]] = {}
     for f in findings:
         if f["kind"] == "missing":
             missing.setdefault(f"{f['declarer']} {f['version']}", []).append(f["requirement"])
-    lines += [f"MISSING {who} declares, and no step installs: {', '.join(needs)}" for who, needs in missing.items()]
+    provisional = (f" (provisional: step {', '.join(unresolved)} did not resolve, and what it would install is "
+                   "not known)") if unresolved else ""
+    lines += [f"MISSING {who} declares, and no step installs: {', '.join(needs)}{provisional}"
+              for who, needs in missing.items()]
     if not findings:
         lines = [f"clean: the {len(installed)} packages the steps install meet every requirement they declare"]
     _kept, stale = still_accepted(accepted, findings)
     lines += [f"note: accepted deviation {a.get('declared_by')} -> {a.get('requires')} no longer happens; remove it "
               "from the matrix" for a in stale]
     return {"checked": True, "packages": len(installed), "findings": findings, "unaccepted": unaccepted,
-            "lines": lines}
+            "lines": lines, "provisional": unresolved}
 
 
 def still_accepted(accepted: list[dict] | None, findings: list[dict]) -> tuple[list[dict], list[dict]]:

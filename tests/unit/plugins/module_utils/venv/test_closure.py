@@ -129,3 +129,24 @@ def test_pip_check_of_a_built_venv_keeps_only_what_the_matrix_accepts():
                                     "torch 2.10.0 is not supported on this platform"]
     assert closure.pip_check("No broken requirements found.\n", MATRIX["accepted"]) == {
         "checked": True, "accepted": [], "unaccepted": []}
+
+
+def test_missing_is_provisional_where_a_step_did_not_resolve_and_fails_the_check_once_every_step_did():
+    """Issue 57, item 5: MISSING named 15 packages the unresolved stack step would have brought, never said it was
+    provisional and never failed. Now: provisional (and said so) while a step did not resolve; a failure, unless
+    accepted, once every step resolved - a venv without it fails at import."""
+    unresolved = closure.judge(shipped_steps(), TARGET, MATRIX["accepted"])
+    missing_lines = [line for line in unresolved["lines"] if line.startswith("MISSING")]
+    assert missing_lines and all(line.endswith("(provisional: step stack did not resolve, and what it would "
+                                               "install is not known)") for line in missing_lines), missing_lines
+    assert not [f for f in unresolved["unaccepted"] if f["kind"] == "missing"] and unresolved["provisional"] == [
+        "stack"]
+
+    steps = shipped_steps()
+    steps[1]["resolved"] = True
+    resolved = closure.judge(steps, TARGET, MATRIX["accepted"])
+    failing = {f["name"] for f in resolved["unaccepted"] if f["kind"] == "missing"}
+    assert "tyro" in failing and not any("provisional" in line for line in resolved["lines"])
+    accepting = [*MATRIX["accepted"], {"declared_by": "unsloth_zoo", "requires": "tyro", "reason": "r"}]
+    assert "tyro" not in {f["name"] for f in closure.judge(steps, TARGET, accepting)["unaccepted"]
+                          if f["declarer"] == "unsloth_zoo"}
