@@ -67,9 +67,12 @@ def test_the_report_holds_what_someone_debugging_needs(host):
     assert report["venv"]["fingerprint"] == "0123456789abcdef"
     # The time is the last change a provision or refresh recorded, said as such (issue 45, item 9: it read as
     # the last verify's)
-    assert ("Verification: **failed** (as the last provision or refresh that changed it recorded it, "
-            "2026-12-01T03:00:00+00:00; sparkfleet verify records nothing on the host: its report holds the latest)"
-            ) in text
+    # (issue 58, item 6: after a provision that repaired the host and left its state as it was, the time read as
+    # that provision's)
+    assert ("Verification: **failed** (recorded 2026-12-01T03:00:00+00:00, when a provision or refresh last changed "
+            "what the host runs or how it verified; a run that repaired the host and left those as they were "
+            "rewrites nothing, and sparkfleet verify records nothing on the host: its report holds the latest)"
+            ) in " ".join(text.split()), text
     assert ("- GPU image /usr/local/bin/spark-ngc: FAILED - runtime/flags: nvidia-smi inside the container "
             "failed on host-3. Fix: start the container with --runtime=nvidia --gpus all") in text
     assert "- cupy-cuda12x 14.2.0: links libcublas.so.12 (expected 13)" in text

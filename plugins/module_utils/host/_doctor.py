@@ -171,8 +171,9 @@ def markdown(report: dict) -> str:
                     if venv.get("path") else "none active"))
     verification = report["verification"]
     out += ["", f"Verification: **{verification.get('verdict') or 'never run'}**"
-            + (f" (as the last provision or refresh that changed it recorded it, {verification['written_at']}; "
-               "sparkfleet verify records nothing on the host: its report holds the latest)"
+            + (f" (recorded {verification['written_at']}, when a provision or refresh last changed what the host "
+               "runs or how it verified; a run that repaired the host and left those as they were rewrites nothing, "
+               "and sparkfleet verify records nothing on the host: its report holds the latest)"
                if verification.get("written_at") else ""), ""]
     out += [f"- {line}" for line in verification.get("lines", [])]
     if report["abi_findings"]:
