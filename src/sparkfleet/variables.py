@@ -203,30 +203,42 @@ def _nearest(name: object, names: list[str]) -> str:
 def catalog_problems(values_by_source: dict[str, dict], inventory: str) -> list[str]:
     """What the image lock and the derived recipes name that no host's catalog has, in sparkfleet's words with the
     nearest name (issue 58, item 4: a lock entry renamed 'unslot' failed the run as "has no entry 'unsloth'", a
-    derived image's base 'ngcc' as a filter's traceback). A lock serves the whole fleet: an entry is stray only
-    where no host's catalog names its image."""
+    derived image's base 'ngcc' as a filter's traceback). A lock serves the whole fleet and keeps an image no
+    longer configured until the next pin: an entry is named only where a catalog image with a moving tag has none
+    (every run would stop there), with the stray entry it may have been renamed to."""
     from sparkfleet.collection_home import collection_module
 
     image_lock = collection_module("images._lock")
     default = _default_catalog()
     catalogs = {source: values.get("spark_images_catalog", default) for source, values in values_by_source.items()}
-    names = sorted({str(image.get("name")) for catalog in catalogs.values() if isinstance(catalog, list)
-                    for image in catalog if isinstance(image, dict) and image.get("name")})
+    images = {str(image.get("name")): image for catalog in catalogs.values() if isinstance(catalog, list)
+              for image in catalog if isinstance(image, dict) and image.get("name")}
+    names = sorted(images)
     if not names:
         return []
     found: list[str] = []
     folder = Path(inventory if Path(inventory).is_dir() else Path(inventory).parent)
     default_path = str(folder / image_lock.DEFAULT_FILE)
     paths = {values.get("spark_images_lock_file") for values in values_by_source.values()}
+    moving = {str(tag) for values in values_by_source.values()
+              for tag in (values.get("spark_images_moving_tags") or ["latest", "dgxspark-latest"])}
     for path in sorted(p if isinstance(p, str) and p and "{" not in p else default_path for p in paths):
         try:
             lock, _text = image_lock.read(path)
         except image_lock.LockRefused:
             continue  # lock_problems says why
-        for entry in sorted(str(n) for n in (lock if isinstance(lock, dict) else {}) if str(n) not in names):
-            found.append(f"{path}: entry {entry!r} names no image of the catalog ({', '.join(names)})"
-                         f"{_nearest(entry, names)} Rename the entry, or run `sparkfleet pin` to write the lock "
-                         "again")
+        if not isinstance(lock, dict):
+            continue
+        stray = sorted(str(n) for n in lock if str(n) not in names)
+        for name in names:
+            tags = [t for t in images[name].get("tags") or [] if str(t) in moving]
+            if name in lock or not tags or not lock:
+                continue
+            near = difflib.get_close_matches(name, stray, n=1, cutoff=0.6)
+            found.append(f"{path}: no entry {name!r} for {images[name].get('registry')}/"
+                         f"{images[name].get('repository')}:{tags[0]}, a moving tag, which no run pulls unlocked"
+                         + (f"; the entry {near[0]!r} names no image of the catalog ({', '.join(names)}): did you "
+                            f"mean {name}? Rename it" if near else "") + ", or run `sparkfleet pin` to lock it")
     where = None
     for source, values in sorted(values_by_source.items()):
         catalog = catalogs[source] if isinstance(catalogs[source], list) else []

@@ -100,12 +100,12 @@ def test_a_lock_entry_or_a_derived_base_that_names_no_catalog_image_is_bad_input
     (inv / "group_vars" / "all" / "main.yml").write_text(json.dumps({"spark_images_derived": derived}))
     said = variables.catalog_problems({"host spark-01": {"spark_images_derived": derived}}, str(inv))
     assert said == [
-        f"{inv}/group_vars/all/spark_images_lock.yml: entry 'unslot' names no image of the catalog (ngc, unsloth): "
-        "did you mean unsloth? Rename the entry, or run `sparkfleet pin` to write the lock again",
+        f"{inv}/group_vars/all/spark_images_lock.yml: no entry 'unsloth' for docker.io/unsloth/unsloth:dgxspark-latest,"
+        " a moving tag, which no run pulls unlocked; the entry 'unslot' names no image of the catalog (ngc, unsloth):"
+        " did you mean unsloth? Rename it, or run `sparkfleet pin` to lock it",
         f"{inv}/group_vars/all/main.yml: spark_images_derived: derived image ngc-tools: base 'ngcc' is not one of "
         "the images it can be built from (ngc, unsloth): did you mean ngc?"]
-    # A lock serves the fleet: an entry one host's own catalog names is no stray
-    own = [{"name": "unslot", "registry": "docker.io", "repository": "unsloth/unsloth", "tags": ["x"],
-            "launcher": "spark-unslot"}]
-    assert variables.catalog_problems({"host spark-01": {}, "host spark-02": {"spark_images_catalog": own}},
-                                      str(inv)) == []
+    # A lock serves the fleet and keeps an image no longer configured until the next pin: no problem of itself
+    ngc_only = [{"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch", "tags": ["25.11-py3"],
+                 "launcher": "spark-ngc"}]
+    assert variables.catalog_problems({"host spark-01": {"spark_images_catalog": ngc_only}}, str(inv)) == []

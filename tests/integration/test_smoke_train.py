@@ -11,7 +11,6 @@ third step does).
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 
 import pytest
@@ -125,20 +124,27 @@ def test_7_where_trl_is_installed_the_steps_run_through_its_trainer_and_must_sti
     assert len(flat["losses"]) == 40 and flat["error"].startswith("the loss did not fall by 5%")
 
 
-def test_8_where_unsloth_is_installed_its_own_path_runs_and_a_missing_dependency_is_named_in_its_words(venv):
+def test_8_where_unsloth_is_installed_its_own_path_runs_and_its_refusal_is_named_in_its_words(venv):
     """Issue 48: the smoke step runs Unsloth where it is installed. Installed as the matrix's no-deps step installs
-    it (the real unsloth and unsloth_zoo 2026.10.9, --no-deps), its import stops at a dependency no step installed:
-    named in Python's words at the unsloth stage, with the fix; the peft path still runs and learns on the CPU, and
-    the verdict is failed (never verification)."""
+    it (the real unsloth and unsloth_zoo 2026.10.9, --no-deps), its import stops on this machine at its own
+    refusal of a machine without a GPU (the smoke step turns its CPU fallback off, issue 57 item 10: the refusal
+    comes before the dependencies no step installed are imported): named in Unsloth's words at the unsloth stage,
+    with the fix; the peft path still runs and learns on the CPU, and the verdict is failed (never verification).
+    A dependency Unsloth imports and no step installed (where a GPU lets it get that far) is named by its own
+    fix."""
     import wheels
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._program_smoke import unsloth_fix
 
     result = smoke(venv, environment={"PYTHONPATH": str(wheels.unsloth_site())})
     assert (result["verdict"], result["stage"], result["gpu_verified"]) == ("failed", "unsloth", False), result
     assert result["parts"]["unsloth"] is None, "it never imported"
     [blocker] = result["blockers"]
-    assert re.fullmatch(r"ModuleNotFoundError: No module named '[\w.]+'", blocker["error"]), blocker
-    assert blocker["fix"].startswith("a package Unsloth imports is not installed (its step installs it --no-deps)")
+    assert blocker["error"] == "NotImplementedError: Unsloth cannot find any torch accelerator? You need a GPU.", \
+        blocker
+    assert blocker["fix"].startswith("Unsloth runs only on a GPU: fix the GPU line first")
     assert len(result["losses"]) == 40 and result["drop"] >= 0.05, "the peft path ran past it"
+    assert unsloth_fix("ModuleNotFoundError: No module named 'tyro'").startswith(
+        "a package Unsloth imports is not installed (its step installs it --no-deps)")
 
 
 def test_8b_unsloth_s_cpu_fallback_is_refused_whatever_the_environment_says(venv):
