@@ -2,7 +2,8 @@
 
 pyproject.toml holds everything static. Two facts live elsewhere, once:
 - the version is galaxy.yml's (the collection and the CLI are one release);
-- the ansible-core range is meta/runtime.yml's requires_ansible.
+- the ansible-core range is meta/runtime.yml's requires_ansible;
+- the collection's own Python requirements (uv) are its requirements.txt's.
 A wheel carries the collection (what `ansible-galaxy collection build` ships:
 galaxy.yml, meta/, roles/, playbooks/, plugins/, matrix/) and ansible.cfg under
 sparkfleet/collection/, so `sparkfleet provision -i inv` works from any
@@ -20,7 +21,8 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 # Everything of the collection a user runs; the rest (tests, test bed, bench) stays in the repository.
-COLLECTION_PARTS = ("galaxy.yml", "README.md", "CHANGELOG.md", "meta", "roles", "playbooks", "plugins", "matrix")
+COLLECTION_PARTS = ("galaxy.yml", "README.md", "CHANGELOG.md", "requirements.txt", "meta", "roles", "playbooks",
+                    "plugins", "matrix")
 COLLECTION_IN_PACKAGE = Path("collection", "ansible_collections", "sparkfleet", "spark")
 
 
@@ -29,6 +31,11 @@ def _field(path: str, key: str) -> str:
     if not match:
         raise SystemExit(f"{path} has no '{key}:' line; setup.py takes the {key} from there")
     return match.group(1).strip()
+
+
+def _requirements(path: str) -> list[str]:
+    lines = (line.split("#", 1)[0].strip() for line in (HERE / path).read_text().splitlines())
+    return [line for line in lines if line]
 
 
 class BuildWithCollection(build_py):
@@ -60,6 +67,7 @@ setup(
         "rich>=13",
         # sparkfleet completion bash|zsh|tcsh: the scripts written from the argument parser itself.
         "shtab>=1.7",
+        *_requirements("requirements.txt"),
     ],
     cmdclass={"build_py": BuildWithCollection},
 )

@@ -11,19 +11,26 @@ module: spark_matrix_check
 short_description: Check that every pin of the stack matrix exists for the Spark target and the steps resolve
 description:
   - For each pinned package of each step, asks the step's index (or its
-    override) with C(pip install --dry-run --report) for a wheel of that exact
+    override) with C(pip install --dry-run --no-deps --report) for a wheel of that exact
     version for the matrix's target (Python version, linux architecture, every
     manylinux glibc level up to the target's). Installs nothing; pip reads
     metadata, not whole wheels.
   - Each package is C(available) (with the wheel's file name), C(missing)
     (with the versions the index offers) or C(unreachable) (the index could
     not be asked). pip runs isolated from the host's pip configuration.
-  - Then resolves each step of the sequence as a whole, as pip runs it on
-    the Spark (its own arguments; its dependencies unless C(--no-deps)), with
-    the earlier steps' pins as constraints and their indexes as extra
-    indexes. Each step C(resolves) (with what it installs), or is a
-    C(conflict) (pip's own account of which requirements collide, e.g. an
-    Unsloth that asks for another torch once C(--no-deps) is dropped),
+  - Then resolves each step of the sequence as a whole, as the installer runs
+    it on the Spark (its own arguments; its dependencies unless C(--no-deps)),
+    with the earlier steps' pins as constraints and their indexes as extra
+    indexes. A step with its dependencies is resolved by uv for the target
+    (C(uv pip compile --python-platform aarch64-manylinux_2_39
+    --python-version 3.12)), so every dependency's environment marker is
+    evaluated for the Spark, never for the controller (pip's C(--platform)
+    would bring x86_64's C(nvidia-*-cu12) wheels on an x86_64 controller).
+    Without uv, only a controller of the target's architecture and Python
+    resolves (with pip); any other fails, saying so. Each step C(resolves)
+    (with what it installs), or is a C(conflict) (the resolver's own account
+    of which requirements collide, e.g. an Unsloth that asks for another trl
+    once C(--no-deps) is dropped),
     C(missing) (a dependency with no wheel for the target) or C(unreachable).
     A package a later step pins, installed at another version, is only a
     note, since the later step moves it on purpose (C(-U torchao) last).
@@ -187,7 +194,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _closure as closure
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import mirrored
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_module import start
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_module import resolvable, start
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_dry_run import (
     dry_run,
     failure,
@@ -371,6 +378,7 @@ def main() -> None:
         judged = closure.judge(closure_steps(matrix, p["closure_of"]), matrix["target"], matrix.get("accepted"))
         module.exit_json(changed=False, rows=[], table=[CLOSURE_HEADING, *judged["lines"]], closure=judged,
                          closure_lines=judged["lines"], closure_heading=CLOSURE_HEADING)
+    resolvable(module, matrix, "Nothing was checked.")
     if p["buildable"]:
         buildable(module, matrix, p["index_mirrors"], p["timeout"])
     ids = [s["id"] for s in matrix["steps"]]

@@ -10,11 +10,12 @@ DOCUMENTATION = r"""
 module: spark_matrix_propose
 short_description: Work out a candidate stack matrix, the newest set that resolves together or a set given
 description:
-  - Asks pip's resolver, installing nothing, step by step in the matrix's order, for the matrix's target (Python,
+  - Asks the resolver, installing nothing, step by step in the matrix's order, for the matrix's target (Python,
     linux architecture, glibc) - each pin at its version or newer (never older), or exactly at the version given in
     O(pins), with the step's own arguments (C(--no-deps) and C(-U) kept) and the earlier steps' chosen pins as
-    constraints, from the step's index (torch from its own, the cu130 one) and the earlier steps'. pip picks the
-    newest release the step's other pins and the earlier steps accept.
+    constraints, from the step's index (torch from its own, the cu130 one) and the earlier steps'. The resolver (uv,
+    for the target's platform and Python, as spark_matrix_check) picks the newest release the step's other pins and
+    the earlier steps accept.
   - Returns the candidate matrix (named C(spark-stack-YYYY-MM-DD), C(last_verified) today, C(proposed_from) the
     matrix's name, no evidence until a proof writes it), one row per pin (old, new, moved) and the date each
     release was uploaded where the index says (PEP 691 JSON, C(upload-time); PyPI does, an index of plain pages
@@ -24,8 +25,8 @@ description:
     held within it and the set asked again (older than the matrix's pin if it must be), each hold said in
     RV(lines) with who declared it. A set given (O(pins)) that violates one is kept as given, its violations shown
     and written in the candidate as accepted deviations.
-  - A step that does not resolve is named with pip's own account of the conflict and the pins to blame; the later
-    steps are not asked. Nothing is written anywhere; playbooks/matrix_propose.yml builds, proves and writes.
+  - A step that does not resolve is named with the resolver's own account of the conflict and the pins to blame;
+    the later steps are not asked. Nothing is written anywhere; playbooks/matrix_propose.yml builds, proves and writes.
 version_added: "0.2.0"
 author: sparkfleet contributors (@sparkfleet)
 extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes, sparkfleet.spark.sparkfleet_read_only]
@@ -102,7 +103,7 @@ resolves:
   returned: success
   type: bool
 failure:
-  description: Where it did not resolve - step, status (conflict, missing, unreachable, error), detail (pip's
+  description: Where it did not resolve - step, status (conflict, missing, unreachable, error), detail (the resolver's
     words) and blame (the pins given or moved that the failure names); null when every step resolved.
   returned: success
   type: dict
@@ -131,7 +132,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _closure as closure
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import mirrored
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_module import start
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_module import resolvable, start
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_proposal import (
     added_lines,
     blame,
@@ -312,6 +313,7 @@ def main() -> None:
     )
     p = module.params
     matrix = start(module, "Nothing was proposed.")
+    resolvable(module, matrix, "Nothing was proposed.")
     try:
         given = given_pins(matrix, p["pins"])
         today = datetime.date.fromisoformat(p["today"]) if p["today"] else datetime.date.today()

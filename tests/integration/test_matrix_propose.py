@@ -90,13 +90,15 @@ def test_a_given_set_that_breaks_a_declared_requirement_is_kept_and_written_with
     assert result["closure"]["clean"] is True, "written only with them as accepted deviations"
 
 
-def test_a_given_set_that_does_not_resolve_names_pips_conflict_and_the_pins_to_blame(index):
+def test_a_given_set_that_does_not_resolve_names_the_resolvers_conflict_and_the_pins_to_blame(index):
+    """The step resolved for the Spark (uv, for linux aarch64 CPython 3.12): its own account of the conflict."""
     result = propose(index, pins=["trl==1.10.0", "datasets==4.3.0"])
     assert not result["failed"] and result["resolves"] is False and result["candidate"] is None
     assert result["failure"] == {
         "step": "stack", "status": "conflict",
-        "detail": "Cannot install datasets==4.3.0 and trl==1.10.0: The user requested datasets==4.3.0; trl 1.10.0 "
-                  "depends on datasets>=4.7.0",
+        "detail": "Because trl>=1.10.0 depends on datasets>=4.7.0 and you require datasets==4.3.0, we can conclude "
+                  "that your requirements and trl>=1.10.0 are incompatible. And because you require trl==1.10.0, we "
+                  "can conclude that your requirements are unsatisfiable.",
         "blame": ["datasets==4.3.0 (given)", "trl 1.8.0 -> 1.10.0"]}
 
 
@@ -125,8 +127,8 @@ def test_at_the_command_line_a_set_that_does_not_resolve_fails_on_the_controller
     assert proc.returncode == 2, proc.stdout[-3000:]
     data = json.loads((report / "report.json").read_text())
     [failure] = data["hosts"]["localhost"]["failures"]
-    assert failure["msg"].startswith("the candidate does not resolve (stage resolve), step stack: Cannot install "
-                                     "datasets==4.3.0 and trl==1.10.0")
+    assert failure["msg"].startswith("the candidate does not resolve (stage resolve), step stack: Because "
+                                     "trl>=1.10.0 depends on datasets>=4.7.0 and you require datasets==4.3.0")
     assert "To blame: datasets==4.3.0 (given), trl 1.8.0 -> 1.10.0. Nothing was built or written" in failure["msg"]
     assert "spark-01" not in data["hosts"], "the canary's play never started"
     assert not (inventory / "matrix").exists()

@@ -188,6 +188,7 @@ def test_a_vaulted_index_token_leaves_no_trace_of_a_matrix_check_at_vvv(tmp_path
     assert screen.rc == 0, screen.text[-3000:]
     assert {request.split("/")[1] for request in pyindex.requests} == {"pypi", "cu130"}, "the vaulted URLs were used"
     assert any(" -m pip install --dry-run" in a for a in argv), "pip's processes were watched"
+    assert any(" pip compile " in a for a in argv), "uv's processes (each step resolved for the Spark) were watched"
     planted = [INDEX_TOKEN, VAULT_PASSWORD, NGC_KEY, GITHUB_TOKEN]
     found = [f"{p}" for p in root.rglob("*") if p.is_file() and p not in (password_file, vault)
              and any(s.encode() in p.read_bytes() for s in planted)]

@@ -7,6 +7,7 @@ matrix checked, or the module failed saying what was not done."""
 from __future__ import annotations
 
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_dry_run import NotForTarget, resolver
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._secrets import env_secrets, matrix_secrets
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import MatrixError, check
 
@@ -24,4 +25,13 @@ def start(module, not_done: str) -> dict:
     try:
         return check(params["matrix"])
     except MatrixError as exc:
+        module.fail_json(msg=f"{exc}. {not_done}")
+
+
+def resolvable(module, matrix: dict, not_done: str) -> None:
+    """Fails the module, before anything is asked, where no resolver here evaluates markers for the matrix's
+    target (module_utils/venv/_pip_dry_run.py: pip on an x86_64 controller would resolve x86_64's packages)."""
+    try:
+        resolver(matrix["target"])
+    except NotForTarget as exc:
         module.fail_json(msg=f"{exc}. {not_done}")
