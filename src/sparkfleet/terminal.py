@@ -9,6 +9,7 @@ trailing padding). NO_COLOR (any value) or --no-color turns colour off.
 from __future__ import annotations
 
 import io
+import itertools
 import sys
 from pathlib import Path
 
@@ -24,9 +25,12 @@ from sparkfleet.collection_home import collection_module
 # failed) stays at any width from 80 columns, and what each host runs (each image's short digest) next.
 PRIORITY = ("host", "verdict", "changed", "failed", "images (digest)", "line", "history", "runtime", "venv",
             "class", "ABI findings")
-# Columns that may fold onto several lines (long by nature); every other cell stays on one line (the images
-# cell has a line per image, each digest short and whole, never folded).
-FOLDING = {"line": 18, "venv": 12, "class": 11, "image or venv": 24, "frameworks": 16, "GPU": 14}
+# Columns whose cells may take several lines (long by nature), each with the width it may narrow to; every other
+# cell stays on one line. A cell breaks at a space, or after a '-' or '/' inside a word (a path, a version), and
+# inside a word only where no such place is near (_wrap); a word that never breaks (an image's name and short
+# digest, ngc@cf2b496b9f5a) widens its column instead.
+FOLDING = {"line": 18, "venv": 12, "class": 11, "images (digest)": 20, "image or venv": 24, "frameworks": 16,
+           "GPU": 14, "smoke": 12}
 # The table of each image and venv: what stays when the width is short.
 TARGET_PRIORITY = ("host", "image or venv", "GPU", "smoke", "ABI", "frameworks")
 
@@ -39,10 +43,43 @@ def make_console(stderr: bool = False, no_color: bool = False) -> Console:
 
 
 def _header_width(header: str) -> int:
-    """The least width at which a header takes at most two lines (never one word a line): 'image or venv' takes
-    6 ('image' / 'or venv'), 'images (digest)' 8."""
+    """The least width at which a header takes at most two lines, never one word a line: 'image or venv' takes 7
+    ('image' / 'or venv'); a header of two words ('ABI findings', 'images (digest)') stays on one line."""
     words = header.split()
-    return min(max(len(" ".join(words[:cut])), len(" ".join(words[cut:]))) for cut in range(len(words) + 1))
+    if len(words) < 3:
+        return len(header)
+    return min(max(len(" ".join(words[:cut])), len(" ".join(words[cut:]))) for cut in range(1, len(words)))
+
+
+def _breaks(text: str) -> list[int]:
+    """Where a line of `text` may end: before a space, or after a '-' or '/' that follows a letter, digit, '.' or
+    '_' ('unsloth-' / '2026.7.2', '/opt/' / 'sparkfleet'; never inside '->' or after '(/')."""
+    found = []
+    for i in range(1, len(text)):
+        if text[i] == " " or (text[i - 1] in "-/" and text[i] not in " ->" and i >= 2
+                              and (text[i - 2].isalnum() or text[i - 2] in "._")):
+            found.append(i)
+    return found
+
+
+def _atoms(text: str) -> list[str]:
+    """The pieces of `text` no line may cut (between two of its break places)."""
+    cuts = [0, *_breaks(text), len(text)]
+    return [text[a:b].strip() for a, b in itertools.pairwise(cuts) if text[a:b].strip()]
+
+
+def _wrap(text: str, width: int) -> str:
+    """The cell at `width` columns: each line cut at the last break place that fits (_breaks), inside a word only
+    where there is none (a word longer than the column)."""
+    out = []
+    for line in text.split("\n"):
+        while len(line) > width:
+            fitting = [i for i in _breaks(line) if i <= width]
+            cut = fitting[-1] if fitting else width
+            out.append(line[:cut].rstrip())
+            line = line[cut:].lstrip()
+        out.append(line)
+    return "\n".join(out)
 
 
 def _header_lines(header: str, width: int) -> str:
@@ -62,7 +99,10 @@ def _widths(header: str, cells: list[str]) -> tuple[int, int]:
     least_header = _header_width(header)
     widest = max([least_header] + [len(line) for cell in cells for line in cell.split("\n")])
     most = max(widest, len(header))  # room enough: the header on one line
-    return (min(widest, max(FOLDING[header], least_header)) if header in FOLDING else widest), most
+    if header not in FOLDING:
+        return widest, most
+    atom = max([len(a) for cell in cells for line in cell.split("\n") for a in _atoms(line)] or [0])
+    return min(widest, max(FOLDING[header], least_header, atom)), most
 
 
 def _table(title: str | None, headers: list[str], rows: list[list[str]], widths: dict[str, int]) -> Table:
@@ -70,12 +110,10 @@ def _table(title: str | None, headers: list[str], rows: list[list[str]], widths:
                   collapse_padding=True, title_justify="left", title_style="bold")
     for header, width in widths.items():
         shown = _header_lines(header, width)
-        if header in FOLDING:
-            table.add_column(shown, overflow="fold", width=width)
-        else:
-            table.add_column(shown, no_wrap=True, min_width=width, max_width=width)
-    for cells in rows:
-        table.add_row(*(cells[headers.index(h)] for h in widths))
+        table.add_column(shown, no_wrap=True, min_width=width, max_width=width)
+    for cells in rows:  # a folding column's cells cut where they may (_wrap), each other cell whole
+        table.add_row(*(_wrap(cells[headers.index(h)], w) if h in FOLDING else cells[headers.index(h)]
+                        for h, w in widths.items()))
     return table
 
 
@@ -103,7 +141,9 @@ def fitted_table(title: str | None, headers: list[str], rows: list[list[str]], w
         if total() + least[h] + 2 <= width:
             keep = [k for k in headers if k in keep or k == h]
     room = width - total()
-    for h in (h for h in priority if h in keep and h in FOLDING):
+    # The room left goes first to the folding columns that need least of it to take their cells on one line (a
+    # short smoke cell whole before a long path a line shorter), in priority order where they need the same.
+    for h in sorted((h for h in priority if h in keep and h in FOLDING), key=lambda h: most[h] - least[h]):
         grow = max(0, min(room, most[h] - least[h]))
         least[h] += grow
         room -= grow
@@ -185,9 +225,14 @@ def print_summary(data: dict, paths: dict[str, Path] | None, console: Console, d
     if data["hosts"]:
         print_table(console, list(report.HEADERS), report.summary_rows(data), PRIORITY)
         # Each image and venv a check ran on, on a row of its own (what the host's row joins).
-        checked = [row for row in report.target_rows(data) if any(cell != "-" for cell in row[2:])]
+        rows = report.target_rows(data)
+        checked = [row for row in rows if any(cell != "-" for cell in row[2:])]
         if checked:
             print_table(console, list(report.table.TARGET_HEADERS), checked, TARGET_PRIORITY)
+        if len(checked) < len(rows):  # the host was not verified in this run: nothing to show of them
+            left = len(rows) - len(checked)
+            console.print(f"({left} image{'s' if left != 1 else ''} or venv{'s' if left != 1 else ''} with no check "
+                          "in this run left out; all in report.md)", style="dim", markup=False, soft_wrap=True)
     for name, host in data["hosts"].items():
         if host.get("override"):  # at any width: a host provisioned on purpose though it is not a Spark
             console.print(f"{name}: {host['override']}: spark_preflight_require_spark is false for it", markup=False,

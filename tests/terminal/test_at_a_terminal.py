@@ -23,6 +23,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml impo
 from pty_screen import Screen, SilentRegistry, piped, processes_marked, started
 from rich.console import Console
 
+from conftest import BIN, REPO
 from sparkfleet import report
 from sparkfleet.terminal import fitted_table
 
@@ -136,7 +137,8 @@ def test_the_summary_fits_80_columns_at_a_terminal_and_no_host_name_folds(home):
         text = console.export_text()
         assert all(len(line) <= width for line in text.splitlines()), text
         assert "spark-02.example.internal" in text and "sparkfleet-lab-1" in text, "host names stay whole"
-        assert "verdict" in text and "not verified" in text and "True 13.0" in text
+        assert "verdict" in text and "not verified" in text and "unsloth@ba9876543210" in text
+        assert "True 13.0" in text or width == 80, "the line goes before the digests (issue 58, item 5)"
     assert len(dropped[80]) > len(dropped[120]) > len(dropped[200]) == 0, dropped
 
 
@@ -415,3 +417,67 @@ def test_the_readmes_matrix_check_at_a_terminal_shows_each_step_as_it_is_asked(h
     assert asked == {"pypi", "cu130"}, ("the user's overrides applied: each index asked of the test bed's", asked)
     data = json.loads((home / "reports" / "latest" / "report.json").read_text())
     assert data["inventory"] == str(inventory), data["inventory"]
+
+
+# A recorded run's events (tests/fixtures/events) summed up and printed by sparkfleet's own summary, in a process of
+# its own at the pty: rich reads the terminal's width and colour from it as at the end of a run.
+_SUMMARY = """
+import json, sys
+from sparkfleet import report
+from sparkfleet.events import Fleet
+from sparkfleet.terminal import make_console, print_summary
+fleet = Fleet()
+for line in open(sys.argv[1]).read().splitlines():
+    fleet.handle(json.loads(line))
+data = report.build(fleet, {"command": sys.argv[2], "playbook": "site.yml", "inventory": "inv", "limit": None,
+                            "check": False, "started_at": "2026-11-30T18:56:49+00:00",
+                            "finished_at": "2026-11-30T18:59:19+00:00", "duration_s": 150.4, "status": "failed",
+                            "exit_code": 2})
+print_summary(data, None, make_console())
+"""
+
+
+def _summary_screen(home: Path, fixture: str, command: str, columns: int) -> list[str]:
+    script = home / "summary.py"
+    script.write_text(_SUMMARY)
+    events = Path(__file__).resolve().parents[1] / "fixtures" / "events" / fixture
+    screen = Screen([str(script), str(events), command], home, columns=columns, program=str(BIN / "python"),
+                    PYTHONPATH=str(REPO / "collections")).wait()
+    assert screen.rc == 0, screen.text[-2000:]
+    return screen.lines()
+
+
+def _table(lines: list[str], first_header: str) -> list[str]:
+    start = next(i for i, line in enumerate(lines) if line.startswith(first_header))
+    end = next((i for i in range(start + 2, len(lines)) if not lines[i].startswith(("sparkfleet-", " "))), len(lines))
+    return lines[start:end]
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_at_a_terminal_the_digest_outranks_class_and_abi_and_no_cell_or_header_breaks_inside_a_word(home, columns):
+    """Issue 58, item 5, at a real pty: refresh at 100 columns left out 'images (digest)' and kept class and ABI
+    findings; cells broke inside a word ('unsloth-2026.' / '7.2 simulated', 'unsloth-20' / '26.7.2-'); 'ABI' /
+    'findings' took a line each; the smoke column was '-' with no reason; the per-image rows were missing."""
+    for fixture, command in (("refresh-rollback-fleet.jsonl", "refresh"), ("provision-lab.jsonl", "provision")):
+        lines = _summary_screen(home, fixture, command, columns)
+        fleet = _table(lines, "host ")
+        assert all(len(line) <= columns for line in fleet), fleet
+        header = fleet[0]
+        assert "images (digest)" in header, f"{fixture}: the digests were left out at {columns} columns:\n" + "\n".join(
+            lines)
+        left_out = next(line for line in lines if line.startswith(f"(left out at {columns} columns: "))
+        for lower in ("class", "ABI findings"):
+            assert lower in header or lower in left_out, left_out
+            assert not (lower in header and "images (digest)" in left_out)
+        # Every header on one line: none split one word a line.
+        assert not any(line.strip() in ("ABI", "findings", "images", "(digest)") for line in lines), lines
+        # No cell cut inside a word where a space, '-' or '/' was near (the venv's path and matrix name).
+        assert not [line for line in lines if re.search(r"unsloth-20\s*$|unsloth-2026\.\s*$|/unslot\s*$|\(/\s*$",
+                                                        line)], lines
+        if command == "provision":
+            # Each image has its row, as in report.md, and the smoke cell says why it is empty.
+            second = [i for i, line in enumerate(lines) if line.startswith("host ")][1]
+            rows = "\n".join(lines[second:])
+            assert "image ngc@cf2b496b9f5a" in rows and "unsloth@4837d420da43" in rows, rows
+            assert rows.count("not asked") == 3 and "(--smoke)" in rows, rows
+            assert "venv unsloth-2026.7.2" in rows and "(/opt/" in rows and "d27a166f1d92)" in rows, rows

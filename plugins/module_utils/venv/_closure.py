@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 
 try:
-    from packaging.markers import InvalidMarker, Marker
+    from packaging.markers import InvalidMarker
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.version import InvalidVersion, Version
     HAS_PACKAGING = True

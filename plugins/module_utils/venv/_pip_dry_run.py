@@ -26,6 +26,11 @@ import sys
 import tempfile
 import urllib.parse
 
+try:
+    from packaging.markers import Marker
+except ImportError:  # pragma: no cover - ansible-core brings packaging to the controller
+    Marker = None
+
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _closure as closure
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import index_env
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_commands import platform_tags
@@ -120,7 +125,7 @@ def for_target(uv: list[str], args: list[str], target: dict, indexes: list[str],
         spec, _sep, marker = line.split("#", 1)[0].partition(";")
         if not spec.strip():
             continue
-        if marker.strip() and not closure.Marker(marker.strip()).evaluate(environment):
+        if marker.strip() and not Marker(marker.strip()).evaluate(environment):
             continue
         pins.append(spec.strip())
     return proc, pins

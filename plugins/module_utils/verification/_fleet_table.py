@@ -185,9 +185,13 @@ def targets(entry: dict) -> list[dict]:
             else f"{smoke.get('verdict')} at {smoke.get('stage')}")
     if venv.get("path") and "venv" not in found:
         record("venv", what("venv", ""))["gpu"] = f"{venv.get('status')} {venv.get('line') or ''}".strip()
+    # An empty smoke cell says why, where the host was verified: asked for where the GPU cannot be verified, run on
+    # the others but not this one, or not asked (verify --smoke, spark_verify_smoke).
     why = verification.get("smoke_not_run")
-    for target in found.values() if why else []:  # asked for, where the GPU cannot be verified: say so
-        target["smoke"] = target["smoke"] or f"not run: {why.split(':')[0]}"
+    for target in found.values() if verification else []:
+        target["smoke"] = target["smoke"] or (
+            f"not run: {why.split(':')[0]}" if why else
+            "not run on it" if verification.get("smoke") else "not asked (--smoke)")
     return list(found.values())
 
 
