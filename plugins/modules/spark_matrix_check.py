@@ -128,7 +128,7 @@ table:
   type: list
   elements: str
 heading:
-  description: The table's first line - the matrix, its age and the target.
+  description: The table's heading, three lines in one string - the matrix and its target, its age, how it was proved.
   returned: success
   type: str
 pin_lines:
@@ -414,9 +414,11 @@ def main() -> None:
     for job in jobs:  # not a row's: the sequence carries it
         job.pop("declared", None)
     target = matrix["target"]
-    heading = (f"matrix {matrix['name']} (last verified {stale['last_verified']}, {stale['age_days']} days ago; "
-               f"{stale['proof']}), "
-               f"target cp{target['python'].replace('.', '')} linux {target['arch']} glibc {target['glibc']}")
+    # What the matrix is for on its first line, its age and proof under it: each line short enough for a terminal
+    # of 100 columns (one long line wrapped into the table below it).
+    heading = (f"matrix {matrix['name']} for cp{target['python'].replace('.', '')} linux {target['arch']} glibc "
+               f"{target['glibc']}\n  last verified {stale['last_verified']}, {stale['age_days']} days ago"
+               f"\n  {stale['proof']}")
     pin_lines = [f"{j['step']:<{step_width}} {j['package']:<{width}} {j['version']:<12} {j['status']:<11} "
                  f"{j.get('wheel') or j.get('detail') or ''}" for j in jobs]
     sequence_lines = []

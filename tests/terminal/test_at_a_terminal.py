@@ -409,6 +409,11 @@ def test_the_readmes_matrix_check_at_a_terminal_shows_each_step_as_it_is_asked(h
     text = screen.text
     table = text[text.rindex("\nmatrix unsloth-"):]
     assert re.search(r"^torchao +torchao +0\.17\.0 +available", table, re.M), text[-4000:]
+    # Its heading, the matrix and target, its age, its proof: a line each, none wrapped at 100 columns (issue 58).
+    heading = table.strip("\n").splitlines()[:3]
+    assert heading[0] == "matrix unsloth-2026.7.2 for cp312 linux aarch64 glibc 2.39", heading
+    assert heading[1].startswith("  last verified 2026-07-14, "), heading
+    assert heading[2].strip() == "dated, not proved by sparkfleet", heading
     sequence = table[table.index("the sequence, each step resolved with its dependencies after the earlier"):]
     assert re.search(r"^unsloth +resolves +3 packages", sequence, re.M), text[-4000:]
     assert re.search(r"^uv +uv +0\.13\.9 +available", table, re.M), "the installer, for the matrix's target"
