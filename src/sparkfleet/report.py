@@ -57,10 +57,26 @@ def build(fleet: Fleet, meta: dict[str, Any]) -> dict:
                   for name, host in sorted(fleet.hosts.items())},
         "refresh": ({"diff": [{k: d.get(k) for k in ("name", "tag", "old", "new", "changed", "line")}
                               for d in refresh.get("diff", [])]} if refresh else None),
-        "warnings": list(fleet.warnings),
+        "warnings": list(fleet.warnings) + (refresh_warnings(fleet) if check and refresh else []),
         "clusters": fleet.controller_facts.get("spark_cluster_verdicts"),
         "proposal": fleet.controller_facts.get("spark_matrix_proposal"),
     }
+
+
+def refresh_warnings(fleet: Fleet) -> list[str]:
+    """refresh --check: each host on which the rollout would fail, as the check play read it (playbooks/refresh.yml:
+    Docker without the nvidia runtime every new launcher runs with)."""
+    found = []
+    for name, host in sorted(fleet.hosts.items()):
+        runtime = host.facts.get("spark_container_runtime_registered")
+        if host is fleet.controller or not isinstance(runtime, dict) or runtime.get("registered") in (
+                True, "True", "true"):
+            continue
+        lists = ", ".join(map(str, runtime.get("runtimes") or [])) or "none"
+        found.append(f"{name}: Docker does not list the nvidia runtime (it lists {lists}): the refresh would pull the "
+                     f"new digests there, fail the host's check and roll it back. Run sparkfleet provision -l {name} "
+                     "first.")
+    return found
 
 
 def change_lines(change: dict, check: bool) -> list[str]:

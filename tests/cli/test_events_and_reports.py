@@ -546,3 +546,22 @@ def test_a_run_that_changed_a_host_says_each_change_on_the_screen_and_in_its_jun
                     if c.get("classname") == f"sparkfleet.{LAB}" and c.get("name") == "run")
     out = run_case.find("system-out").text
     assert all(f"changed: {c['task']}" in out for c in changes), out
+
+
+def test_refresh_check_warns_of_a_host_whose_rollout_would_fail_for_want_of_the_nvidia_runtime():
+    """Issue 58, item 6: `refresh --check` did not say that a target host's runtime was missing; the refresh then
+    pulled there before rolling back. The check play reads it (playbooks/refresh.yml) and the summary says it."""
+    fleet = replay("refresh-rollback-fleet")
+    missing = {"registered": False, "runtimes": ["io.containerd.runc.v2", "runc"], "toolkit_version": "1.19.0"}
+    fleet.hosts[FLEET[1]].facts["spark_container_runtime_registered"] = missing
+    fleet.hosts[FLEET[0]].facts["spark_container_runtime_registered"] = {**missing, "registered": True,
+                                                                         "runtimes": ["nvidia", "runc"]}
+    data = report.build(fleet, {**META, "command": "refresh", "playbook": "playbooks/refresh.yml", "check": True})
+    jsonschema.validate(data, SCHEMA)
+    said = [w for w in data["warnings"] if "nvidia runtime" in w]
+    assert said == [f"{FLEET[1]}: Docker does not list the nvidia runtime (it lists io.containerd.runc.v2, runc): "
+                    "the refresh would pull the new digests there, fail the host's check and roll it back. Run "
+                    f"sparkfleet provision -l {FLEET[1]} first."]
+    assert f"warning: {said[0]}" in " ".join(" ".join(_screen(data, 100)).split())
+    applied = report.build(fleet, {**META, "command": "refresh", "playbook": "playbooks/refresh.yml"})
+    assert not [w for w in applied["warnings"] if "nvidia runtime" in w], "a real rollout says it as a failure"

@@ -277,6 +277,9 @@ def test_2_refresh_canary_first_then_the_rest(fleet):
     assert "check mode: nothing changed" in flat
     for host in HOSTS:
         assert f"{host}: would move: unsloth {short[old]} -> {short[new]}" in proc.stdout, proc.stdout[-3000:]
+    # Issue 58, item 6: --check read what would make each host's rollout fail (Docker's nvidia runtime): none here.
+    assert all((data["hosts"][h]["runtime"] or {}).get("registered") for h in HOSTS), data["hosts"]
+    assert not [w for w in data["warnings"] if "nvidia runtime" in w]
 
     # --limit (here: all three) must not skip the controller's resolution. The registry's credentials given
     # as at provision: the tag is resolved with them on the controller, and they are in nothing the run leaves.
