@@ -22,6 +22,7 @@ Written for any Python 3 an image may carry: no f-strings, no annotations.
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -66,6 +67,26 @@ def installed(name):
         return metadata.version(name)
     except Exception:
         return None
+
+
+def import_fix(exc):
+    """What to do when torch or transformers does not import: where the package is not installed, install the stack;
+    where it is, but is not what it says (a name the real one has is missing: a test bed's stand-in wheel, a broken
+    or partial install), the installed version is named and reinstalling it is the fix."""
+    missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
+    top = (missing or "").split(".")[0]
+    if isinstance(exc, ModuleNotFoundError) and top and not installed(top):
+        return ("%s is not installed in this interpreter: install the matrix's stack (role spark_venv) or use the "
+                "NGC/Unsloth container" % top)
+    text = str(exc)
+    found = re.search(r"cannot import name '([^']+)' from '([^'.]+)", text)
+    package = found.group(2) if found else top
+    version = installed(package) if package else None
+    if version:
+        return ("%s %s is installed but is not a working build of it (%s): a stand-in wheel (a test bed's index) or "
+                "a broken install; reinstall the matrix's pin from its index (sparkfleet provision builds the venv "
+                "anew)" % (package, version, "no %s" % found.group(1) if found else type(exc).__name__))
+    return "install the matrix's stack (role spark_venv) or use the NGC/Unsloth container"
 
 
 TRITON_KERNEL = """
@@ -288,8 +309,7 @@ def run(opts):
         import transformers
         from transformers import LlamaConfig, LlamaForCausalLM
     except Exception as exc:
-        raise Stop("import", "%s: %s" % (type(exc).__name__, exc),
-                   "install the matrix's stack (role spark_venv) or use the NGC/Unsloth container") from exc
+        raise Stop("import", "%s: %s" % (type(exc).__name__, exc), import_fix(exc)) from exc
     try:
         import peft
     except Exception as exc:
