@@ -37,6 +37,7 @@ from sparkfleet.mitogen import mitogen_env
 from sparkfleet.outcome import EXIT_CANCELLED, RunOutcome, outcome_from_stats
 from sparkfleet.processes import end_run
 from sparkfleet.progress import Progress
+from sparkfleet.run_environment import for_run
 from sparkfleet.selection import is_host_list
 
 # Ctrl-C, kill's default and a closed terminal end a run the same way: its processes first, then the rest.
@@ -76,6 +77,10 @@ class Run:
         import ansible_runner
 
         fast_env = mitogen_env() if self.fast else {}  # before anything is made: a missing Mitogen is bad input
+        # What of this shell's environment must not reach ansible-playbook and the modules (run_environment.py):
+        # said with the run's warnings, on the screen and in the reports.
+        for left_out in for_run():
+            fleet.warnings.append(f"left out of the run's environment: {left_out}")
         started = datetime.datetime.now(datetime.UTC)
         clock = time.monotonic()
         private = Path(tempfile.mkdtemp(prefix="sparkfleet-run-"))

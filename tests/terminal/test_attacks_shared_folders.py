@@ -363,3 +363,58 @@ def test_suspicion_5i_an_inventory_folder_whose_name_holds_a_comma_is_no_host_li
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "the inventory is in a folder other users can write to (nothing was run)" in proc.stderr
     assert f"{shared}" in " ".join(proc.stderr.split())
+
+
+PLANTED_SITECUSTOMIZE = """import os, sys
+with open({marker!r}, "a") as f:
+    f.write("%s\\n" % (os.path.basename(sys.argv[0]) or "-"))
+"""
+
+
+def test_issue_56_the_shells_pythonpath_and_an_untrusted_ca_never_reach_ansible_or_a_module(tmp_path):
+    """Issue 56, item 5: under a local connection a module's own interpreter (and ansible-playbook) took the shell's
+    PYTHONPATH: a sitecustomize.py there ran in each, as root. sparkfleet, started with that environment, loaded it
+    itself (the shell's boundary, SECURITY.md); the run's processes no longer do, and the warning says what was left
+    out. A CA bundle another user owns is left out too; the machine's own is kept."""
+    home = shared_folder(tmp_path, "home", 0o755)
+    elsewhere = shared_folder(tmp_path, "pythonpath")
+    marker = tmp_path / "sitecustomize-ran"
+    (elsewhere / "sitecustomize.py").write_text(PLANTED_SITECUSTOMIZE.format(marker=str(marker)))
+    planted(elsewhere / "sitecustomize.py")
+    theirs = shared_folder(tmp_path, "theirs", 0o755)
+    (theirs / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
+    planted(theirs / "ca.pem")
+    planted(theirs)
+    proc = piped(["doctor", "--plain"], home, PYTHONPATH=str(elsewhere), REQUESTS_CA_BUNDLE=str(theirs / "ca.pem"),
+                 SSL_CERT_FILE="/etc/ssl/certs/ca-certificates.crt")
+    assert proc.returncode in (0, 2), proc.stdout[-3000:] + proc.stderr[-3000:]
+    started = marker.read_text().split()
+    assert started == ["sparkfleet"], f"the planted sitecustomize.py ran in {started}"
+    data = json.loads((home / "reports" / "latest" / "report.json").read_text())
+    left_out = [w for w in data["warnings"] if w.startswith("left out of the run's environment: ")]
+    assert [w.split(": ", 1)[1].split(" (")[0] for w in left_out] == [
+        "PYTHONPATH", f"REQUESTS_CA_BUNDLE={theirs / 'ca.pem'}"], left_out
+    assert f"{theirs / 'ca.pem'} belongs to uid {OTHER_UID}" in left_out[1]
+    assert "warning: left out of the run's environment: PYTHONPATH" in proc.stdout
+
+
+def test_issue_56_a_trust_file_is_passed_on_only_where_root_or_the_user_alone_may_write_it(tmp_path):
+    from sparkfleet.run_environment import for_run, untrusted
+
+    mine = shared_folder(tmp_path, "mine", 0o755)
+    (mine / "ca.pem").write_text("x")
+    (mine / "ca.pem").chmod(0o644)
+    assert untrusted(str(mine / "ca.pem")) is None
+    (mine / "open.pem").write_text("x")
+    (mine / "open.pem").chmod(0o666)
+    assert untrusted(str(mine / "open.pem")) == f"{mine / 'open.pem'} is writable by others (mode 666)"
+    (mine / "link.pem").symlink_to(mine / "ca.pem")
+    assert untrusted(str(mine / "link.pem")) == f"{mine / 'link.pem'} is a symbolic link"
+    shared = shared_folder(tmp_path)
+    (shared / "ca.pem").write_text("x")
+    assert untrusted(str(shared / "ca.pem")) == f"{shared} is writable by others (mode 1777)"
+    environ = {"NETRC": str(shared / "ca.pem"), "SSL_CERT_FILE": str(mine / "ca.pem"), "PYTHONWARNINGS": "error",
+               "PATH": "/usr/bin"}
+    said = for_run(environ)
+    assert environ == {"SSL_CERT_FILE": str(mine / "ca.pem"), "PATH": "/usr/bin"}
+    assert [line.split(" (")[0] for line in said] == ["PYTHONWARNINGS", f"NETRC={shared / 'ca.pem'}"]

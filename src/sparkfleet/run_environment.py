@@ -1,0 +1,73 @@
+"""The environment a run's processes get: what the shell that started sparkfleet passes on, less what would load
+code into, or change the trust of, every Python the run starts as root.
+
+ansible-runner starts ansible-playbook with this process's environment, and under a local connection each
+module's interpreter inherits it: a PYTHONPATH, PYTHONSTARTUP or PYTHONWARNINGS (whose categories are imported) of
+the shell's loaded a sitecustomize.py of the caller's into ansible-playbook and into every module on localhost,
+and HOME's user site into each (`sudo -E sparkfleet ...` keeps a user's). They never reach the run: the variables
+are left out, and the user site is off (PYTHONNOUSERSITE) where another user may write to it. A file named as a
+trust store or credentials (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NETRC, ...) is passed on only where root or the user
+running sparkfleet owns it and its folder and nobody else may write them (a CA another user can edit would let them
+answer for any registry or index).
+
+sparkfleet itself was started with that environment already: a PYTHONPATH set there ran in it before any of its
+code. That boundary is the shell's (SECURITY.md); what is drawn here is that the run adds nothing to it.
+"""
+
+from __future__ import annotations
+
+import os
+import site
+import stat
+from pathlib import Path
+
+# Code a Python loads because the environment says so: never passed to a run.
+CODE = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT", "PYTHONBREAKPOINT",
+        "PYTHONWARNINGS", "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR", "PYTHONPYCACHEPREFIX")
+# Files the run's Pythons (and curl, git, pip) trust or take credentials from: passed on only when trusted.
+TRUST = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NETRC")
+
+
+def untrusted(path: str) -> str | None:
+    """Why `path` (and its folder) cannot be trusted by root's processes, or None: it must exist, not be a link,
+    be owned by root or this user, and be writable by nobody else; the same of its folder."""
+    here = os.geteuid()
+    target = Path(path)
+    for place in (target, target.parent):
+        try:
+            info = os.lstat(place)
+        except OSError:
+            return f"{place} does not exist"
+        if stat.S_ISLNK(info.st_mode):
+            return f"{place} is a symbolic link"
+        if info.st_uid not in (0, here):
+            return f"{place} belongs to uid {info.st_uid}"
+        if info.st_mode & 0o022:  # a folder too: /tmp's sticky bit still lets anyone add a file there
+            return f"{place} is writable by others (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+def for_run(environ: dict[str, str] | None = None) -> list[str]:
+    """Takes out of `environ` (this process's by default, which ansible-runner copies for the run) what must not
+    reach the run; returns each as a sentence, for a note."""
+    environ = os.environ if environ is None else environ
+    said = []
+    for name in CODE:
+        if name in environ:
+            del environ[name]
+            said.append(f"{name} (it would load code into ansible-playbook and every module on localhost)")
+    for name in TRUST:
+        value = environ.get(name)
+        if value is None:
+            continue
+        why = untrusted(value)
+        if why:
+            del environ[name]
+            said.append(f"{name}={value} ({why})")
+    # HOME's user site (a `pip install --user` of sparkfleet's own needs it): off where another user may write it.
+    user_site = site.getusersitepackages()
+    why = untrusted(user_site) if os.path.isdir(user_site) else None
+    if why:
+        environ["PYTHONNOUSERSITE"] = "1"
+        said.append(f"the user site {user_site} ({why})")
+    return said
