@@ -22,7 +22,7 @@ from setuptools.command.build_py import build_py
 HERE = Path(__file__).resolve().parent
 # Everything of the collection a user runs; the rest (tests, test bed, bench) stays in the repository.
 COLLECTION_PARTS = ("galaxy.yml", "README.md", "CHANGELOG.md", "requirements.txt", "meta", "roles", "playbooks",
-                    "plugins", "matrix")
+                    "plugins", "matrix", "monitoring")
 COLLECTION_IN_PACKAGE = Path("collection", "ansible_collections", "sparkfleet", "spark")
 
 
@@ -65,6 +65,8 @@ setup(
         "jinja2>=3.1",
         "pyyaml>=6",
         "rich>=13",
+        # sparkfleet report --metrics (and watch): the fleet as Prometheus metrics, in its text format.
+        "prometheus-client>=0.20,<1",
         # sparkfleet completion bash|zsh|tcsh: the scripts written from the argument parser itself.
         "shtab>=1.7",
         *_requirements("requirements.txt"),

@@ -4,7 +4,8 @@
 # ELF reader), util-linux (unshare/setpriv: /dev/nvidia* laid out in a
 # private mount namespace), gnupg, and real registries for the tests
 # (docker-registry; htpasswd from apache2-utils), iperf3 and ping (spark_cluster_measure
-# measured on the loopback).
+# measured on the loopback), and Prometheus (promtool checks the fleet's metrics and tests monitoring/'s alert
+# rules).
 source "$(dirname "$0")/lib.sh"
-apt_install gcc binutils util-linux gnupg python3 docker-registry apache2-utils iperf3 iputils-ping
+apt_install gcc binutils util-linux gnupg python3 docker-registry apache2-utils iperf3 iputils-ping prometheus
 say "host tools present (gcc $(gcc -dumpversion), $(readelf --version | head -n 1))"

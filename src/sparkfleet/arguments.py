@@ -140,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("path", nargs="?", type=Path, default=REPORT_ROOT / "latest",
                       help="a report directory or its report.json (default reports/latest)").complete = shtab.FILE
     show.add_argument("--no-color", action="store_true", help="no colour (also when NO_COLOR is set)")
+    show.add_argument("--metrics", type=Path, metavar="FILE",
+                      help="write the report as Prometheus metrics to FILE instead (for node_exporter's textfile "
+                           "collector, e.g. /var/lib/prometheus/node-exporter/sparkfleet.prom; monitoring/ holds "
+                           "the alert rules)").complete = shtab.FILE
     completion = sub.add_parser("completion", help="print a shell completion script",
                                 description="Print the completion script for a shell, e.g. "
                                             "sparkfleet completion bash > /etc/bash_completion.d/sparkfleet")

@@ -56,7 +56,7 @@ def version_text() -> str:
             f"  config file = {config}\n  python = {sys.version.split()[0]} ({sys.executable})")
 
 
-def show_report(path: Path, console: Console) -> int:
+def show_report(path: Path, console: Console, metrics_file: Path | None = None) -> int:
     source = path / "report.json" if path.is_dir() else path
     try:
         data = json.loads(source.read_text())
@@ -67,6 +67,16 @@ def show_report(path: Path, console: Console) -> int:
     if data.get("schema") != report.SCHEMA:
         error(f"{source} is {data.get('schema')!r}, expected {report.SCHEMA}")
         return EXIT_BAD_INPUT
+    if metrics_file is not None:  # the same report as Prometheus metrics (metrics.py), nothing else rewritten
+        from sparkfleet import metrics
+
+        try:
+            series = metrics.write(data, metrics_file)
+        except metrics.MetricsError as exc:
+            error(str(exc))
+            return EXIT_BAD_INPUT
+        console.print(f"wrote: {metrics_file} ({series} series of {source})", markup=False, soft_wrap=True)
+        return EXIT_OK
     paths = report.write(data, source.parent)
     print_summary(data, paths, console)
     return int(data.get("exit_code", EXIT_OK))
@@ -105,7 +115,7 @@ def _main(argv: list[str] | None) -> int:
     console = make_console(no_color=getattr(args, "no_color", False))
     if args.record is not None:  # a command of the table (command_table.py): its playbook, run
         return run_command(args.record, args, console)
-    own = {"lab": lambda: lab.lab(args, console), "report": lambda: show_report(args.path, console),
+    own = {"lab": lambda: lab.lab(args, console), "report": lambda: show_report(args.path, console, args.metrics),
            "completion": lambda: completion(parser, args.shell)}
     return own[args.command]()
 

@@ -147,7 +147,7 @@ def as_run(records: list[dict], pulled: list[dict] | None, launchers: list[dict]
     """What a host runs, read without changing it (sparkfleet verify): each pinned record (the lock's, as
     spark_image_pull and spark_image_build return them in check mode) with `ref` what its launcher on the host runs
     now, `locked_ref` what the lock (or the derived image's recipe) pins, and `drift`: each way the host differs,
-    with the command that moves it there."""
+    with the command that moves it there (`drift_kinds`, one a line: image or launcher, for the metrics)."""
     pulls = {entry.get("name"): entry for entry in pulled or [] if isinstance(entry, dict)}
     by_launcher = {entry.get("name"): entry for entry in launchers or [] if isinstance(entry, dict)}
     out = []
@@ -155,14 +155,17 @@ def as_run(records: list[dict], pulled: list[dict] | None, launchers: list[dict]
         what, locked = f"image {record.get('name')}", record.get("ref")
         launcher = by_launcher.get(record.get("launcher")) or {}
         runs = launcher.get("running") if launcher.get("present") else None
-        drift = []
+        drift, kinds = [], []  # each line, and what it is about: the image (its digest) or its launcher
         if record.get("derived") and not locked:
             drift.append(f"{what}: not built from its recipe on this host - `sparkfleet provision` builds it")
+            kinds.append("image")
         elif (not record.get("derived") and pulls.get(record.get("name"), {}).get("present_before") is False
               and (runs in (None, locked))):  # one that runs another digest is told below, with what moves it
             drift.append(f"{what}: the locked {_short(locked)} is not on the host - `sparkfleet provision` pulls it")
+            kinds.append("image")
         if not launcher.get("present"):
             drift.append(f"{what}: no launcher {record.get('launcher_path')} - `sparkfleet provision` writes it")
+            kinds.append("launcher")
         elif locked and runs != locked:
             mover = ("`sparkfleet provision` builds and switches it" if record.get("derived") else
                      "`sparkfleet refresh` moves the fleet to the lock, canary first (`sparkfleet provision`: every "
@@ -170,9 +173,11 @@ def as_run(records: list[dict], pulled: list[dict] | None, launchers: list[dict]
             shown_runs, shown_locked = _apart(runs, locked)
             drift.append(f"{what}: runs {shown_runs}, the {'recipe builds' if record.get('derived') else 'lock says'}"
                          f" {shown_locked} - {mover}")
+            kinds.append("image")
         elif launcher.get("changed"):
             drift.append(f"{what}: its launcher {launcher.get('path')} differs from the one this sparkfleet writes "
                          "(edited by hand, or written by another version) - `sparkfleet provision --check --diff` "
                          "shows how, `sparkfleet provision` writes it again")
-        out.append({**record, "ref": runs or locked, "locked_ref": locked, "drift": drift})
+            kinds.append("launcher")
+        out.append({**record, "ref": runs or locked, "locked_ref": locked, "drift": drift, "drift_kinds": kinds})
     return out

@@ -111,6 +111,7 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
                                   "findings": a.get("findings") or []} for a in state.get("abi") or []],
                          "smoke_not_run": state.get("smoke_not_run"),
                          "drift": state.get("drift") or [],
+                         "drift_items": state.get("drift_items") or [],
                          "failures": verify.get("failures") or []} if verify else None,
         "abi_findings": [f for a in state.get("abi") or [] for f in a.get("findings") or []],
         "abi_evidence": sorted({k for a in state.get("abi") or [] for k in a.get("evidence") or []}),

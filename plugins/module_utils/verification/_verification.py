@@ -190,6 +190,30 @@ def drift_lines(pinned: list | None, venv: Any, runtime: dict | None) -> list[st
     return lines
 
 
+def _digest(ref: Any) -> str | None:
+    """The digest of a reference (sha256:...), or None: what the metrics label an image's locked and running by."""
+    text = str(ref or "")
+    return text.rpartition("@")[2] if "@sha256:" in text else None
+
+
+def drift_items(pinned: list | None, venv: Any, runtime: dict | None) -> list[dict]:
+    """drift_lines as data, for the fleet's metrics: each {kind (image, launcher, venv or runtime), image (its name,
+    or None), locked and running (digests, or None)}, one per line, in drift_lines' order."""
+    items = []
+    for p in pinned or []:
+        if not isinstance(p, dict):
+            continue
+        kinds = list(p.get("drift_kinds") or [])
+        for position, _line in enumerate(p.get("drift") or []):
+            items.append({"kind": kinds[position] if position < len(kinds) else "image", "image": p.get("name"),
+                          "locked": _digest(p.get("locked_ref")), "running": _digest(p.get("ref"))})
+    if isinstance(venv, dict):
+        items += [{"kind": "venv", "image": None, "locked": None, "running": None} for _line in venv.get("drift") or []]
+    if isinstance(runtime, dict) and str(runtime.get("registered")).lower() != "true":
+        items.append({"kind": "runtime", "image": None, "locked": None, "running": None})
+    return items
+
+
 def judge(data: dict) -> dict:
     """{state, failures, lines} of a host's verification, from spark_verify's registered results (`images`,
     `pythons`, `abi`), its preflight facts (`preflight`; `platform`, their old key, still read), why the GPU
@@ -242,6 +266,7 @@ def judge(data: dict) -> dict:
         state["smoke_not_run"] = smoke_not_run
     if drift:  # only a verify reads drift (a provision moves the host instead): a provision's state keeps its shape
         state["drift"] = drift
+        state["drift_items"] = drift_items(data.get("pinned"), data.get("venv"), data.get("runtime"))
     return {"state": state, "failures": failures, "lines": lines}
 
 
