@@ -6,6 +6,7 @@ metrics sparkfleet writes for the host that drifted and for no other."""
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import os
 import re
@@ -37,6 +38,7 @@ def _verify_report(drifted: str | None = None) -> dict:
     """A verify of the recorded three-host fleet; `drifted`: the host whose ngc launcher runs another digest than
     the lock's and whose venv lost peft (as spark_verify records it: drift lines and their items)."""
     data = report.build(replay("provision-fleet"), {**META, "command": "verify", "exit_code": 0})
+    data["finished_at"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")  # a cycle just run
     for host in data["hosts"].values():
         host["verification"] = {**host["verification"], "verdict": "ok"}
     if drifted:
@@ -166,3 +168,30 @@ def test_the_docs_scrape_config_loads_in_prometheus_with_the_shipped_rules(tmp_p
                                                             str(tmp_path / "sparkfleet-alerts.yml")))
     checked = promtool("check", "config", str(tmp_path / "prometheus.yml"))
     assert checked.returncode == 0 and "SUCCESS: 6 rules found" in checked.stdout, checked.stdout + checked.stderr
+
+
+def test_node_exporter_serves_the_metrics_and_prometheus_raises_and_clears_the_alert_for_that_host_alone(tmp_path):
+    """The real parts, natively on the loopback: node_exporter's textfile collector serves the file
+    `sparkfleet report --metrics` wrote, Prometheus scrapes it with the shipped rules. A drifted host's SparkDrift
+    and SparkVerifyFailing are pending (their `for:` not yet run out) for it and for no other host; the next
+    cycle's file, the host repaired, clears them."""
+    from prometheus_stack import running
+
+    textfiles = tmp_path / "textfile"
+    textfiles.mkdir(mode=0o755)
+    target = textfiles / "sparkfleet.prom"
+    metrics.write(_verify_report(drifted=FLEET[1]), target)
+    with running(textfiles, tmp_path) as stack:
+        def raised():
+            found = {(a["alertname"], a.get("host"), a["state"]) for a in stack.alerts()}
+            return found if {("SparkDrift", FLEET[1], "pending"), ("SparkVerifyFailing", FLEET[1], "pending")} \
+                <= found else None
+
+        found = stack.wait_for("the drifted host's alerts", raised)
+        assert {host for _name, host, _state in found} == {FLEET[1]}, f"only the drifted host's: {found}"
+        [series] = stack.query(f'sparkfleet_image_drift{{host="{FLEET[1]}"}}')
+        assert series["metric"]["locked"] == "sha256:" + "a" * 64, series
+        metrics.write(_verify_report(), target)  # the next cycle: the host provisioned again
+        stack.wait_for("the alerts cleared", lambda: not [a for a in stack.alerts() if a["alertname"] in (
+            "SparkDrift", "SparkVerifyFailing")])
+        assert stack.query("sum(sparkfleet_host_drift)")[0]["value"][1] == "0"
