@@ -523,6 +523,48 @@ def test_5e_verify_names_each_drift_with_what_moves_it_and_changes_nothing(fleet
     assert "`sparkfleet refresh` moves the fleet to the lock, canary first" in screen
 
 
+def test_5f_a_drifted_lab_host_raises_its_alert_in_prometheus_and_a_provision_clears_it(fleet, tmp_path):
+    """Issue 59, proved with the real parts: a lab host made to drift (its ngc launcher removed), one watch cycle
+    (`sparkfleet verify`, then `sparkfleet report --metrics` into node_exporter's textfile folder), Debian's
+    node_exporter serving it and Debian's Prometheus scraping it with the shipped rules: Prometheus' API has
+    SparkDrift and SparkVerifyFailing for that host and none for the others; `sparkfleet provision -l HOST` and
+    the next cycle clear them."""
+    from prometheus_stack import running
+
+    path = launcher(HOSTS[0], "spark-ngc")
+    kept = cat(HOSTS[0], path)
+    textfiles = tmp_path / "textfile"
+    textfiles.mkdir(mode=0o755)
+
+    def cycle(name: str) -> dict:
+        proc, data, report_dir = cli(fleet, name, "verify")
+        assert "Traceback" not in proc.stdout, proc.stdout[-3000:]
+        written = sh(str(BIN / "sparkfleet"), "report", str(report_dir), "--metrics",
+                     str(textfiles / "sparkfleet.prom"))
+        assert written.stdout.startswith("wrote: "), written.stdout + written.stderr
+        return data
+
+    sh("docker", "exec", HOSTS[0], "rm", path)
+    try:
+        data = cycle("watch-drift")
+        assert data["exit_code"] == 2 and data["hosts"][HOSTS[0]]["verification"]["drift_items"][0]["kind"] == \
+            "launcher", data["hosts"][HOSTS[0]]["verification"]
+        with running(textfiles, tmp_path) as stack:
+            def raised():
+                found = {(a["alertname"], a.get("host")) for a in stack.alerts()}
+                return found if {("SparkDrift", HOSTS[0]), ("SparkVerifyFailing", HOSTS[0])} <= found else None
+
+            found = stack.wait_for("the drifted host's alerts in Prometheus", raised)
+            assert {host for _alert, host in found} == {HOSTS[0]}, f"alerts for another host: {found}"
+            repaired, _, _ = cli(fleet, "watch-repair", "provision", "--limit", HOSTS[0])
+            assert repaired.returncode == 0, repaired.stdout[-3000:]
+            assert cycle("watch-clean")["hosts"][HOSTS[0]]["verification"]["drift"] == []
+            stack.wait_for("the alerts cleared", lambda: not [a for a in stack.alerts() if a.get("host")])
+    finally:
+        restore = f"test -e {path} || {{ cat > {path} && chmod 755 {path}; }}"
+        subprocess.run(["docker", "exec", "-i", HOSTS[0], "sh", "-c", restore], input=kept, text=True, check=True)
+
+
 def test_6_doctor_on_a_lab_host_holds_no_secret_and_no_hostname(fleet):
     proc, _, report_dir = cli(fleet, "doctor", "doctor", "--limit", HOSTS[0])
     assert proc.returncode == 0, proc.stdout[-3000:]
