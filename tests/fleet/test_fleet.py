@@ -558,11 +558,35 @@ def test_5f_a_drifted_lab_host_raises_its_alert_in_prometheus_and_a_provision_cl
             assert {host for _alert, host in found} == {HOSTS[0]}, f"alerts for another host: {found}"
             repaired, _, _ = cli(fleet, "watch-repair", "provision", "--limit", HOSTS[0])
             assert repaired.returncode == 0, repaired.stdout[-3000:]
+            # Issue 58, item 2: the repair is said on the screen, a line a change, under the host's name.
+            assert f"{HOSTS[0]}: changed: Install a launcher per image that runs exactly the pinned digest" \
+                in repaired.stdout, repaired.stdout[-3000:]
             assert cycle("watch-clean")["hosts"][HOSTS[0]]["verification"]["drift"] == []
             stack.wait_for("the alerts cleared", lambda: not [a for a in stack.alerts() if a.get("host")])
     finally:
         restore = f"test -e {path} || {{ cat > {path} && chmod 755 {path}; }}"
         subprocess.run(["docker", "exec", "-i", HOSTS[0], "sh", "-c", restore], input=kept, text=True, check=True)
+
+
+def test_5g_a_lock_entry_renamed_is_bad_input_before_any_host_is_asked(fleet, tmp_path):
+    """Issue 58, item 4, on the lab's own inventory: a lock entry renamed `unsloth` -> `unslot` was a failed run
+    (exit 2, "has no entry 'unsloth'"). It is bad input (exit 4), the stray entry named with what it may have
+    meant, and no host is asked (a derived image's mistyped base: tests/cli/test_variables.py)."""
+    inventory = tmp_path / "inventory"
+    shutil.copytree(fleet["inventory"], inventory, ignore=shutil.ignore_patterns(".sparkfleet"))
+    lock_file = inventory / "group_vars" / "all" / "spark_images_lock.yml"
+    text = lock_file.read_text()
+    assert "\n  unsloth:\n" in text, text[:400]
+    lock_file.write_text(text.replace("\n  unsloth:\n", "\n  unslot:\n"))
+    before = {h: cat(h, launcher(h)) for h in HOSTS}
+    proc = subprocess.run([str(BIN / "sparkfleet"), "provision", "-i", str(inventory), "--plain"], cwd=tmp_path,
+                          capture_output=True, text=True, check=False,
+                          env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 4, said[-3000:]
+    assert "the entry 'unslot' names no image of the catalog" in said and "unsloth" in said, said[-3000:]
+    assert "play: " not in proc.stdout, "nothing ran"
+    assert {h: cat(h, launcher(h)) for h in HOSTS} == before
 
 
 def test_6_doctor_on_a_lab_host_holds_no_secret_and_no_hostname(fleet):
