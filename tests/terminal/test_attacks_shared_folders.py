@@ -418,3 +418,47 @@ def test_issue_56_a_trust_file_is_passed_on_only_where_root_or_the_user_alone_ma
     said = for_run(environ)
     assert environ == {"SSL_CERT_FILE": str(mine / "ca.pem"), "PATH": "/usr/bin"}
     assert [line.split(" (")[0] for line in said] == ["PYTHONWARNINGS", f"NETRC={shared / 'ca.pem'}"]
+
+
+def test_issue_56_a_loopback_registry_another_user_serves_is_asked_nothing_and_gets_no_credential(tmp_path):
+    """Issue 56, item 5: a plain-http registry on the loopback is trusted as the owner's own (its digests become
+    the lock's, its credentials go in the clear), but any local user can bind a free loopback port while the
+    owner's registry is down. A server another user runs there gets no request at all."""
+    import socket
+    import time
+
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.images._registry import (
+        Registry,
+        RegistryError,
+        resolve_tag,
+    )
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    served = shared_folder(tmp_path, "theirs", 0o755)
+    planted(served)
+    log = tmp_path / "their-server.log"
+    with open(log, "w") as out:
+        theirs = subprocess.Popen(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
+                                   "/usr/bin/python3", "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                                  cwd=served, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as client:
+                if client.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+        host = f"127.0.0.1:{port}"
+        registry = Registry(host, host, credentials={host: {"username": "fleet", "password": "planted-9f1c"}},
+                            retries=1)
+        with pytest.raises(RegistryError) as refused:
+            resolve_tag(registry, "nvidia/pytorch", "25.11-py3")
+        assert f"{host} on this machine's loopback is served by uid {OTHER_UID}, not by root or you" in str(
+            refused.value)
+        assert registry.requests == 0
+    finally:
+        theirs.terminate()
+        theirs.wait(timeout=10)
+    assert "GET" not in log.read_text() and "HEAD" not in log.read_text(), log.read_text()

@@ -16,6 +16,7 @@ import datetime
 import email.utils
 import hashlib
 import json
+import os
 import re
 import time
 from urllib.parse import urlencode, urlsplit
@@ -29,6 +30,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.common._http impo
     follow,
     is_loopback,
 )
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._listeners import listeners
 from ansible_collections.sparkfleet.spark.plugins.module_utils.images._oci import (
     ACCEPT,
     INDEX_TYPES,
@@ -82,10 +84,27 @@ class Registry:
         self.auth: dict[str, str] = {}  # repository -> Authorization (bearer tokens are per repository)
         self.requests = 0
 
+    def _stranger(self, url: str) -> None:
+        """A plain-http registry on this machine's loopback is trusted as the owner's own (its digests become the
+        lock's, its credentials are sent in the clear), but any local user can bind a free loopback port while the
+        owner's registry is down: where a user other than root or this one listens there, nothing is asked."""
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not is_loopback(parts.netloc):
+            return
+        uids = [uid for uid in listeners(parts.port or 80) if uid not in (0, os.geteuid())]
+        if uids:
+            raise RegistryError(
+                f"{self.host}: {parts.netloc} on this machine's loopback is served by uid {uids[0]}, not by root or "
+                "you: any user can bind a free loopback port while your registry is down, and answer with digests "
+                "of their choosing (and receive your credentials). Nothing was asked or sent there; stop what "
+                "listens there and run your registry as root (a container's published port is), then run again")
+
     def _once(self, method: str, url: str, headers: dict) -> tuple[int, dict, bytes]:
         """One request, redirects followed here (module_utils/common/_http.follow): the Authorization header goes only
-        to the scheme, host and port it was given for; https -> http is refused."""
+        to the scheme, host and port it was given for; https -> http is refused; a loopback registry only where
+        root or this user listens there (_stranger)."""
         for _hop in range(MAX_REDIRECTS + 1):
+            self._stranger(url)
             self.requests += 1
             try:
                 response = open_url(url, method=method, headers=headers, timeout=self.timeout,
