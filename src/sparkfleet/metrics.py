@@ -5,20 +5,17 @@ long, its exit code), in Prometheus' text format, for node_exporter's textfile c
 
 Names follow Prometheus' naming guide (`sparkfleet_` prefix, base units, `_seconds`, `_timestamp_seconds`); every
 label value is bounded: a host of the inventory, one of a fixed set (verdict, kind), an image of the catalog, a
-digest. No free text is a label. The file is written whole or not at all (a temporary file in the same folder,
-renamed over it), in a folder root or this user owns and no one else may write.
+digest. No free text is a label. The file is written whole or not at all, as every file sparkfleet writes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import os
-import stat
-import tempfile
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+from sparkfleet.collection_home import collection_module
 
 VERDICTS = ("ok", "failed", "not verified", "unknown")
 DRIFT_KINDS = ("image", "launcher", "venv", "runtime")
@@ -100,40 +97,16 @@ def text(data: dict) -> str:
     return generate_latest(registry(data)).decode()
 
 
-def _folder_problem(folder: Path) -> str | None:
-    try:
-        info = os.lstat(folder)
-    except OSError as exc:
-        return f"{folder} cannot be read ({exc.strerror})"
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        return f"{folder} is not a folder (a link or a file)"
-    if info.st_uid not in (0, os.geteuid()):
-        return f"{folder} belongs to uid {info.st_uid}"
-    if info.st_mode & 0o022:
-        return f"{folder} is writable by others (mode {stat.S_IMODE(info.st_mode):o})"
-    return None
-
-
 def write(data: dict, path: Path) -> int:
-    """The metrics of `data` written to `path`, whole (renamed over it), readable by node_exporter (0644); the
-    number of series. MetricsError where the folder is not one root (or this user) alone may write."""
+    """The metrics of `data` written to `path` as sparkfleet writes every file (module_utils/common/_files.py:
+    through a temporary file renamed over it, into a folder root or this user owns and no one else may write,
+    made where missing), readable by node_exporter (0644); the number of series. MetricsError where the folder is
+    not trusted: nothing is written, the previous file stays whole."""
     body = text(data)
-    folder = path.parent.absolute()
-    problem = _folder_problem(folder)
-    if problem:
-        raise MetricsError(f"cannot write {path}: {problem}; expected a folder of root's (or yours) that no one "
-                           "else may write, such as node_exporter's textfile folder (/var/lib/prometheus/"
-                           "node-exporter on Debian); create it or give another path")
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+    files, trusted = collection_module("common._files"), collection_module("common._trusted")
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(body)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+        files.atomic_write(str(path.absolute()), body, 0o644)
+    except trusted.Untrusted as exc:
+        raise MetricsError(f"cannot write {path}: {exc}. Give node_exporter's textfile folder "
+                           "(/var/lib/prometheus/node-exporter on Debian) or another folder of your own") from None
     return sum(1 for line in body.splitlines() if line and not line.startswith("#"))
