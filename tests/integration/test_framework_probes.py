@@ -361,3 +361,30 @@ def test_numba_s_simulator_switched_on_by_its_config_file_is_named_as_the_cause(
     assert judged["error"] == (f"enable_cudasim is set in {work}/.numba_config.yaml: numba's CUDA simulator runs "
                                "every kernel on the CPU"), judged
     assert judged["fix"].startswith(f"remove enable_cudasim from {work}/.numba_config.yaml"), judged
+
+
+def test_onnxruntime_preloads_nvidias_cuda13_wheels_and_names_the_library_really_missing(venvs, tmp_path):
+    """Issue 57, item 4: with nvidia-cublas 13 installed beside onnxruntime-gpu (site-packages/nvidia/cu13/lib), the
+    probe said "libcublasLt.so.13 is not found ... install nvidia-cublas": it never called onnxruntime's documented
+    preload_dlls(), which loads NVIDIA's wheels' libraries from the site-packages onnxruntime is in. With it, the
+    library missing is the real one: libcurand.so.10 (no nvidia-curand here). The real onnxruntime-gpu 1.31.1 and
+    the real CUDA 13 wheels (cublas, cudart, nvJitLink, cusparse), side by side in one folder as pip lays them out."""
+    import wheels
+
+    path, environment = venv_of(venvs, "frameworks")
+    try:
+        cuda13 = wheels.cuda13_venv()
+    except wheels.Unavailable as exc:
+        pytest.skip(str(exc))
+    [onnxruntime] = path.glob("lib/python3*/site-packages/onnxruntime")
+    [nvidia] = cuda13.glob("lib/python3*/site-packages/nvidia")
+    assert (nvidia / "cu13" / "lib" / "libcublasLt.so.13").exists()
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    (site / "onnxruntime").symlink_to(onnxruntime)
+    (site / "nvidia").symlink_to(nvidia)
+    result = verify((path, environment), {"PYTHONPATH": str(site)})
+    [onnx] = [r for r in result["frameworks"]["results"] if r["name"] == "onnxruntime"]
+    assert (onnx["verdict"], onnx["stage"]) == ("failed", "device"), onnx
+    assert "libcurand.so.10" in onnx["fix"] and "cublas" not in onnx["fix"], onnx["fix"]
+    assert "libcublasLt.so.13: cannot open" not in onnx["stderr"], "cuBLAS came from the wheels: preloaded"
