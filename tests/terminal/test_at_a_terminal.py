@@ -121,6 +121,9 @@ def test_piped_with_no_color_at_80_columns_nothing_is_coloured_folded_or_padded(
     lines = table.splitlines()
     assert all(line == line.rstrip() for line in lines), table
     assert all(h in lines[1] for h in ("host", "class", "runtime", "images (digest)", "ABI findings", "failed"))
+    # The rule under the header is as wide as the table, not COLUMNS' 80 (issue 58, item 5).
+    rule = next(line for line in lines if set(line) == {"─"})
+    assert len(rule) == len(lines[1].rstrip()) > 80, (len(rule), lines[1])
 
 
 def test_the_summary_fits_80_columns_at_a_terminal_and_no_host_name_folds(home):
