@@ -334,7 +334,7 @@ def buildable(module: AnsibleModule, matrix: dict, overrides: dict, timeout: int
 def closure_steps(matrix: dict, sequence: list[dict]) -> list[dict]:
     """The sequence's steps as the closure judges them (module_utils/venv/_closure.py): a step that resolved, all
     it installs; one that did not, its own pins' metadata; one not asked (skipped), its pins at their versions,
-    declaring nothing known. Each with whether it runs --no-deps and whether it resolved."""
+    declaring nothing known. Each with whether it runs --no-deps, whether it resolved and the names it pins."""
     by_id = {s.get("step"): s for s in sequence or []}
     out = []
     for step in matrix["steps"]:
@@ -346,7 +346,8 @@ def closure_steps(matrix: dict, sequence: list[dict]) -> list[dict]:
             declared = [{"name": parse_pin(spec)[0], "version": parse_pin(spec)[1], "requires_dist": []}
                         for spec in step["packages"]]
         out.append({"step": step["id"], "declared": declared, "resolved": entry.get("status") == "resolves",
-                    "no_deps": "--no-deps" in (step.get("args") or [])})
+                    "no_deps": "--no-deps" in (step.get("args") or []),
+                    "pins": [parse_pin(spec)[0] for spec in step["packages"]]})
     return out
 
 

@@ -134,3 +134,28 @@ def test_the_same_set_as_pip_resolves_on_the_emulated_aarch64_lab_host_itself():
     assert step["status"] == "resolves", step
     assert sorted(step["installs"]) == native
     assert not [n for n in native if n.startswith(X86_ONLY)]
+
+
+@pytest.mark.network
+def test_the_closure_is_judged_on_the_set_the_steps_end_with_and_a_step_that_did_not_resolve_makes_it_provisional():
+    """Issue 57, item 5, against PyPI's real metadata, the torch step resolved for the Spark: with the shipped
+    datasets 4.3.0 the stack step does not resolve (trl 1.8.0 asks for datasets>=4.7.0), so datasets' fsspec<=2025.9.0
+    against the fsspec torch's step brings is provisional (pip, resolving the stack, would move fsspec; no step pins
+    it) and fails nothing, while trl's datasets>=4.7.0 against the pinned datasets does. With datasets 4.7.0 every
+    step resolves and the closure, judged on the set the steps end with, has no fsspec finding at all."""
+    shipped = _torch_from_pypi()
+    result = run_module("spark_matrix_check", {"matrix": shipped, "timeout": 60})
+    assert {s["step"]: s["status"] for s in result["sequence"]}["stack"] == "conflict"
+    judged = closure.judge(closure_steps(shipped, result["sequence"]), shipped["target"], shipped.get("accepted"))
+    fsspec = [line for line in judged["lines"] if "fsspec" in line]
+    assert fsspec and all("(provisional: step stack, unsloth_deps did not resolve, and may move fsspec" in line
+                          for line in fsspec), fsspec
+    assert [f["text"] for f in judged["unaccepted"]] == [
+        "trl 1.8.0 declares datasets>=4.7.0; step stack installs datasets 4.3.0"]
+    raised = _torch_from_pypi()
+    raised["steps"][1]["packages"][3] = "datasets==4.7.0"
+    result = run_module("spark_matrix_check", {"matrix": raised, "timeout": 60})
+    assert all(s["status"] == "resolves" for s in result["sequence"]), result["table"]
+    judged = closure.judge(closure_steps(raised, result["sequence"]), raised["target"], raised.get("accepted"))
+    assert not [line for line in judged["lines"] if "fsspec" in line], judged["lines"]
+    assert not [line for line in judged["lines"] if line.startswith("MISSING")], judged["lines"]

@@ -133,10 +133,22 @@ def judge(steps: list[dict], target: dict, accepted: list[dict] | None = None) -
     # Where a step did not resolve, what it would have brought is not known: the missing list is provisional, said
     # so, and fails nothing.
     unresolved = [str(s.get("step")) for s in steps if not s.get("resolved") and not s.get("no_deps")]
-    unaccepted = [f for f in findings if not f["accepted"]
+    # Where a step did not resolve, a violated package that no step pins may be one that step would have moved (the
+    # stack step's pip downgrades the fsspec torch's step brought to what datasets declares): provisional too. A
+    # violation of a pinned version holds whatever the steps resolve to. (`pins`: each step's pinned names, where
+    # the caller gives them; without them nothing is provisional.)
+    pinned = {normalize(name) for s in steps for name in s.get("pins") or []}
+    known = all("pins" in s for s in steps)
+    for f in findings:
+        f["provisional"] = bool(f["kind"] == "violation" and unresolved and known
+                                and normalize(f["name"]) not in pinned)
+    unaccepted = [f for f in findings if not f["accepted"] and not f["provisional"]
                   and (f["kind"] == "violation" or (f["kind"] == "missing" and not unresolved))]
     lines = [f"{'ACCEPTED' if f['accepted'] else 'VIOLATION'} {f['text']}"
-             + (f" (accepted: {f['accepted']})" if f["accepted"] else "") for f in findings if f["kind"] == "violation"]
+             + (f" (accepted: {f['accepted']})" if f["accepted"] else "")
+             + (f" (provisional: step {', '.join(unresolved)} did not resolve, and may move {f['name']}, which no "
+                "step pins)" if f["provisional"] and not f["accepted"] else "")
+             for f in findings if f["kind"] == "violation"]
     missing: dict[str, list[str]] = {}
     for f in findings:
         if f["kind"] == "missing":
