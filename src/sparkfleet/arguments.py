@@ -144,8 +144,38 @@ def build_parser() -> argparse.ArgumentParser:
                       help="write the report as Prometheus metrics to FILE instead (for node_exporter's textfile "
                            "collector, e.g. /var/lib/prometheus/node-exporter/sparkfleet.prom; monitoring/ holds "
                            "the alert rules)").complete = shtab.FILE
+    add_watch(sub)
     completion = sub.add_parser("completion", help="print a shell completion script",
                                 description="Print the completion script for a shell, e.g. "
                                             "sparkfleet completion bash > /etc/bash_completion.d/sparkfleet")
     completion.add_argument("shell", choices=("bash", "zsh", "tcsh"))
     return parser
+
+
+def add_watch(sub) -> None:
+    """sparkfleet watch install|run|status|remove (watch.py)."""
+    from sparkfleet import watch
+
+    group = sub.add_parser("watch", help="verify the fleet on a timer and keep its metrics for Prometheus",
+                           description="The fleet verified on a systemd timer (read-only: sparkfleet verify), its "
+                                       "report written as Prometheus metrics into node_exporter's textfile folder, "
+                                       "for the alert rules of monitoring/ (docs/watching.md).")
+    kinds = group.add_subparsers(dest="watch_command", required=True, metavar="SUBCOMMAND")
+    helps = {"install": "write the systemd service and timer and start the timer",
+             "run": "one cycle: verify, then its metrics (what the timer runs)",
+             "status": "what the timer does and what the last metrics say",
+             "remove": "stop the timer and remove the units and the metrics file"}
+    for name, text in helps.items():
+        parser = kinds.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        if name in ("install", "run"):
+            parser.add_argument("-i", "--inventory", required=True, help="the inventory to verify")
+            parser.add_argument("--state-dir", type=Path, default=watch.STATE_DIR,
+                                help=f"where each cycle keeps its report (default {watch.STATE_DIR})")
+        if name == "install":
+            parser.add_argument("--interval", default="30min",
+                                help="how often, as systemd reads it (default 30min; e.g. 1h, 2h30min)")
+        if name in ("install", "remove"):
+            parser.add_argument("--unit-dir", type=Path, default=watch.UNIT_DIR,
+                                help=f"where the units go (default {watch.UNIT_DIR})")
+        parser.add_argument("--textfile-dir", type=Path, default=watch.TEXTFILE_DIR,
+                            help=f"node_exporter's textfile folder (default {watch.TEXTFILE_DIR}, Debian's)")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sparkfleet import __version__, lab, report
+from sparkfleet import __version__, lab, report, watch
 from sparkfleet.arguments import build_parser
 from sparkfleet.collection_home import PROJECT_DIR
 from sparkfleet.commands import ansible_core_version, error, run_command
@@ -116,6 +116,7 @@ def _main(argv: list[str] | None) -> int:
     if args.record is not None:  # a command of the table (command_table.py): its playbook, run
         return run_command(args.record, args, console)
     own = {"lab": lambda: lab.lab(args, console), "report": lambda: show_report(args.path, console, args.metrics),
+           "watch": lambda: watch.watch(args, console),
            "completion": lambda: completion(parser, args.shell)}
     return own[args.command]()
 

@@ -110,3 +110,33 @@ def write(data: dict, path: Path) -> int:
         raise MetricsError(f"cannot write {path}: {exc}. Give node_exporter's textfile folder "
                            "(/var/lib/prometheus/node-exporter on Debian) or another folder of your own") from None
     return sum(1 for line in body.splitlines() if line and not line.startswith("#"))
+
+
+def summary(text: str) -> list[str]:
+    """What a metrics file says, a line each: the run that wrote it, then each host (reached, verdict, drift)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+    def values(name: str) -> list:
+        return [s for s in samples if s.name == name]
+
+    lines = []
+    for ended in values("sparkfleet_run_timestamp_seconds"):
+        command = ended.labels.get("command")
+        code = next((int(s.value) for s in values("sparkfleet_run_exit_code") if s.labels.get("command") == command),
+                    None)
+        took = next((s.value for s in values("sparkfleet_run_duration_seconds")
+                     if s.labels.get("command") == command), None)
+        when = datetime.datetime.fromtimestamp(ended.value, datetime.UTC).isoformat(timespec="seconds")
+        lines.append(f"last {command}: ended {when}, exit {code}, {took:g} s")
+    hosts = sorted({s.labels["host"] for s in values("sparkfleet_host_up")})
+    for host in hosts:
+        up = next(s.value for s in values("sparkfleet_host_up") if s.labels["host"] == host)
+        verdict = next((s.labels["verdict"] for s in values("sparkfleet_host_verdict")
+                        if s.labels["host"] == host and s.value == 1), "unknown")
+        drift = {s.labels["kind"]: int(s.value) for s in values("sparkfleet_host_drift")
+                 if s.labels["host"] == host and s.value}
+        said = ", ".join(f"{kind} {count}" for kind, count in drift.items()) or "none"
+        lines.append(f"{host}: {'reached' if up else 'NOT reached'}, verdict {verdict}, drift {said}")
+    return lines

@@ -1,0 +1,98 @@
+"""Issue 59: `sparkfleet watch` - the units it writes (checked by systemd's own `systemd-analyze verify`), one cycle
+run as the timer runs it (a real verify of an inventory whose host cannot be reached: its metrics say so), a host
+removed from the inventory gone from the next file and a new one there after one cycle, status and remove. This
+machine runs no systemd: the timer itself is not started here (install says so)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN
+
+
+def sparkfleet(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(PATH=f"{BIN}:{env['PATH']}", NO_COLOR="1")
+    return subprocess.run([str(BIN / "sparkfleet"), *args], cwd=cwd, capture_output=True, text=True, env=env,
+                          check=False, timeout=300)
+
+
+def _inventory(root: Path, *hosts: str) -> Path:
+    inventory = root / "inv"
+    inventory.mkdir(exist_ok=True)
+    lines = ["all:", "  children:", "    sparks:", "      hosts:"]
+    for host in hosts:  # nothing listens on port 9: unreachable at once
+        lines += [f"        {host}:", "          ansible_host: 127.0.0.1", "          ansible_port: 9"]
+    (inventory / "hosts.yml").write_text("\n".join(lines) + "\n")
+    return inventory
+
+
+@pytest.fixture
+def place(tmp_path):
+    root = tmp_path / "watch"
+    root.mkdir(mode=0o755)
+    return root
+
+
+def test_install_writes_units_systemd_accepts_with_the_hardening_and_refuses_what_a_unit_cannot_hold(place):
+    _inventory(place, "spark-01")
+    units = place / "units"
+    args = ["watch", "install", "-i", "inv", "--unit-dir", str(units), "--textfile-dir", str(place / "tf"),
+            "--state-dir", str(place / "state"), "--interval", "15min"]
+    done = sparkfleet(*args, cwd=place)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "systemd does not run this machine: nothing was started" in done.stdout
+    service = (units / "sparkfleet-watch.service").read_text()
+    timer = (units / "sparkfleet-watch.timer").read_text()
+    assert f"ExecStart={BIN / 'sparkfleet'} watch run -i {place / 'inv'} --textfile-dir {place / 'tf'}" in service
+    for line in ("Type=oneshot", "ProtectSystem=strict", "PrivateTmp=yes", "NoNewPrivileges=yes",
+                 f"ReadWritePaths={place / 'tf'} {place / 'state'} -{place / 'inv' / '.sparkfleet'}"):
+        assert line in service.splitlines(), line
+    assert "OnUnitActiveSec=15min" in timer.splitlines() and "WantedBy=timers.target" in timer
+    checked = subprocess.run([shutil.which("systemd-analyze") or "systemd-analyze", "verify",
+                              str(units / "sparkfleet-watch.service"), str(units / "sparkfleet-watch.timer")],
+                             capture_output=True, text=True, check=False)
+    assert checked.returncode == 0 and not checked.stderr.strip(), checked.stderr
+    assert oct((place / "state").stat().st_mode & 0o777) == "0o700"
+    for wrong, said in ((["--interval", "5 minutes; rm"], "--interval is '5 minutes; rm'; expected a span"),
+                        (["--interval", "30s"], "1 minute or more"),
+                        (["--textfile-dir", str(place / "text files")], "--textfile-dir is")):
+        refused = sparkfleet(*args, *wrong, cwd=place)
+        assert refused.returncode == 4 and said in refused.stderr, refused.stderr
+
+
+def test_a_cycle_writes_the_metrics_of_a_fleet_it_cannot_reach_and_follows_the_inventory(place):
+    _inventory(place, "spark-01", "spark-02")
+    common = ["--textfile-dir", str(place / "tf"), "--state-dir", str(place / "state")]
+    first = sparkfleet("watch", "run", "-i", "inv", *common, cwd=place)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr
+    metrics = (place / "tf" / "sparkfleet.prom").read_text()
+    assert 'sparkfleet_host_up{host="spark-01",simulated="false"} 0.0' in metrics
+    assert 'sparkfleet_run_exit_code{command="verify"} 3.0' in metrics, "unreachable: the verify's own exit code"
+    assert subprocess.run(["promtool", "check", "metrics"], input=metrics, text=True, capture_output=True,
+                          check=False).returncode == 0
+    status = sparkfleet("watch", "status", "--textfile-dir", str(place / "tf"), cwd=place)
+    assert status.returncode == 0 and "spark-01: NOT reached, verdict unknown, drift none" in status.stdout
+    assert "last verify: ended " in status.stdout and ", exit 3, " in status.stdout
+    _inventory(place, "spark-02", "spark-03")  # spark-01 left the inventory, spark-03 joined
+    second = sparkfleet("watch", "run", "-i", "inv", *common, cwd=place)
+    assert second.returncode == 0, second.stdout[-3000:]
+    metrics = (place / "tf" / "sparkfleet.prom").read_text()
+    assert 'host="spark-01"' not in metrics and 'host="spark-03"' in metrics
+    removed = sparkfleet("watch", "remove", "--unit-dir", str(place / "units"), "--textfile-dir",
+                         str(place / "tf"), cwd=place)
+    assert removed.returncode == 0 and not (place / "tf" / "sparkfleet.prom").exists(), removed.stdout
+
+
+def test_a_cycle_whose_verify_is_bad_input_still_says_so_as_a_metric(place):
+    (place / "inv").mkdir()
+    (place / "inv" / "hosts.yml").write_text("all:\n  hosts:\n    spark-01:\n      ansible_host: [\n")
+    done = sparkfleet("watch", "run", "-i", "inv", "--textfile-dir", str(place / "tf"), "--state-dir",
+                      str(place / "state"), cwd=place)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    assert 'sparkfleet_run_exit_code{command="verify"} 4.0' in (place / "tf" / "sparkfleet.prom").read_text()
