@@ -541,7 +541,8 @@ def test_a_fleets_venvs_from_the_lock_take_each_wheel_from_the_index_once(own_in
 @pytest.mark.parametrize(("edit", "said"), [
     # trl 1.10.0 declares datasets>=4.7.0 (as the real trl 1.8.0 does on PyPI): the stack step does not resolve.
     (lambda m: m["steps"][1]["packages"].__setitem__(4, "trl==1.10.0"),
-     "its steps do not resolve on its indexes: step stack: Cannot install datasets==4.3.0 and trl==1.10.0"),
+     "its steps do not resolve on its indexes: step stack: Because trl>=1.10.0 depends on datasets>=4.7.0 and you "
+     "require datasets==4.3.0"),
     # Unsloth's transformers and trl ranges, no longer accepted: the closure has what the matrix does not accept.
     (lambda m: m.pop("accepted"),
      "its packages declare what it does not accept: unsloth 2026.7.2 declares transformers<=5.5.0"),
