@@ -178,13 +178,14 @@ unaccepted:
   type: list
   elements: str
 conflicts:
-  description: "The steps that do not resolve after the earlier ones, as C(step <id>: <pip's conflict>)."
+  description: "The steps that do not resolve after the earlier ones, as C(step <id>: <the resolver's account>)."
   returned: success
   type: list
   elements: str
   sample:
-    - "step unsloth: Cannot install unsloth==2026.7.2 and torch==2.10.0: The user requested (constraint)
-      torch==2.10.0; unsloth 2026.7.2 depends on torch<2.10.0 and >=2.4.0"
+    - "step stack: Because trl==1.8.0 depends on datasets>=4.7.0 and you require datasets==4.3.0, we can conclude
+      that your requirements and trl==1.8.0 are incompatible. And because you require trl==1.8.0, we can conclude
+      that your requirements are unsatisfiable."
 """
 
 import datetime
