@@ -21,17 +21,21 @@ import site
 import stat
 from pathlib import Path
 
-# Code a Python loads because the environment says so: never passed to a run.
-CODE = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT", "PYTHONBREAKPOINT",
-        "PYTHONWARNINGS", "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR", "PYTHONPYCACHEPREFIX")
+from sparkfleet.collection_home import collection_module
+
+_isolated = collection_module("common._isolated")
+_trusted = collection_module("common._trusted")
+# Code a Python loads because the environment says so: never passed to a run. The same variables every Python a
+# module starts goes without (module_utils/common/_isolated.py; its cache folders a module drops itself).
+CODE = tuple(name for name in _isolated.LEFT_OUT if name.startswith("PYTHON"))
 # Files the run's Pythons (and curl, git, pip) trust or take credentials from: passed on only when trusted.
 TRUST = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NETRC")
 
 
 def untrusted(path: str) -> str | None:
-    """Why `path` (and its folder) cannot be trusted by root's processes, or None: it must exist, not be a link,
-    be owned by root or this user, and be writable by nobody else; the same of its folder."""
-    here = os.geteuid()
+    """Why `path` (and its folder) cannot be trusted by root's processes, or None: by the rule of every folder
+    sparkfleet trusts (module_utils/common/_trusted.py), it must exist, not be a link, be owned by root or the user
+    running sparkfleet, and be writable by nobody else; the same of its folder."""
     target = Path(path)
     for place in (target, target.parent):
         try:
@@ -40,9 +44,9 @@ def untrusted(path: str) -> str | None:
             return f"{place} does not exist"
         if stat.S_ISLNK(info.st_mode):
             return f"{place} is a symbolic link"
-        if info.st_uid not in (0, here):
+        if info.st_uid not in _trusted.trusted_owners():
             return f"{place} belongs to uid {info.st_uid}"
-        if info.st_mode & 0o022:  # a folder too: /tmp's sticky bit still lets anyone add a file there
+        if _trusted.writable_by_others(info):  # a folder too: /tmp's sticky bit still lets anyone add a file there
             return f"{place} is writable by others (mode {stat.S_IMODE(info.st_mode):o})"
     return None
 

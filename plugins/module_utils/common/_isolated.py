@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import os
 
-# What a caller's environment must not bring into a Python run as root: code to load and folders to load from.
+# What a caller's environment must not bring into a Python run as root: code to load (PYTHONWARNINGS imports
+# the modules its categories name) and folders to load from.
 LEFT_OUT = ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT", "PYTHONBREAKPOINT",
-            "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR", "PYTHONPYCACHEPREFIX", "HF_HOME", "HF_HUB_CACHE",
+            "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR", "PYTHONPYCACHEPREFIX", "PYTHONWARNINGS", "HF_HOME", "HF_HUB_CACHE",
             "HF_MODULES_CACHE", "TRANSFORMERS_CACHE", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
             "TORCH_EXTENSIONS_DIR", "CUPY_CACHE_DIR", "NUMBA_CACHE_DIR", "XDG_CACHE_HOME")
 SAFE_DIR = "/"
