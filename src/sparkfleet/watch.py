@@ -76,7 +76,6 @@ def units(sparkfleet: Path, inventory: Path, textfile_dir: Path, state_dir: Path
         writable.append(f"-{inventory / '.sparkfleet'}")  # the run lock and the hosts' records ("-": may be missing)
     service = f"""[Unit]
 Description=sparkfleet watch: verify the fleet (read-only) and write its metrics for node_exporter
-Documentation=https://github.com/sparkfleet/sparkfleet/blob/main/docs/watching.md
 Wants=network-online.target
 After=network-online.target
 
@@ -99,7 +98,6 @@ TimeoutStartSec=1h
 """
     timer = f"""[Unit]
 Description=sparkfleet watch every {interval}
-Documentation=https://github.com/sparkfleet/sparkfleet/blob/main/docs/watching.md
 
 [Timer]
 OnBootSec=5min
@@ -118,8 +116,11 @@ def _systemctl(*args: str) -> subprocess.CompletedProcess:
 
 
 def install(args: argparse.Namespace, console: Console) -> int:
+    if "," in args.inventory:
+        raise WatchError(f"-i is the host list {args.inventory!r}; the timer verifies an inventory file or folder: "
+                         "list the hosts in one (inventory/example shows how) and give its path")
     inventory = _plain(Path(args.inventory), "the inventory")
-    if not (inventory.exists() or "," in args.inventory):
+    if not inventory.exists():
         raise WatchError(f"inventory {inventory} not found; expected the inventory sparkfleet verify reads")
     textfile_dir = _plain(args.textfile_dir, "--textfile-dir")
     state_dir = _plain(args.state_dir, "--state-dir")
