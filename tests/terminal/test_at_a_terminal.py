@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import sys
 import time
 import uuid
 import xml.etree.ElementTree as ET
@@ -490,3 +491,27 @@ def test_at_a_terminal_the_digest_outranks_class_and_abi_and_no_cell_or_header_b
             assert "image ngc@cf2b496b9f5a" in rows and "unsloth@4837d420da43" in rows, rows
             assert rows.count("not asked") == 3 and "(--smoke)" in rows, rows
             assert "venv unsloth-2026.7.2" in rows and "(/opt/" in rows and "d27a166f1d92)" in rows, rows
+
+
+def test_verify_on_a_box_whose_docker_does_not_answer_still_proves_the_python_and_names_docker(home):
+    """Seen on an H100 machine without Docker (the GPU suite, 2026-12-06): verify stopped at 'Ask Docker which
+    runtimes it knows' with "non-zero return code", and never reached the GPU. Now Docker that does not answer
+    (here: DOCKER_HOST names a socket where no engine listens) is one failure, in Docker's own words with the
+    fix, judged with the rest: the interpreter is still verified."""
+    inventory = home / "box"
+    inventory.mkdir()
+    (inventory / "hosts.yml").write_text(json.dumps({"sparks": {"hosts": {"gpu-box": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "spark_preflight_require_spark": False, "spark_images_catalog": [],
+        "spark_verify_pythons": [sys.executable]}}}}))
+    socket_path = home / "no-engine.sock"
+    proc = piped(["verify", "-i", "box", "--plain"], home, DOCKER_HOST=f"unix://{socket_path}")
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-2000:]
+    (host,) = json.loads((home / "reports" / "latest" / "report.json").read_text())["hosts"].values()
+    failures = host["verification"]["failures"]
+    docker = [f for f in failures if f.startswith("runtime: Docker did not answer")]
+    assert len(docker) == 1 and str(socket_path) in docker[0], failures
+    assert "sparkfleet provision" in docker[0] and "spark_container_runtime_install_docker: true" in docker[0]
+    (python,) = host["verification"]["gpu"]
+    assert python["target"] == sys.executable and python["verdict"] == "failed", python  # no GPU here, said so
+    assert "Ask Docker which runtimes it knows" not in proc.stdout.split("FAILED", 1)[-1].split("\n", 1)[0]

@@ -164,6 +164,14 @@ def framework_advice(result: dict, expected_cuda_major: int = 13) -> str | None:
                     f"{expected_cuda_major} system: {install}")
     if cause == "cpu build":
         return f"{result.get('cpu_build')}: {install}"
+    if cause == "numpy":
+        removed = re.search(r"has no attribute '(\w+)'", error)
+        have = result.get("numpy") or "?"
+        below = ".".join(have.split(".")[:2]) if have != "?" else None
+        release = next((d for d in result.get("distributions") or [] if d.partition(" ")[0] == name), name)
+        pin = f' (pip install "numpy<{below}")' if below else ""
+        return (f"{release} calls numpy.{removed.group(1) if removed else '?'}, which numpy {have} here no longer "
+                f"has: install the numpy it was released for{pin}, or a {name} release made for numpy {have}")
     if cause == "torch":
         return "fix torch's GPU line first (above): this framework runs on torch's GPU"
     if cause == "timeout":

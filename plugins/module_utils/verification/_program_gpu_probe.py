@@ -204,7 +204,8 @@ def probe_numba_cuda():
 
     stage("compile")
     globals()["numba_cuda"] = cuda  # the kernel's `numba_cuda` is a global, as numba (and its simulator) read it
-    square = cuda.jit(_numba_square)
+    # With its signature the kernel compiles here, not at its first launch: a compile that fails is named so.
+    square = cuda.jit("void(float32[:], float32[:])")(_numba_square)
     host = numpy.asarray(challenge_values(), dtype=numpy.float32)
     device_in = cuda.to_device(host)
     device_out = cuda.device_array_like(device_in)
@@ -522,6 +523,11 @@ def run_one(name, distributions):
     except BaseException as exc:  # the library's own words, at the stage it reached (the parent knows which)
         result.update(verdict="failed", stage=None,
                       error="%s: %s" % (type(exc).__name__, " ".join(str(exc).split())[-600:]))
+    # A release written for an older numpy, calling what a newer one removed (numba-cuda 0.30.4 registers
+    # numpy.row_stack, gone in numpy 2.5, at its first compile), at its import or later: named with the numpy it met.
+    if result["verdict"] == "failed" and "module 'numpy' has no attribute" in (result["error"] or "") \
+            and "numpy" in sys.modules:
+        result.update(cause="numpy", numpy=getattr(sys.modules["numpy"], "__version__", None))
     if result["verdict"] == "failed" and result["cause"] in (None, "cpu"):
         sentence = cpu_build(name, distributions)
         if sentence:

@@ -183,7 +183,11 @@ def drift_lines(pinned: list | None, venv: Any, runtime: dict | None) -> list[st
     registered). Each line names the command that moves the host."""
     lines = [line for p in pinned or [] if isinstance(p, dict) for line in p.get("drift") or []]
     lines += list((venv or {}).get("drift") or []) if isinstance(venv, dict) else []
-    if isinstance(runtime, dict) and str(runtime.get("registered")).lower() != "true":
+    if isinstance(runtime, dict) and runtime.get("unanswered"):
+        lines.append(f"runtime: Docker did not answer ({' '.join(str(runtime['unanswered']).split())[:300]}), and "
+                     "every launcher runs --runtime=nvidia - install and start it (`sparkfleet provision` with "
+                     "spark_container_runtime_install_docker: true), then provision registers the runtime")
+    elif isinstance(runtime, dict) and str(runtime.get("registered")).lower() != "true":
         lines.append(f"runtime: Docker does not list the nvidia runtime (its runtimes: "
                      f"{', '.join(runtime.get('runtimes') or []) or 'none'}), and every launcher runs "
                      "--runtime=nvidia - `sparkfleet provision` registers it (role spark_container_runtime)")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import (
     diagnose,
@@ -145,6 +148,12 @@ def _failed(name, stage, error, cause=None, distributions=(), stderr=None, **ext
      "set TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas (the CUDA 13 ptxas, which knows sm_121) and retry"),
     (_failed("cupy", "compute", "the GPU computed 0.0, expected 89440.0", None, ["cupy-cuda13x 14.2.0"]),
      "the GPU computed a wrong value: check dmesg and nvidia-smi for GPU errors"),
+    # Seen on an H100 (CUDA 13 driver, the GPU suite, 2026-12-06): numba-cuda 0.30.4 registers numpy.row_stack at
+    # its first compile, and numpy 2.5 removed it (numba 0.68 itself guards it; numba-cuda does not).
+    (_failed("numba-cuda", "compile", "AttributeError: module 'numpy' has no attribute 'row_stack'", "numpy",
+             ["numba-cuda 0.30.4"], numpy="2.5.2"),
+     'numba-cuda 0.30.4 calls numpy.row_stack, which numpy 2.5.2 here no longer has: install the numpy it was '
+     'released for (pip install "numpy<2.5"), or a numba-cuda release made for numpy 2.5.2'),
     (_failed("jax", "run", "XlaRuntimeError: INTERNAL: Failed to launch", None, ["jax-cuda13-plugin 0.10.2"]),
      "jax failed at run in its own words (its error and stderr): not a build sparkfleet can name"),
 ])
@@ -318,3 +327,25 @@ def _cmdline(pid: str) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:  # ended meanwhile
         return ""
+
+
+def test_a_release_that_calls_what_numpy_removed_is_named_with_the_numpy_it_met(monkeypatch, capsys):
+    """Seen on an H100 (the GPU suite, 2026-12-06): numba-cuda 0.30.4 failed at its first compile with numpy 2.5.2's
+    AttributeError. Its words are replayed here by a probe that raises them, beside a numpy that says its version
+    (this machine's venv has no numpy; the words and the version are the H100's)."""
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe as probe
+
+    def first_compile():
+        raise AttributeError("module 'numpy' has no attribute 'row_stack'")
+
+    numpy = types.ModuleType("numpy")
+    numpy.__version__ = "2.5.2"
+    monkeypatch.setitem(sys.modules, "numpy", numpy)
+    monkeypatch.setattr(probe, "FRAMEWORKS", tuple((n, p, "json", first_compile, i) if n == "numba-cuda" else
+                                                   (n, p, m, f, i) for n, p, m, f, i in probe.FRAMEWORKS))
+    probe.run_one("numba-cuda", ["numba-cuda 0.30.4"])
+    result = [line for line in probe._json_lines(capsys.readouterr().out) if line.get("kind") == "result"][-1]
+    assert (result["verdict"], result["cause"], result["numpy"]) == ("failed", "numpy", "2.5.2"), result
+    assert framework_advice({**result, "distributions": ["numba-cuda 0.30.4"]}).startswith(
+        'numba-cuda 0.30.4 calls numpy.row_stack, which numpy 2.5.2 here no longer has: install the numpy it was '
+        'released for (pip install "numpy<2.5")')
