@@ -21,8 +21,11 @@ ESC = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def user_env(**extra: str) -> dict[str, str]:
-    """A person's environment: no ANSIBLE_CONFIG of the test run's (make exports the repository's)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "PY_COLORS", "NO_COLOR"))}
+    """A person's environment: no ANSIBLE_CONFIG of the test run's (make exports the repository's), and no COLUMNS
+    or LINES of the shell the tests run from (an exported COLUMNS=80, as CI's run had, sized a 100-column pty's
+    table at 80): a person's terminal is sized by the pty, unless a test says otherwise."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ANSIBLE_", "PY_COLORS", "NO_COLOR")) and k not in ("COLUMNS", "LINES")}
     env.update({"PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "TERM": "xterm-256color"}, **extra)
     return env
 
