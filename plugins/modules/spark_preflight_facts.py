@@ -203,6 +203,22 @@ ansible_facts:
         memory_available_bytes:
           description: MemAvailable from C(/proc/meminfo).
           type: int
+        gpu_health:
+          description:
+            - The GPUs' health as nvidia-smi answers its C(--query-gpu) of the clock-event reasons and the
+              temperatures (module_utils/host/_host_class.py's HEALTH_ARGS), read in the same run (the metrics
+              of C(sparkfleet watch)).
+            - Per GPU (C(gpus)) its active clock-event reasons by nvidia-smi's names (C(clock_event_reasons), e.g.
+              C(hw_thermal_slowdown)), the bitmask as printed (C(clock_event_mask)), C(temperature_c) and
+              C(memory_temperature_c) (null where nvidia-smi has no value); C(problems), the lines it could not
+              read; C(error) where nvidia-smi refused the query. Null where no GPU answered.
+          type: dict
+          sample: {gpus: [{index: 0, clock_event_mask: "0x0000000000000001", clock_event_reasons: [gpu_idle],
+                   temperature_c: 40, memory_temperature_c: null}], problems: [], error: null}
+        oom_guard:
+          description: The OOM guards running on the host (C(systemd-oomd), C(earlyoom), C(nohang)), by process name.
+          type: list
+          elements: str
         cx7_netplan:
           description:
             - Whether the CX-7 netplan (C(/etc/netplan/40-cx7.yaml)) is there (C(exists)) and was written by
@@ -240,13 +256,16 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_daem
     DaemonJsonError,
     parse_daemon_json,
 )
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._doctor import OOM_GUARDS
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host._dpkg import PACKAGES, lock_holders, read_status
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host._host_class import (
+    HEALTH_ARGS,
     QUERY_ARGS,
     classify,
     parse_cuda_banner,
     parse_dgx_release,
     parse_gpu_query,
+    parse_health,
     parse_meminfo,
     parse_os_release,
 )
@@ -302,6 +321,27 @@ class PreflightFacts:
             report["problems"].append("no 'CUDA Version' in the nvidia-smi header"
                                       + (f" (rc {rc}: {err.strip()})" if rc else ""))
         return gpus, cuda, report
+
+    def health(self, nvsmi: dict, gpus: list[dict]) -> dict | None:
+        """The GPUs' clock-event reasons and temperatures (parse_health), read where nvidia-smi answered for a GPU;
+        its error where it does not answer these fields (an older driver names the field it does not know)."""
+        if not gpus or not nvsmi.get("path"):
+            return None
+        rc, out, err = _run([nvsmi["path"], *HEALTH_ARGS], self.timeout)
+        if rc != 0:
+            return {"gpus": [], "problems": [], "error": (err or out).strip()[-300:] or f"exited {rc}"}
+        found, problems = parse_health(out)
+        return {"gpus": found, "problems": problems, "error": None}
+
+    @staticmethod
+    def oom_guard() -> list[str]:
+        """The OOM guards running on the host (_doctor.OOM_GUARDS, by their processes' names)."""
+        running = set()
+        for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+            name = (_read(f"/proc/{pid}/comm") or "").strip()
+            if name in OOM_GUARDS:
+                running.add(name)
+        return sorted(running)
 
     def docker_info(self) -> dict:
         """What the running Docker engine says of itself (its API's /info, else one `docker info`); empty when it
@@ -371,6 +411,8 @@ class PreflightFacts:
             "state_file": {"path": self.module.params["state_file"], "text": _read(self.module.params["state_file"])},
             "memory_total_bytes": mem.get("MemTotal"),
             "memory_available_bytes": mem.get("MemAvailable"),
+            "gpu_health": self.health(nvsmi, gpus),
+            "oom_guard": self.oom_guard(),
             "cx7_netplan": {"exists": os.path.lexists(NETPLAN_FILE),
                             "sparkfleet": (_read(NETPLAN_FILE) or "").startswith(NETPLAN_MARK)},
             "cluster_trust": {"exists": os.path.lexists(TRUST_RECORD)},

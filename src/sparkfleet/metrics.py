@@ -1,11 +1,13 @@
 """The fleet as Prometheus metrics: what a report.json says of each host (reached, verdict, drift by kind, each
-image's locked and running digest where they differ, its matrix's staleness) and of the run itself (when, how
-long, its exit code), in Prometheus' text format, for node_exporter's textfile collector
+image's locked and running digest where they differ, its matrix's staleness, the upstream advisories that affect
+it, its GPU's temperature and active clock-event reasons, its unified memory and OOM guard) and of the run itself
+(when, how long, its exit code), in Prometheus' text format, for node_exporter's textfile collector
 (`sparkfleet report --metrics FILE`). The alert rules that read them ship in monitoring/.
 
 Names follow Prometheus' naming guide (`sparkfleet_` prefix, base units, `_seconds`, `_timestamp_seconds`); every
-label value is bounded: a host of the inventory, one of a fixed set (verdict, kind), an image of the catalog, a
-digest. No free text is a label. The file is written whole or not at all, as every file sparkfleet writes.
+label value is bounded: a host of the inventory, one of a fixed set (verdict, kind, clock-event reason), an image
+of the catalog, a digest, a GPU's index, an advisory's id of matrix/advisories.yml. No free text is a label. The
+file is written whole or not at all, as every file sparkfleet writes.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from sparkfleet.collection_home import collection_module
 
 VERDICTS = ("ok", "failed", "not verified", "unknown")
 DRIFT_KINDS = ("image", "launcher", "venv", "runtime")
+# nvidia-smi's names of the clock-event reasons (nvml.h's bits), one series each per GPU.
+CLOCK_EVENT_REASONS = tuple(name for _bit, name in collection_module("host._host_class").CLOCK_EVENT_REASONS)
+SLOWDOWN_REASONS = collection_module("host._host_class").SLOWDOWN_REASONS
 
 
 class MetricsError(Exception):
@@ -67,6 +72,23 @@ def registry(data: dict) -> CollectorRegistry:
                        "of this run, where it did).", host_labels)
     stale_g = gauge("sparkfleet_venv_matrix_stale", "1 where the host's active venv is of a matrix older than its "
                     "maximum age, else 0.", (*host_labels, "matrix"))
+    advisories_g = gauge("sparkfleet_host_advisories", "How many upstream advisories (matrix/advisories.yml) affect "
+                         "what the host runs, as the run's verify found them.", host_labels)
+    advisory_g = gauge("sparkfleet_host_advisory", "1 for each upstream advisory that affects what the host runs.",
+                       (*host_labels, "advisory"))
+    temperature_g = gauge("sparkfleet_gpu_temperature_celsius", "The GPU's temperature as nvidia-smi read it in the "
+                          "run (temperature.gpu).", (*host_labels, "gpu"))
+    reason_g = gauge("sparkfleet_gpu_clock_event_reason_active", "1 where the clock-event reason was active when "
+                     "the run read nvidia-smi (clocks_event_reasons.*; thermal and power-brake slowdowns slow the GPU "
+                     "down), else 0.", (*host_labels, "gpu", "reason"))
+    health_read_g = gauge("sparkfleet_gpu_health_read", "1 where nvidia-smi answered the health query in the run, "
+                          "0 where it did not (an older driver, no GPU answering).", host_labels)
+    memory_total_g = gauge("sparkfleet_memory_total_bytes", "The host's memory (the Spark's unified memory: "
+                           "/proc/meminfo MemTotal) when the run read it.", host_labels)
+    memory_available_g = gauge("sparkfleet_memory_available_bytes", "The memory available to new work "
+                               "(/proc/meminfo MemAvailable) when the run read it.", host_labels)
+    oom_guard_g = gauge("sparkfleet_oom_guard_running", "1 where an OOM guard (systemd-oomd, earlyoom, nohang) ran "
+                        "on the host when the run read it, else 0.", host_labels)
     for name, host in sorted((data.get("hosts") or {}).items()):
         if name == "localhost" and not host.get("host_class") and not host.get("verification"):
             continue  # the controller's own entry (a lock written, a check run there): no host of the fleet
@@ -90,7 +112,34 @@ def registry(data: dict) -> CollectorRegistry:
         venv = host.get("venv") or {}
         if venv.get("matrix"):
             stale_g.labels(*labels, str(venv["matrix"])).set(1 if venv.get("stale") else 0)
+        if verification:  # a verify checked the advisories (a run that did not says nothing of them)
+            advisories = [a for a in host.get("advisories") or [] if isinstance(a, dict) and a.get("id")]
+            advisories_g.labels(*labels).set(len(advisories))
+            for advisory in advisories:
+                advisory_g.labels(*labels, str(advisory["id"])).set(1)
+        _health(host.get("health"), labels, health_read_g, temperature_g, reason_g, memory_total_g,
+                memory_available_g, oom_guard_g)
     return found
+
+
+def _health(health, labels, read, temperature, reason, total, available, oom_guard) -> None:
+    """A host's health series (report.json's hosts.*.health): none where its preflight did not run."""
+    if not isinstance(health, dict):
+        return
+    gpus = [g for g in health.get("gpus") or [] if isinstance(g, dict)]
+    read.labels(*labels).set(1 if gpus and not health.get("error") else 0)
+    for gpu in gpus:
+        index = str(gpu.get("index", 0))
+        if isinstance(gpu.get("temperature_c"), int):
+            temperature.labels(*labels, index).set(gpu["temperature_c"])
+        active = set(gpu.get("clock_event_reasons") or [])
+        for name in CLOCK_EVENT_REASONS:
+            reason.labels(*labels, index, name).set(1 if name in active else 0)
+    if isinstance(health.get("memory_total_bytes"), int):
+        total.labels(*labels).set(health["memory_total_bytes"])
+    if isinstance(health.get("memory_available_bytes"), int):
+        available.labels(*labels).set(health["memory_available_bytes"])
+    oom_guard.labels(*labels).set(1 if health.get("oom_guard") else 0)
 
 
 def text(data: dict) -> str:
@@ -138,5 +187,22 @@ def summary(text: str) -> list[str]:
         drift = {s.labels["kind"]: int(s.value) for s in values("sparkfleet_host_drift")
                  if s.labels["host"] == host and s.value}
         said = ", ".join(f"{kind} {count}" for kind, count in drift.items()) or "none"
-        lines.append(f"{host}: {'reached' if up else 'NOT reached'}, verdict {verdict}, drift {said}")
+        line = f"{host}: {'reached' if up else 'NOT reached'}, verdict {verdict}, drift {said}"
+        temperatures = [f"{s.value:g} C" for s in values("sparkfleet_gpu_temperature_celsius")
+                        if s.labels["host"] == host]
+        if temperatures:
+            line += f", GPU {', '.join(temperatures)}"
+        slowing = sorted({s.labels["reason"] for s in values("sparkfleet_gpu_clock_event_reason_active")
+                          if s.labels["host"] == host and s.value and s.labels["reason"] in SLOWDOWN_REASONS})
+        if slowing:
+            line += f", SLOWING DOWN ({', '.join(slowing)})"
+        available = next((s.value for s in values("sparkfleet_memory_available_bytes") if s.labels["host"] == host),
+                         None)
+        if available is not None:
+            line += f", memory available {available / 2 ** 30:.1f} GiB"
+        advisories = sorted(s.labels["advisory"] for s in values("sparkfleet_host_advisory")
+                            if s.labels["host"] == host)
+        if advisories:
+            line += f", advisories {', '.join(advisories)}"
+        lines.append(line)
     return lines

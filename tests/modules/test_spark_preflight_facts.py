@@ -142,3 +142,43 @@ def test_the_engine_is_asked_on_its_socket_and_says_what_docker_info_says(fake_b
     assert facts["docker_runtimes"] == real["Runtimes"]
     assert facts["docker_data_root"] == real["DockerRootDir"]
     assert facts["docker_image_store"] == real["Driver"] == "overlay2", "this engine's graph driver (issue 56, item 3)"
+
+
+def _profile(tmp_path, name: str, health: str | None):
+    """A profile of the stand-in: the gb10 recordings, with `health` as its health.csv (None: none)."""
+    import shutil
+
+    profile = tmp_path / "recordings" / name
+    shutil.copytree(NVSMI / "recordings" / "gb10", profile)
+    (profile / "health.csv").unlink()
+    if health is not None:
+        (profile / "health.csv").write_text(health)
+    return {"SPARKFLEET_NVSMI_DIR": str(tmp_path / "recordings"), "SPARKFLEET_NVSMI_PROFILE": name}
+
+
+def test_the_gpu_s_health_is_read_as_a_real_h100_answered(tmp_path):
+    """Issue 59: the clock-event reasons and temperatures, from the arguments HEALTH_ARGS (the stand-in answers
+    only those); the answer is the one an H100 gave (recordings/h100/health.csv, the GPU suite, 2026-12-06)."""
+    recorded = (NVSMI / "recordings" / "h100" / "health.csv").read_text()
+    facts = _facts(run_module("spark_preflight_facts", {"nvidia_smi": str(NVSMI / "nvidia-smi")},
+                              **_profile(tmp_path, "h100-idle", recorded)))
+    assert facts["gpu_health"] == {"gpus": [{"index": 0, "clock_event_mask": "0x0000000000000001",
+                                             "clock_event_reasons": ["gpu_idle"], "temperature_c": 40,
+                                             "memory_temperature_c": 52}], "problems": [], "error": None}
+    assert isinstance(facts["oom_guard"], list)
+
+
+def test_a_hot_gpu_says_which_slowdown_is_active(tmp_path):
+    hot = "0x0000000000000048, Active, Not Active, Not Active, Not Active, 93, [N/A]\n"  # hw_slowdown | hw_thermal
+    (gpu,) = _facts(run_module("spark_preflight_facts", {"nvidia_smi": str(NVSMI / "nvidia-smi")},
+                               **_profile(tmp_path, "hot", hot)))["gpu_health"]["gpus"]
+    assert gpu["clock_event_reasons"] == ["hw_slowdown", "hw_thermal_slowdown"]
+    assert (gpu["temperature_c"], gpu["memory_temperature_c"]) == (93, None)
+
+
+def test_a_driver_that_does_not_know_the_health_fields_says_so_and_the_rest_is_read(tmp_path):
+    facts = _facts(run_module("spark_preflight_facts", {"nvidia_smi": str(NVSMI / "nvidia-smi")},
+                              **_profile(tmp_path, "old-driver", None)))
+    assert facts["gpus"][0]["name"] == "NVIDIA GB10"
+    assert facts["gpu_health"]["gpus"] == []
+    assert facts["gpu_health"]["error"] == 'Field "clocks_event_reasons.active" is not a valid field to query.'

@@ -54,7 +54,7 @@ def _verify_report(drifted: str | None = None) -> dict:
 
 def test_the_rules_load_and_pass_their_unit_tests():
     checked = promtool("check", "rules", str(RULES))
-    assert checked.returncode == 0 and "SUCCESS: 6 rules found" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "SUCCESS: 9 rules found" in checked.stdout, checked.stdout + checked.stderr
     tested = promtool("test", "rules", *map(str, RULE_TESTS))
     assert tested.returncode == 0, tested.stdout[-4000:] + tested.stderr[-2000:]
 
@@ -97,6 +97,92 @@ def test_a_drifted_host_is_told_by_kind_and_by_image_with_its_locked_and_running
     values = set(re.findall(r'="([^"]*)"', text))
     allowed = set(FLEET) | set(metrics.VERDICTS) | set(metrics.DRIFT_KINDS) | {"true", "false", "verify", "ngc", ""}
     assert {v for v in values if not v.startswith("sha256:")} <= allowed, values - allowed
+
+
+def _hot_report() -> dict:
+    """A verify of the recorded fleet where FLEET[1]'s GPU is held down by heat (as nvidia-smi's answer reads:
+    hw_slowdown and hw_thermal_slowdown, 93 C) and down to 4% of its memory with no OOM guard, and an advisory
+    affects what FLEET[0] runs; the other hosts idle at 41 C with 60% of their memory."""
+    data = _verify_report()
+    for name, host in data["hosts"].items():
+        hot = name == FLEET[1]
+        host["health"] = {"gpus": [{"index": 0, "temperature_c": 93 if hot else 41, "memory_temperature_c": None,
+                                    "clock_event_reasons": ["hw_slowdown", "hw_thermal_slowdown"] if hot
+                                    else ["gpu_idle"]}],
+                          "error": None, "memory_total_bytes": 128 * 10 ** 9,
+                          "memory_available_bytes": (5 if hot else 77) * 10 ** 9,
+                          "oom_guard": [] if hot else ["earlyoom"]}
+        host["advisories"] = [{"id": "unsloth-10491", "url": "https://github.com/unslothai/unsloth/issues/10491",
+                               "matched": ["image unsloth/unsloth:dgxspark-latest"]}] if name == FLEET[0] else []
+    return data
+
+
+def test_the_gpu_s_health_and_the_advisories_are_told_per_host_with_bounded_labels():
+    data = _hot_report()
+    text = metrics.text(data)
+    assert promtool("check", "metrics", stdin=text).returncode == 0
+    hot = f'host="{FLEET[1]}",reason="hw_thermal_slowdown",simulated="true"'
+    assert f'sparkfleet_gpu_clock_event_reason_active{{gpu="0",{hot}}} 1.0' in text
+    assert f'sparkfleet_gpu_clock_event_reason_active{{gpu="0",host="{FLEET[0]}",reason="hw_thermal_slowdown",' \
+        'simulated="true"} 0.0' in text
+    assert f'sparkfleet_gpu_temperature_celsius{{gpu="0",host="{FLEET[1]}",simulated="true"}} 93.0' in text
+    assert f'sparkfleet_memory_available_bytes{{host="{FLEET[1]}",simulated="true"}} 5e+09' in text
+    assert f'sparkfleet_oom_guard_running{{host="{FLEET[1]}",simulated="true"}} 0.0' in text
+    assert f'sparkfleet_host_advisory{{advisory="unsloth-10491",host="{FLEET[0]}",simulated="true"}} 1.0' in text
+    assert f'sparkfleet_host_advisories{{host="{FLEET[1]}",simulated="true"}} 0.0' in text
+    values = {v for v in re.findall(r'="([^"]*)"', text) if not v.startswith("sha256:")}
+    allowed = set(FLEET) | set(metrics.VERDICTS) | set(metrics.DRIFT_KINDS) | set(metrics.CLOCK_EVENT_REASONS) | {
+        "true", "false", "verify", "0", "unsloth-10491"}
+    assert values <= allowed, values - allowed
+    said = metrics.summary(text)
+    assert any(line.startswith(f"{FLEET[1]}: reached") and "GPU 93 C, SLOWING DOWN (hw_slowdown, "
+               "hw_thermal_slowdown), memory available 4.7 GiB" in line for line in said), said
+    assert any(line.startswith(f"{FLEET[0]}: ") and line.endswith("advisories unsloth-10491") for line in said)
+    # A run whose hosts had no preflight (a controller-side play) says nothing of their health.
+    for host in data["hosts"].values():
+        host["health"] = None
+    assert "sparkfleet_gpu_" not in metrics.text(data).replace("# HELP sparkfleet_gpu_", "").replace(
+        "# TYPE sparkfleet_gpu_", "")
+
+
+def test_the_slowdown_alert_names_the_reasons_the_preflight_calls_slowdowns():
+    """One list: SparkThermalSlowdown's reasons are module_utils/host/_host_class.py's SLOWDOWN_REASONS."""
+    rule = next(r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]
+                if r.get("alert") == "SparkThermalSlowdown")
+    (pattern,) = re.findall(r'reason=~"([^"]+)"', rule["expr"])
+    assert pattern.split("|") == list(metrics.SLOWDOWN_REASONS)
+
+
+def test_the_health_alerts_fire_on_the_metrics_sparkfleet_writes_for_the_hot_host_alone(tmp_path):
+    text = metrics.text(_hot_report())
+    series = [line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#")]
+    test = {"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [{"series": name, "values": f"{float(value):g}x20"} for name, value in series
+                         if "timestamp" not in name],
+        "alert_rule_test": [
+            {"eval_time": "15m", "alertname": "SparkThermalSlowdown", "exp_alerts": [
+                {"exp_labels": {"severity": "warning", "host": FLEET[1], "gpu": "0", "reason": reason}}
+                for reason in ("hw_slowdown", "hw_thermal_slowdown")]},
+            {"eval_time": "15m", "alertname": "SparkMemoryLow", "exp_alerts": [
+                {"exp_labels": {"severity": "warning", "host": FLEET[1], "simulated": "true"}}]},
+            {"eval_time": "15m", "alertname": "SparkAdvisory", "exp_alerts": [
+                {"exp_labels": {"severity": "info", "host": FLEET[0], "simulated": "true",
+                                "advisory": "unsloth-10491"}}]}]}]}
+    rules = {r["alert"]: r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+    for case in test["tests"][0]["alert_rule_test"]:
+        for alert in case["exp_alerts"]:
+            labels = alert["exp_labels"]
+            rendered = {}
+            for key, value in rules[case["alertname"]]["annotations"].items():
+                for name in ("host", "gpu", "reason", "advisory"):
+                    value = value.replace(f"{{{{ $labels.{name} }}}}", str(labels.get(name)))
+                rendered[key] = value.replace("{{ $value | humanizePercentage }}", "3.906%")
+            alert["exp_annotations"] = rendered
+    path = tmp_path / "health.test.yml"
+    path.write_text(yaml.safe_dump(test))
+    tested = promtool("test", "rules", str(path))
+    assert tested.returncode == 0, tested.stdout[-4000:]
 
 
 def test_the_shipped_rules_fire_on_the_metrics_sparkfleet_writes_for_the_drifted_host_alone(tmp_path):
@@ -168,7 +254,7 @@ def test_the_docs_scrape_config_loads_in_prometheus_with_the_shipped_rules(tmp_p
     (tmp_path / "prometheus.yml").write_text(config.replace("/etc/prometheus/sparkfleet-alerts.yml",
                                                             str(tmp_path / "sparkfleet-alerts.yml")))
     checked = promtool("check", "config", str(tmp_path / "prometheus.yml"))
-    assert checked.returncode == 0 and "SUCCESS: 6 rules found" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "SUCCESS: 9 rules found" in checked.stdout, checked.stdout + checked.stderr
 
 
 def test_node_exporter_serves_the_metrics_and_prometheus_raises_and_clears_the_alert_for_that_host_alone(tmp_path):

@@ -30,6 +30,23 @@ _CAP = re.compile(r"^(\d+)\.(\d+)$")
 QUERY_FIELDS = ("name", "compute_cap", "driver_version")
 QUERY_ARGS = ("--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheader")
 
+# The GPU's health, read in the same run (the watch's metrics): the active clock-event reasons (a bitmask, nvml.h's
+# nvmlClocksEventReason*, and the four that slow a GPU down by name), the GPU's and its memory's temperature.
+# testbed/doubles/nvidia-smi/recordings/h100/health.csv is a real H100's answer to exactly these arguments.
+HEALTH_FIELDS = ("clocks_event_reasons.active", "clocks_event_reasons.hw_thermal_slowdown",
+                 "clocks_event_reasons.sw_thermal_slowdown", "clocks_event_reasons.hw_power_brake_slowdown",
+                 "clocks_event_reasons.sw_power_cap", "temperature.gpu", "temperature.memory")
+HEALTH_ARGS = ("--query-gpu=" + ",".join(HEALTH_FIELDS), "--format=csv,noheader,nounits")
+# nvml.h's nvmlClocksEventReason* bits, by nvidia-smi's field names (`nvidia-smi --help-query-gpu`).
+CLOCK_EVENT_REASONS = (
+    (0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"), (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"), (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"), (0x100, "display_clock_setting"),
+)
+# The reasons that mean the GPU runs slower than asked because it is too hot or its power is braked (the alert
+# SparkThermalSlowdown): not idle, not the owner's own caps.
+SLOWDOWN_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+
 
 def parse_key_value_file(text: str) -> dict[str, str]:
     """Parse os-release style KEY=value lines (used by /etc/os-release and /etc/dgx-release).
@@ -117,6 +134,43 @@ def parse_gpu_query(stdout: str) -> tuple[list[dict], list[str]]:
             "compute_cap": f"{cap[0]}.{cap[1]}" if cap else None,
             "driver_version": driver,
         })
+    return gpus, problems
+
+
+def _number(value: str | None) -> int | None:
+    try:
+        return int(float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def parse_health(stdout: str) -> tuple[list[dict], list[str]]:
+    """Parse nvidia-smi's answer to HEALTH_ARGS: per GPU its active clock-event reasons (named, from the bitmask
+    and the fields that name them), the mask as nvidia-smi printed it, and the GPU's and memory's temperatures
+    (degrees C; None where nvidia-smi has no value). A line that is not HEALTH_FIELDS' fields, or a mask that is
+    not hexadecimal, is a problem, never guessed at."""
+    gpus: list[dict] = []
+    problems: list[str] = []
+    for lineno, raw in enumerate(stdout.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        parts = [_na(p.strip()) for p in raw.split(",")]
+        if len(parts) != len(HEALTH_FIELDS):
+            problems.append(f"line {lineno}: expected {len(HEALTH_FIELDS)} comma-separated fields "
+                            f"({', '.join(HEALTH_FIELDS)}), got {raw.strip()!r}")
+            continue
+        mask_text, *named, gpu_temp, memory_temp = parts
+        try:
+            mask = int(mask_text, 16) if mask_text is not None else None
+        except ValueError:
+            problems.append(f"line {lineno}: clocks_event_reasons.active {mask_text!r} is not a hexadecimal bitmask")
+            continue
+        reasons = {name for bit, name in CLOCK_EVENT_REASONS if mask is not None and mask & bit}
+        reasons |= {HEALTH_FIELDS[1 + i].split(".", 1)[1] for i, value in enumerate(named)
+                    if (value or "").lower() == "active"}
+        gpus.append({"index": len(gpus), "clock_event_mask": mask_text,
+                     "clock_event_reasons": [name for _bit, name in CLOCK_EVENT_REASONS if name in reasons],
+                     "temperature_c": _number(gpu_temp), "memory_temperature_c": _number(memory_temp)})
     return gpus, problems
 
 

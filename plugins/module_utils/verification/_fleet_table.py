@@ -20,7 +20,8 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.verification impo
 
 # The facts a host's entry is built from (set_fact or ansible_facts, by these names).
 FACTS = ("spark_preflight", "spark_preflight_override", "spark_container_runtime_registered", "spark_images_pinned",
-         "spark_venv_active", "spark_verify_result", "spark_verify_refresh_check", "spark_images_refresh_failure")
+         "spark_venv_active", "spark_verify_result", "spark_verify_refresh_check", "spark_images_refresh_failure",
+         "spark_verify_advisories")
 
 HEADERS = ("host", "class", "history", "runtime", "images (digest)", "venv", "verdict", "line", "ABI findings",
            "changed", "failed")
@@ -86,6 +87,10 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
         "reachable": unreachable is None,
         "unreachable": unreachable,
         "history": verify.get("history"),
+        "health": health(preflight),
+        # The upstream advisories that affect what the host runs (a verify checks them: playbooks/verify.yml).
+        "advisories": [{"id": a.get("id"), "url": a.get("url"), "matched": list(a.get("matched") or [])}
+                       for a in facts.get("spark_verify_advisories") or [] if isinstance(a, dict)],
         "runtime": ({"registered": _true(runtime.get("registered")), "runtimes": runtime.get("runtimes", []),
                      "toolkit_version": runtime.get("toolkit_version")} if runtime else None),
         "images": [{"name": p.get("name"), "ref": p.get("ref"), "tag": p.get("tag"), "source": image_source(p)}
@@ -127,6 +132,23 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
     }
     entry["targets"] = targets(entry)
     return entry
+
+
+def health(preflight: dict) -> dict | None:
+    """The host's health as its preflight read it (report.json's hosts.*.health; the watch's metrics): per GPU its
+    temperatures and active clock-event reasons, the unified memory's bytes, the OOM guards running. None where
+    no preflight ran (a controller-side play)."""
+    if not preflight:
+        return None
+    read = preflight.get("gpu_health") or {}
+    return {"gpus": [{"index": g.get("index"), "temperature_c": g.get("temperature_c"),
+                      "memory_temperature_c": g.get("memory_temperature_c"),
+                      "clock_event_reasons": list(g.get("clock_event_reasons") or [])}
+                     for g in read.get("gpus") or [] if isinstance(g, dict)],
+            "error": read.get("error"),
+            "memory_total_bytes": preflight.get("memory_total_bytes"),
+            "memory_available_bytes": preflight.get("memory_available_bytes"),
+            "oom_guard": list(preflight.get("oom_guard") or [])}
 
 
 # What report.json keeps of each framework the probe exercised: what an owner needs to act without the host's state

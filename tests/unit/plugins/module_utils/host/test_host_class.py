@@ -7,10 +7,12 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.host._host_class 
     CLASS_AARCH64_OTHER,
     CLASS_NOT_SPARK,
     CLASS_SPARK,
+    HEALTH_FIELDS,
     classify,
     parse_cuda_banner,
     parse_dgx_release,
     parse_gpu_query,
+    parse_health,
     parse_meminfo,
     parse_os_release,
 )
@@ -143,3 +145,22 @@ def test_meminfo_in_bytes():
     assert mem["MemTotal"] == 127564352 * 1024
     assert mem["MemAvailable"] == 120000000 * 1024
     assert mem["HugePages_Total"] == 0
+
+
+def test_health_from_the_h100_s_recorded_answer_and_each_way_it_can_be_read():
+    """The real answer (recordings/h100/health.csv), a slowdown named by its field with no bit (as nvidia-smi may
+    print on a driver that maps it so), two GPUs, and lines that are not the fields asked for."""
+    gpus, problems = parse_health((NVSMI / "recordings" / "h100" / "health.csv").read_text())
+    assert problems == [] and gpus == [{"index": 0, "clock_event_mask": "0x0000000000000001",
+                                        "clock_event_reasons": ["gpu_idle"], "temperature_c": 40,
+                                        "memory_temperature_c": 52}]
+    gpus, problems = parse_health("0x0000000000000000, Not Active, Active, Not Active, Not Active, 88, 70\n"
+                                  "0x0000000000000084, Not Active, Not Active, Not Active, Not Active, 60, [N/A]\n")
+    assert [g["clock_event_reasons"] for g in gpus] == [["sw_thermal_slowdown"],
+                                                        ["sw_power_cap", "hw_power_brake_slowdown"]]
+    assert [g["index"] for g in gpus] == [0, 1] and gpus[1]["memory_temperature_c"] is None
+    gpus, problems = parse_health("0x1, 40\nzz, Not Active, Not Active, Not Active, Not Active, 40, 52\n")
+    assert gpus == []
+    fields = ", ".join(HEALTH_FIELDS)
+    assert problems[0] == f"line 1: expected {len(HEALTH_FIELDS)} comma-separated fields ({fields}), got '0x1, 40'"
+    assert problems[1] == "line 2: clocks_event_reasons.active 'zz' is not a hexadecimal bitmask"
