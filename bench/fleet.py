@@ -1,7 +1,7 @@
 """Fleet benchmarks on the lab, one run, figures as ratios within that run.
 
     .venv/bin/python bench/fleet.py [--hosts 4] [--only noop|refresh] [--kinds emulated,native]
-                                    [--out bench/results/fleet.json]
+                                    [--pairs 5] [--native-hosts 4] [--out bench/results/fleet.json]
 
 1. A converged re-run of site.yml (the default strategy, what users run, and
    under Mitogen, `sparkfleet --fast`) against a playbook that only gathers
@@ -12,7 +12,12 @@
    emulation cost and round trips are told apart. Then the default
    strategy's converged run with 1, 2 and 4 images in the catalog: its ratio
    and the task results per host (PLAY RECAP), which must not grow with the
-   images and launchers.
+   images and launchers; a verify of the converged host against the same
+   play (what a watch timer runs every half hour); and the converged fleet of
+   2 and 4 native hosts against one. Each comparison is timed as interleaved
+   pairs (bench/pairs.py: the median ratio with its spread, none published
+   where the spread is too wide), so that a busy minute moves one pair, not
+   every ratio.
 2. Wall time of a refresh (a moved tag) for 1, 2, 4 hosts, all in one batch
    after the canary, with both strategies; and the part after the canary
    (wall(N) - wall(1)) against wall(1).
@@ -41,6 +46,7 @@ import time
 from pathlib import Path
 
 from content_key import content_key  # bench/, the folder of this script
+from pairs import PAIRS, interleaved
 
 from sparkfleet.mitogen import mitogen_env
 
@@ -142,6 +148,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hosts", type=int, default=4)
     parser.add_argument("--only", choices=("noop", "refresh"), help="one part of the benchmark")
+    parser.add_argument("--pairs", type=int, default=PAIRS,
+                        help=f"interleaved pairs per comparison (default {PAIRS}; bench/pairs.py)")
+    parser.add_argument("--native-hosts", type=int, default=4,
+                        help="native hosts of the converged part: the fleet of 1, 2 and 4 against one (default 4)")
     parser.add_argument("--kinds", default="emulated,native",
                         help="host kinds of the converged part, comma-separated (default: emulated,native)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "fleet.json",
@@ -170,8 +180,8 @@ def main() -> None:
         if args.only != "refresh":
             results["noop"] = {"run": results["run"]}
             for kind in kinds:
-                lab = lab_up(work, kind, 1, labs)
-                noop_part(results["noop"], kind, lab, work, fast)
+                lab = lab_up(work, kind, args.native_hosts if kind == "native" else 1, labs)
+                noop_part(results["noop"], kind, lab, work, fast, args.pairs)
                 lab_down(lab)
         if args.only != "noop":
             lab = lab_up(work, "emulated", args.hosts, labs)
@@ -214,36 +224,64 @@ def lab_down(lab: dict) -> None:
                    check=False)
 
 
-def noop_part(results: dict, kind: str, lab: dict, work: Path, fast: dict) -> None:
-    inv, host = lab["inv"], lab["hosts"][0]
-    row = results[kind] = {"host": {"emulated": "aarch64 under qemu-user", "native": "x86_64, native"}[kind]}
-    facts = timed(str(BIN / "ansible-playbook"), str(work / "facts.yml"), *inv, "--limit", host)
-    row["facts_only_s"] = round(facts, 1)
-    for label, env in (("plain", None), ("fast", fast)):
-        noop, out = timed_run(str(BIN / "ansible-playbook"), "site.yml", *inv, "--limit", host, env=env)
+def _converged(inv: list[str], limit: str, hosts: list[str], env: dict | None = None, extra: tuple = ()):
+    """site.yml on `limit`, which must change nothing on any of `hosts` (a converged run); its PLAY RECAP counts."""
+    out = sh(str(BIN / "ansible-playbook"), "site.yml", *inv, "--limit", limit, *extra, env=env).stdout
+    for host in hosts:
         counts = recap(out, host)
         if counts["changed"]:
-            sys.exit(f"the converged re-run of site.yml on {host} ({kind}, {label}) changed {counts['changed']} "
-                     f"task(s); a converged run must change nothing:\n{out[-4000:]}")
-        row[label] = {"site_yml_s": round(noop, 1), "ratio": round(noop / facts, 2),
-                      "task_results": sum(counts.values()), **counts}
-        print(f"converged site.yml on the {kind} host ({label}): {noop:.1f} s; facts only: {facts:.1f} s; "
-              f"ratio {noop / facts:.2f}; {counts}", flush=True)
+            sys.exit(f"the converged re-run of site.yml on {host} changed {counts['changed']} task(s); a converged "
+                     f"run must change nothing:\n{out[-4000:]}")
+    return recap(out, hosts[0])
+
+
+def noop_part(results: dict, kind: str, lab: dict, work: Path, fast: dict, pairs: int) -> None:
+    """Each comparison as interleaved pairs (bench/pairs.py): the converged site.yml (plain, and under Mitogen)
+    and a verify against a facts-only play on one host; site.yml with 1, 2 and 4 images; and, with a lab of
+    several hosts, the converged fleet of 1, 2 and 4 hosts against one host."""
+    inv, host = lab["inv"], lab["hosts"][0]
+    row = results[kind] = {"host": {"emulated": "aarch64 under qemu-user", "native": "x86_64, native"}[kind]}
+
+    def facts():
+        sh(str(BIN / "ansible-playbook"), str(work / "facts.yml"), *inv, "--limit", host)
+
+    for label, env in (("plain", None), ("fast", fast)):
+        counts = _converged(inv, host, [host], env)
+        found = interleaved(facts, lambda env=env: _converged(inv, host, [host], env), pairs, f"{kind} {label}")
+        row[label] = {**found, "task_results": sum(counts.values()), **counts}
+        print(f"converged site.yml on the {kind} host ({label}): ratio {found['ratio']} {found['spread']}; {counts}",
+              flush=True)
+    row["verify"] = interleaved(facts, lambda: sh(str(BIN / "ansible-playbook"), "playbooks/verify.yml", *inv,
+                                                  "--limit", host), pairs, f"{kind} verify")
+    print(f"verify of the converged {kind} host: ratio {row['verify']['ratio']} {row['verify']['spread']}",
+          flush=True)
 
     by_images = row["by_images"] = []
     for count in (1, 2, 4):
         catalog = work / f"catalog-{count}.yml"
         catalog.write_text(json.dumps({"spark_images_catalog": IMAGES[:count]}))
-        sh(str(BIN / "ansible-playbook"), "playbooks/pin.yml", *inv, "-e", f"@{catalog}")
-        sh(str(BIN / "ansible-playbook"), "site.yml", *inv, "--limit", host, "-e", f"@{catalog}", env=fast)
-        noop, out = timed_run(str(BIN / "ansible-playbook"), "site.yml", *inv, "--limit", host, "-e", f"@{catalog}")
-        counts = recap(out, host)
-        by_images.append({"images": count, "site_yml_s": round(noop, 1), "ratio": round(noop / facts, 2),
-                          "task_results": sum(counts.values()), **counts})
-        print(f"converged site.yml with {count} image(s) ({kind}, plain): {noop:.1f} s, ratio {noop / facts:.2f}, "
+        extra = ("-e", f"@{catalog}")
+        sh(str(BIN / "ansible-playbook"), "playbooks/pin.yml", *inv, *extra)
+        sh(str(BIN / "ansible-playbook"), "site.yml", *inv, "--limit", host, *extra, env=fast)
+        counts = _converged(inv, host, [host], extra=extra)
+        found = interleaved(facts, lambda extra=extra: _converged(inv, host, [host], extra=extra), pairs,
+                            f"{kind} {count} image(s)")
+        by_images.append({"images": count, **found, "task_results": sum(counts.values()), **counts})
+        print(f"converged site.yml with {count} image(s) ({kind}): ratio {found['ratio']} {found['spread']}, "
               f"{counts}", flush=True)
     # Back to the lab's own catalog for what follows.
     sh(str(BIN / "ansible-playbook"), "playbooks/pin.yml", *inv)
+
+    if len(lab["hosts"]) > 1:
+        by_hosts = row["by_hosts"] = []
+        for count in (n for n in (2, 4) if n <= len(lab["hosts"])):
+            hosts = lab["hosts"][:count]
+            found = interleaved(lambda: _converged(inv, host, [host]),
+                                lambda hosts=hosts: _converged(inv, ",".join(hosts), hosts), pairs,
+                                f"{kind} {count} hosts")
+            by_hosts.append({"hosts": count, **found})
+            print(f"converged site.yml on {count} {kind} hosts against one: ratio {found['ratio']} "
+                  f"{found['spread']}", flush=True)
 
 
 def refresh_part(results: dict, inv: list[str], hosts: list[str], fast: dict, upstream_log: Path,

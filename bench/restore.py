@@ -1,0 +1,202 @@
+"""A restore beside doing it by hand: a freshly reinstalled lab host taken to the same end state by
+`sparkfleet provision -l HOST` (the restore) and by the shortest hand-written sequence from the same local sources,
+timed as interleaved pairs (bench/pairs.py), on an emulated and a native host.
+
+    .venv/bin/python bench/restore.py [--kinds emulated,native] [--pairs 5] [--out bench/results/restore.json]
+
+The hand sequence is NVIDIA's install guide with the pins the source document asks for, as an owner types it into
+a root shell on the host: the toolkit's signing key and repository (the test bed's apt repository), `apt-get
+update`, the four toolkit packages at the pinned version and held, `nvidia-ctk runtime configure`, Docker
+restarted, each image pulled by the lock's digest, each launcher written (the same text sparkfleet writes). What
+sparkfleet does beyond it (preflight, the checks, the state and the controller's record, the verification) is the
+difference; where its time goes is the restore's task times (the runner's job events, as bench/profile.py reads
+them). Both end states are compared: the toolkit's packages and holds, Docker's runtimes, the images by digest
+and the launchers, byte for byte. Without the venv (LAB_VENV_HOST=0); the venv's hand sequence is not written yet.
+
+A reinstall is the lab host destroyed with its Docker volume and created again (bench/profile.py's), done before
+each timed half and not timed. Not a test: read the ratios and their spread, not the seconds. Needs the test bed
+(make testbed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fleet import KINDS, commit  # bench/, the folder of this script
+from pairs import PAIRS, interleaved
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = REPO / ".venv" / "bin"
+APT = "http://127.0.0.1:5080"
+
+
+def task_times(report_dir: Path) -> dict[str, float]:
+    """bench/profile.py's (loaded by its path: the standard library has a `profile` of its own)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_profile", Path(__file__).with_name("profile.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.task_times(report_dir)
+
+
+def sh(*argv: str, env: dict | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), cwd=REPO, capture_output=True, text=True, input=stdin,
+                          env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **(env or {})})
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(argv)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def toolkit() -> tuple[list[str], str]:
+    """The toolkit's packages and pinned version, from the role (one place)."""
+    import yaml
+
+    packages = yaml.safe_load((REPO / "roles" / "spark_container_runtime" / "vars" / "main.yml").read_text())
+    defaults = yaml.safe_load((REPO / "roles" / "spark_container_runtime" / "defaults" / "main.yml").read_text())
+    return packages["__spark_container_runtime_packages"], defaults["spark_container_runtime_toolkit_version"]
+
+
+def hand_script(images: list[dict], launchers: dict[str, str]) -> str:
+    """What an owner types: NVIDIA's guide, pinned, then the lock's digests and the launchers."""
+    packages, version = toolkit()
+    keyring = "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg"
+    lines = [
+        "set -eu",
+        "python3 -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1]).read())'"
+        f" {APT}/gpgkey | gpg --batch --yes --dearmor -o {keyring}",
+        f"echo 'deb [signed-by={keyring}] {APT}/stable/deb/$(ARCH) /' > "
+        "/etc/apt/sources.list.d/nvidia-container-toolkit.list",
+        "apt-get update -qq",
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+        + " ".join(f"{p}={version}" for p in packages) + " >/dev/null",
+        "apt-mark hold " + " ".join(packages) + " >/dev/null",
+        "nvidia-ctk runtime configure --runtime=docker 2>/dev/null",
+        "systemctl restart docker",
+        *[f"docker pull -q {shlex.quote(image['ref'])} >/dev/null" for image in images],
+    ]
+    for path, text in launchers.items():
+        lines.append(f"cat > {shlex.quote(path)} <<'SPARKFLEET_EOF'\n{text}SPARKFLEET_EOF")
+        lines.append(f"chmod 755 {shlex.quote(path)}")
+    return "\n".join(lines) + "\n"
+
+
+def end_state(host: str, images: list[dict], launchers: dict[str, str]) -> dict:
+    """What both ways must leave: the toolkit's packages (version and hold), Docker's runtimes, the images by
+    digest, the launchers' text."""
+    packages, _version = toolkit()
+    query = sh("docker", "exec", host, "dpkg-query", "--show",
+               "--showformat=${Package} ${Version} ${db:Status-Abbrev}\n", *packages).stdout
+    runtimes = json.loads(sh("docker", "exec", host, "docker", "info", "--format", "{{json .Runtimes}}").stdout)
+    digests = sorted(sh("docker", "exec", host, "docker", "image", "ls", "--digests", "--format",
+                        "{{.Repository}}@{{.Digest}}").stdout.split())
+    return {"packages": sorted(query.split("\n")), "runtimes": sorted(runtimes),
+            "images": [d for d in digests if any(d == i["ref"] for i in images)],
+            "launchers": {path: sh("docker", "exec", host, "cat", path).stdout for path in launchers}}
+
+
+def measure(kind: str, pairs: int, work: Path) -> dict:
+    spec = KINDS[kind]
+    prefix = f"sparkfleet-restore{'-native' if kind == 'native' else ''}"
+    host = f"{prefix}-1"
+    inventory = work / f"inventory-{kind}"
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    shutil.copy(REPO / "inventory" / "lab" / "group_vars" / "all" / "main.yml", inventory / "group_vars" / "all")
+    env = {"LAB_PREFIX": prefix, "LAB_INVENTORY": str(inventory), "LAB_VENV_HOST": "0", "LAB_ARCH": spec["arch"]}
+    inv = ["-i", str(inventory), *spec["extra"]]
+
+    def reinstall():
+        sh("docker", "rm", "-f", host)
+        sh("docker", "volume", "rm", "-f", f"{host}-docker")
+        sh("testbed/lab.sh", "up", "1", env=env)
+
+    runs: list[Path] = []
+
+    def restore():
+        report_dir = work / "reports" / f"{kind}-{len(runs)}"
+        runs.append(report_dir)
+        proc = subprocess.run([str(BIN / "sparkfleet"), "provision", *inv, "--limit", host, "--plain",
+                               "--report-dir", str(report_dir)], cwd=REPO, capture_output=True, text=True,
+                              check=False)
+        data = json.loads((report_dir / "report.json").read_text())
+        if proc.returncode != 0 or data["hosts"][host]["history"] != "restored":
+            sys.exit(f"the restore of {host} did not end restored (exit {proc.returncode}):\n{proc.stdout[-4000:]}")
+
+    try:
+        sh("testbed/lab.sh", "up", "1", env=env)
+        sh(str(BIN / "sparkfleet"), "pin", *inv, "--plain", "--report-dir", str(work / "reports" / f"{kind}-pin"))
+        first = work / "reports" / f"{kind}-first"
+        sh(str(BIN / "sparkfleet"), "provision", *inv, "--plain", "--report-dir", str(first))
+        pinned = json.loads((first / "report.json").read_text())["hosts"][host]["images"]
+        images = [{"name": i["name"], "ref": i["ref"]} for i in pinned]
+        paths = [line.split(None, 1)[0] for line in sh("docker", "exec", host, "sh", "-c",
+                                                       "ls /usr/local/bin/spark-*").stdout.split()]
+        launchers = {path: sh("docker", "exec", host, "cat", path).stdout for path in paths}
+        script = hand_script(images, launchers)
+        expected = end_state(host, images, launchers)
+
+        def hand():
+            sh("docker", "exec", "-i", host, "sh", "-s", stdin=script)
+
+        states = []
+
+        def checked(way, name):
+            def run():
+                way()
+                states.append((name, end_state(host, images, launchers)))
+            return run
+
+        found = interleaved(checked(hand, "hand"), checked(restore, "restore"), pairs, f"{kind} restore",
+                            before=reinstall)
+        wrong = [name for name, state in states if state != expected]
+        if wrong:
+            sys.exit(f"the end state differs after {', '.join(wrong)}: {json.dumps(states, indent=1)[-4000:]}")
+        spent: dict[str, float] = {}
+        for report_dir in runs:
+            for task, seconds in task_times(report_dir).items():
+                spent[task] = spent.get(task, 0.0) + seconds / len(runs)
+        total = sum(spent.values()) or 1.0
+        return {"host": {"emulated": "aarch64 under qemu-user", "native": "x86_64, native"}[kind],
+                "images": [i["name"] for i in images], **found,
+                "restore_longest_tasks": [{"task": t, "s": round(s, 1), "share": round(s / total, 3)}
+                                          for t, s in sorted(spent.items(), key=lambda kv: -kv[1])[:10]]}
+    finally:
+        subprocess.run(["testbed/lab.sh", "down"], cwd=REPO, env={**os.environ, **env}, capture_output=True,
+                       check=False)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kinds", default="emulated,native")
+    parser.add_argument("--pairs", type=int, default=PAIRS)
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "restore.json")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="sparkfleet-restore-"))
+    results: dict = {"run": commit(), "baseline": "the hand sequence", "measured": "sparkfleet provision -l HOST"}
+    try:
+        for script in (["testbed/aptrepo.sh", "start"], ["testbed/registry.sh", "start"], ["testbed/standins.sh"]):
+            sh(*script)
+        started = time.monotonic()
+        for kind in (k for k in args.kinds.split(",") if k):
+            results[kind] = measure(kind, args.pairs, work)
+            print(f"{kind}: restore / hand {results[kind]['ratio']} {results[kind]['spread']}", flush=True)
+        results["took_s"] = round(time.monotonic() - started)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        print(json.dumps({k: v for k, v in results.items()}, indent=2)[-3000:])
+        print(f"written to {args.out}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

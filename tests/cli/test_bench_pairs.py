@@ -1,0 +1,35 @@
+"""bench/pairs.py (issue 60): comparisons timed as interleaved pairs, reported as the median ratio with its spread,
+and not published where the spread is too wide."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from conftest import REPO
+
+
+def _pairs():
+    spec = importlib.util.spec_from_file_location("pairs", REPO / "bench" / "pairs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_two_commands_alternate_and_the_median_of_the_pairs_ratios_is_reported(monkeypatch):
+    pairs = _pairs()
+    calls = []
+    # Each pair's seconds: a busy minute falls on the third pair and moves both of its halves.
+    seconds = iter([4.0, 5.0, 4.0, 5.2, 8.0, 10.0, 4.0, 4.8, 4.1, 5.0])
+    monkeypatch.setattr(pairs, "clock", lambda run: (run(), next(seconds))[1])
+    found = pairs.interleaved(lambda: calls.append("A"), lambda: calls.append("B"), pairs=5)
+    assert calls == ["A", "B"] * 5
+    assert found["ratio"] == 1.25 and found["spread"] == [1.2, 1.3] and "unstable" not in found
+    assert (found["baseline_s"], found["measured_s"]) == (4.0, 5.0)
+
+
+def test_a_spread_wider_than_the_bound_is_not_published_and_says_why():
+    pairs = _pairs()
+    rows = [{"baseline_s": 4.0, "measured_s": m, "ratio": m / 4.0} for m in (4.4, 4.8, 9.6, 4.6, 4.4)]
+    found = pairs.summarize(rows)
+    assert found["ratio"] is None and found["spread"] == [1.1, 2.4]
+    assert found["unstable"].startswith("spread 1.1-2.4 is 113% of the median 1.15, wider than 50%: not published")
