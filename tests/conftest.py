@@ -133,6 +133,16 @@ def ansible_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def bench_module(name: str):
+    """A script of bench/ (not a package: each is run by its path) loaded as a module, for its pure parts."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def python_of(version: str) -> str | None:
     """The first python`version` that runs: pyenv's own builds, then PATH (a pyenv shim of a version not selected
     fails)."""

@@ -3,16 +3,11 @@ and not published where the spread is too wide."""
 
 from __future__ import annotations
 
-import importlib.util
-
-from conftest import REPO
+from conftest import bench_module
 
 
 def _pairs():
-    spec = importlib.util.spec_from_file_location("pairs", REPO / "bench" / "pairs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("pairs")
 
 
 def test_the_two_commands_alternate_and_the_median_of_the_pairs_ratios_is_reported(monkeypatch):

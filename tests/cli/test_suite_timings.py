@@ -3,15 +3,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-
-from conftest import REPO
+from conftest import REPO, bench_module
 
 
 def test_scenarios_run_at_once_are_shown_under_their_stage_and_counted_once(tmp_path):
-    spec = importlib.util.spec_from_file_location("suite_timings", REPO / "bench" / "suite_timings.py")
-    suite_timings = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suite_timings)
+    suite_timings = _suite_timings()
     stages = [("lint: ruff", "10.0", "0"), ("+ molecule: venv", "250.2", "0"), ("+ molecule: default", "280.4", "1"),
               ("molecule: default and venv, at once", "290.0", "1")]
     (tmp_path / "stages.tsv").write_text("".join("\t".join(s) + "\n" for s in stages))
@@ -22,10 +18,7 @@ def test_scenarios_run_at_once_are_shown_under_their_stage_and_counted_once(tmp_
 
 
 def _suite_timings():
-    spec = importlib.util.spec_from_file_location("suite_timings", REPO / "bench" / "suite_timings.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("suite_timings")
 
 
 def test_a_benchmark_measured_on_other_roles_and_plugins_is_named_stale(tmp_path):

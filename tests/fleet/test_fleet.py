@@ -523,6 +523,16 @@ def test_5e_verify_names_each_drift_with_what_moves_it_and_changes_nothing(fleet
     assert "`sparkfleet refresh` moves the fleet to the lock, canary first" in screen
 
 
+def watch_cycle(fleet, name: str, textfiles: Path) -> dict:
+    """One watch cycle on the lab, as `sparkfleet watch run` makes it: the verify, then its report as metrics in
+    node_exporter's textfile folder; the verify's report.json."""
+    proc, data, report_dir = cli(fleet, name, "verify")
+    assert "Traceback" not in proc.stdout, proc.stdout[-3000:]
+    written = sh(str(BIN / "sparkfleet"), "report", str(report_dir), "--metrics", str(textfiles / "sparkfleet.prom"))
+    assert written.stdout.startswith("wrote: "), written.stdout + written.stderr
+    return data
+
+
 def test_5f_a_drifted_lab_host_raises_its_alert_in_prometheus_and_a_provision_clears_it(fleet, tmp_path):
     """Issue 59, proved with the real parts: a lab host made to drift (its ngc launcher removed), one watch cycle
     (`sparkfleet verify`, then `sparkfleet report --metrics` into node_exporter's textfile folder), Debian's
@@ -537,12 +547,7 @@ def test_5f_a_drifted_lab_host_raises_its_alert_in_prometheus_and_a_provision_cl
     textfiles.mkdir(mode=0o755)
 
     def cycle(name: str) -> dict:
-        proc, data, report_dir = cli(fleet, name, "verify")
-        assert "Traceback" not in proc.stdout, proc.stdout[-3000:]
-        written = sh(str(BIN / "sparkfleet"), "report", str(report_dir), "--metrics",
-                     str(textfiles / "sparkfleet.prom"))
-        assert written.stdout.startswith("wrote: "), written.stdout + written.stderr
-        return data
+        return watch_cycle(fleet, name, textfiles)
 
     sh("docker", "exec", HOSTS[0], "rm", path)
     try:
@@ -589,10 +594,7 @@ def test_5h_a_lab_host_whose_gpu_slows_down_raises_its_alert_in_prometheus_and_n
     textfiles.mkdir(mode=0o755)
 
     def cycle(name: str) -> dict:
-        proc, data, report_dir = cli(fleet, name, "verify")
-        assert "Traceback" not in proc.stdout, proc.stdout[-3000:]
-        sh(str(BIN / "sparkfleet"), "report", str(report_dir), "--metrics", str(textfiles / "sparkfleet.prom"))
-        return data
+        return watch_cycle(fleet, name, textfiles)
 
     hot = "0x0000000000000048, Active, Not Active, Not Active, Not Active, 94, [N/A]\n"
     subprocess.run(["docker", "exec", "-i", HOSTS[1], "sh", "-c", f"cat > {LAB_HEALTH}"], input=hot, text=True,

@@ -153,64 +153,52 @@ def test_the_slowdown_alert_names_the_reasons_the_preflight_calls_slowdowns():
     assert pattern.split("|") == list(metrics.SLOWDOWN_REASONS)
 
 
-def test_the_health_alerts_fire_on_the_metrics_sparkfleet_writes_for_the_hot_host_alone(tmp_path):
-    text = metrics.text(_hot_report())
+def rules_fire(text: str, cases: list[dict], tmp_path, value: str = "2") -> subprocess.CompletedProcess:
+    """promtool's unit test of the shipped rules over the series of a metrics file sparkfleet wrote, served unchanged
+    for 20 minutes: `cases` ({eval_time, alertname, exp_alerts: [{exp_labels}]}) with the annotations each alert
+    carries, the rules' own rendered for its labels (and `value` for {{ $value }}: promtool compares them too)."""
     series = [line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#")]
-    test = {"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": [{
-        "interval": "1m",
-        "input_series": [{"series": name, "values": f"{float(value):g}x20"} for name, value in series
-                         if "timestamp" not in name],
-        "alert_rule_test": [
-            {"eval_time": "15m", "alertname": "SparkThermalSlowdown", "exp_alerts": [
-                {"exp_labels": {"severity": "warning", "host": FLEET[1], "gpu": "0", "reason": reason}}
-                for reason in ("hw_slowdown", "hw_thermal_slowdown")]},
-            {"eval_time": "15m", "alertname": "SparkMemoryLow", "exp_alerts": [
-                {"exp_labels": {"severity": "warning", "host": FLEET[1], "simulated": "true"}}]},
-            {"eval_time": "15m", "alertname": "SparkAdvisory", "exp_alerts": [
-                {"exp_labels": {"severity": "info", "host": FLEET[0], "simulated": "true",
-                                "advisory": "unsloth-10491"}}]}]}]}
     rules = {r["alert"]: r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
-    for case in test["tests"][0]["alert_rule_test"]:
+    for case in cases:
         for alert in case["exp_alerts"]:
-            labels = alert["exp_labels"]
             rendered = {}
-            for key, value in rules[case["alertname"]]["annotations"].items():
-                for name in ("host", "gpu", "reason", "advisory"):
-                    value = value.replace(f"{{{{ $labels.{name} }}}}", str(labels.get(name)))
-                rendered[key] = value.replace("{{ $value | humanizePercentage }}", "3.906%")
+            for key, annotation in rules[case["alertname"]]["annotations"].items():
+                for name, label in alert["exp_labels"].items():
+                    annotation = annotation.replace(f"{{{{ $labels.{name} }}}}", str(label))
+                rendered[key] = re.sub(r"\{\{ \$value[^}]*\}\}", value, annotation)
             alert["exp_annotations"] = rendered
-    path = tmp_path / "health.test.yml"
+    test = {"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "alert_rule_test": cases,
+        "input_series": [{"series": name, "values": f"{float(number):g}x20"} for name, number in series
+                         if "timestamp" not in name]}]}
+    path = tmp_path / "fleet.test.yml"
     path.write_text(yaml.safe_dump(test))
-    tested = promtool("test", "rules", str(path))
+    return promtool("test", "rules", str(path))
+
+
+def test_the_health_alerts_fire_on_the_metrics_sparkfleet_writes_for_the_hot_host_alone(tmp_path):
+    tested = rules_fire(metrics.text(_hot_report()), [
+        {"eval_time": "15m", "alertname": "SparkThermalSlowdown", "exp_alerts": [
+            {"exp_labels": {"severity": "warning", "host": FLEET[1], "gpu": "0", "reason": reason}}
+            for reason in ("hw_slowdown", "hw_thermal_slowdown")]},
+        {"eval_time": "15m", "alertname": "SparkMemoryLow", "exp_alerts": [
+            {"exp_labels": {"severity": "warning", "host": FLEET[1], "simulated": "true"}}]},
+        {"eval_time": "15m", "alertname": "SparkAdvisory", "exp_alerts": [
+            {"exp_labels": {"severity": "info", "host": FLEET[0], "simulated": "true",
+                            "advisory": "unsloth-10491"}}]}], tmp_path, value="3.906%")
     assert tested.returncode == 0, tested.stdout[-4000:]
 
 
 def test_the_shipped_rules_fire_on_the_metrics_sparkfleet_writes_for_the_drifted_host_alone(tmp_path):
     """The writer and the rules agree on names and labels: the series of a drifted fleet's metrics file, served
     unchanged for 20 minutes, make SparkDrift and SparkVerifyFailing fire for that host and no other."""
-    text = metrics.text(_verify_report(drifted=FLEET[1]))
-    series = [line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#")]
-    test = {"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": [{
-        "interval": "1m",
-        "input_series": [{"series": name, "values": f"{float(value):g}x20"} for name, value in series
-                         if "timestamp" not in name],
-        "alert_rule_test": [
-            {"eval_time": "10m", "alertname": "SparkDrift",
-             "exp_alerts": [{"exp_labels": {"severity": "warning", "host": FLEET[1]}}]},
-            {"eval_time": "10m", "alertname": "SparkVerifyFailing",
-             "exp_alerts": [{"exp_labels": {"severity": "critical", "host": FLEET[1], "simulated": "true",
-                                            "verdict": "failed"}}]},
-            {"eval_time": "10m", "alertname": "SparkHostUnreachable", "exp_alerts": []}]}]}
-    # promtool compares annotations too: the rules' own, rendered for the host, as the alert carries them.
-    rules = {r["alert"]: r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
-    for case in test["tests"][0]["alert_rule_test"]:
-        for alert in case["exp_alerts"]:
-            rendered = {k: v.replace("{{ $labels.host }}", FLEET[1]).replace("{{ $value }}", "2")
-                        for k, v in rules[case["alertname"]]["annotations"].items()}
-            alert["exp_annotations"] = rendered
-    path = tmp_path / "fleet.test.yml"
-    path.write_text(yaml.safe_dump(test))
-    tested = promtool("test", "rules", str(path))
+    tested = rules_fire(metrics.text(_verify_report(drifted=FLEET[1])), [
+        {"eval_time": "10m", "alertname": "SparkDrift",
+         "exp_alerts": [{"exp_labels": {"severity": "warning", "host": FLEET[1]}}]},
+        {"eval_time": "10m", "alertname": "SparkVerifyFailing",
+         "exp_alerts": [{"exp_labels": {"severity": "critical", "host": FLEET[1], "simulated": "true",
+                                        "verdict": "failed"}}]},
+        {"eval_time": "10m", "alertname": "SparkHostUnreachable", "exp_alerts": []}], tmp_path)
     assert tested.returncode == 0, tested.stdout[-4000:]
 
 
