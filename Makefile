@@ -40,7 +40,7 @@ testbed: venv
 	@$(TIMED) "test bed: tools" testbed/tools.sh
 	@$(TIMED) "test bed: docker" testbed/docker.sh
 	@$(TIMED) "test bed: binfmt" testbed/binfmt.sh
-	@$(TIMED) "test bed: images" testbed/images.sh plain spark amd64 cluster
+	@$(TIMED) "test bed: images" testbed/images.sh plain spark amd64 cluster engine
 
 registry:
 	@$(TIMED) "test bed: registry" testbed/registry.sh start

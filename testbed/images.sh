@@ -23,6 +23,8 @@ recipe_hash() {
         sha256sum < "$TESTBED_DIR/images.sh"
         (cd "$dir" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
         echo "$SUITE"
+        # An image of another Debian release names it in its folder's `suite` (the default images hash as before).
+        [ ! -f "$dir/suite" ] || cat "$dir/suite"
         # The folder's own architecture hashes as before (no rebuild of the default images).
         [ "$arch" = "$(cat "$dir/arch")" ] || echo "$arch"
     } | sha256sum | cut -c1-16
@@ -33,7 +35,7 @@ image_label() {
 }
 
 build_one() {
-    local name="${1%%:*}" arch="${1#*:}" dir image hash work include cache
+    local name="${1%%:*}" arch="${1#*:}" dir image hash work include cache suite
     dir="$TESTBED_DIR/images/$name"
     if [ "$arch" = "$1" ]; then
         arch="$(cat "$dir/arch")"
@@ -53,11 +55,13 @@ build_one() {
     rm -rf "$work"
     mkdir -p "$work/rootfs" "$cache"
     include="$(grep -v '^#' "$dir/packages" | grep -v '^$' | paste -sd, -)"
-    say "$image: debootstrap $SUITE $arch with $include (a few minutes under emulation; log $work.log)"
+    suite="$SUITE"
+    [ ! -f "$dir/suite" ] || suite="$(cat "$dir/suite")"
+    say "$image: debootstrap $suite $arch with $include (a few minutes under emulation; log $work.log)"
     local attempt
     for attempt in 1 2; do
         if debootstrap --arch="$arch" --variant=minbase --cache-dir="$cache" \
-                --include="$include" "$SUITE" "$work/rootfs" "$MIRROR" >"$work.log" 2>&1; then
+                --include="$include" "$suite" "$work/rootfs" "$MIRROR" >"$work.log" 2>&1; then
             break
         fi
         if [ "$attempt" -eq 2 ]; then
