@@ -62,6 +62,16 @@ options:
         content changes.
     type: path
     default: /var/lib/sparkfleet/state.json
+  loopback_ports:
+    description:
+      - Ports of the host's loopback that a registry given credentials is reached on (role spark_preflight passes
+        those of C(spark_images_registry_credentials) whose registry is C(127.x.x.x), C(localhost) or C([::1])).
+        The uid of each socket listening there is returned (C(loopback_listeners)), so the login goes only to a
+        registry root serves, never to a port another user took.
+    type: list
+    elements: int
+    default: []
+    version_added: 0.2.0
 notes:
   - The facts are returned as C(ansible_facts.spark_preflight) and C(ansible_facts.spark_host_class).
   - C(spark_platform) and C(spark_preflight.platform) are the host class under its old name (a platform is an OCI
@@ -215,6 +225,13 @@ ansible_facts:
           type: dict
           sample: {gpus: [{index: 0, clock_event_mask: "0x0000000000000001", clock_event_reasons: [gpu_idle],
                    temperature_c: 40, memory_temperature_c: null}], problems: [], error: null}
+        loopback_listeners:
+          description:
+            - Per port of O(loopback_ports) (its number as a string), the uids of the sockets listening there on
+              an address the loopback reaches (none where no one listens).
+          type: dict
+          sample: {"5000": [0]}
+          version_added: 0.2.0
         oom_guard:
           description: The OOM guards running on the host (C(systemd-oomd), C(earlyoom), C(nohang)), by process name.
           type: list
@@ -269,6 +286,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.host._host_class 
     parse_meminfo,
     parse_os_release,
 )
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._listeners import listeners
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host._state import STATE_FILE
 
 _C_LOCALE = {"LC_ALL": "C", "LANG": "C"}
@@ -413,6 +431,7 @@ class PreflightFacts:
             "memory_available_bytes": mem.get("MemAvailable"),
             "gpu_health": self.health(nvsmi, gpus),
             "oom_guard": self.oom_guard(),
+            "loopback_listeners": {str(port): listeners(port) for port in self.module.params["loopback_ports"]},
             "cx7_netplan": {"exists": os.path.lexists(NETPLAN_FILE),
                             "sparkfleet": (_read(NETPLAN_FILE) or "").startswith(NETPLAN_MARK)},
             "cluster_trust": {"exists": os.path.lexists(TRUST_RECORD)},
@@ -429,6 +448,7 @@ def main() -> None:
             "simulated": {"type": "bool", "default": False},
             "packages": {"type": "list", "elements": "str"},
             "state_file": {"type": "path", "default": STATE_FILE},
+            "loopback_ports": {"type": "list", "elements": "int", "default": []},
         },
         supports_check_mode=True,
     )

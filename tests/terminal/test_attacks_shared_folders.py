@@ -462,3 +462,49 @@ def test_issue_56_a_loopback_registry_another_user_serves_is_asked_nothing_and_g
         theirs.terminate()
         theirs.wait(timeout=10)
     assert "GET" not in log.read_text() and "HEAD" not in log.read_text(), log.read_text()
+
+
+def test_issue_56_a_loopback_registry_another_user_took_on_the_host_gets_no_login(tmp_path):
+    """The host's side of the same (issue 56, item 5: `docker login` on the host had no listener check): the
+    registry given credentials is 127.0.0.1:PORT on the host, where another user listens. The run stops before
+    the login, naming the uid, the port and what to do; their listener received nothing. (This machine is the
+    host, by a local connection: tests/integration/thishost.py.)"""
+    import socket
+    import time
+
+    from thishost import inventory, sparkfleet
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tmp_path / "their-listener.log"
+    listener = ("import socket, sys\ns = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(8)\n"
+                "while True:\n    c, _ = s.accept(); c.settimeout(5)\n"
+                "    try:\n        sys.stdout.write(repr(c.recv(65536)) + '\\n'); sys.stdout.flush()\n"
+                "    except OSError:\n        pass\n    c.close()\n")
+    with open(log, "w") as out:
+        theirs = subprocess.Popen(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
+                                   "/usr/bin/python3", "-c", listener, str(port)], stdout=out,
+                                  stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with socket.socket() as client:
+                if client.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+        host = f"127.0.0.1:{port}"
+        inv = inventory(tmp_path, host, spark_images_registry_credentials={
+            host: {"username": "fleet", "password": "planted-71ab"}},
+            spark_images_docker_config=str(tmp_path / "docker" / "config.json"))
+        proc, report = sparkfleet(inv, tmp_path / "report", "provision", "-t", "spark_preflight,spark_images_login")
+    finally:
+        theirs.terminate()
+        theirs.wait(timeout=10)
+    screen = " ".join(proc.stdout.split())
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert (f"{host} is on the host's loopback, and its port {port} is served by uid {OTHER_UID}, not root" in screen
+            and "Nothing was sent there" in screen), screen[-3000:]
+    assert "planted-71ab" not in proc.stdout + json.dumps(report)
+    assert not [line for line in log.read_text().splitlines() if line != "b''"], log.read_text()
+    assert not (tmp_path / "docker" / "config.json").exists(), "no login was made"
