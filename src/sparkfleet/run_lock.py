@@ -33,8 +33,14 @@ def run_lock(inventory: str, command: str):
     trusted = collection_module("common._trusted")
     with private_files():
         # Another user's .sparkfleet/ (or a run.lock linked to a root file) is refused, never followed or truncated.
-        trusted.make_dir(str(directory), 0o700, "the inventory's .sparkfleet folder")
-        handle = os.fdopen(trusted.open_file(str(path), os.O_RDWR | os.O_CREAT, 0o600, "the run lock"), "r+")
+        try:
+            trusted.make_dir(str(directory), 0o700, "the inventory's .sparkfleet folder")
+            handle = os.fdopen(trusted.open_file(str(path), os.O_RDWR | os.O_CREAT, 0o600, "the run lock"), "r+")
+        except OSError as exc:  # a read-only inventory (a sandbox that did not let the folder be made), no right
+            raise trusted.Untrusted(
+                f"cannot take the run lock {path}: {exc.strerror}. sparkfleet keeps the run lock and the hosts' "
+                f"records in {directory}: make it writable for this user (sparkfleet watch install makes it before "
+                "its timer's sandbox is set up), or give an inventory in a folder of your own") from None
     with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

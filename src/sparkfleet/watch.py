@@ -134,6 +134,10 @@ def install(args: argparse.Namespace, console: Console) -> int:
     try:
         trusted.make_dir(str(state_dir), 0o700)
         trusted.make_dir(str(textfile_dir), 0o755)
+        if inventory.is_dir():
+            # The run lock's and the records' folder, made now: the service's sandbox (ProtectSystem=strict) lets
+            # it be written only where it exists when the unit starts (ReadWritePaths= skips a missing one).
+            trusted.make_dir(str(inventory / ".sparkfleet"), 0o700, "the inventory's .sparkfleet folder")
         for name, text in units(sparkfleet, inventory, textfile_dir, state_dir, interval).items():
             files.atomic_write(str(unit_dir / name), text, 0o644)
     except trusted.Untrusted as exc:
