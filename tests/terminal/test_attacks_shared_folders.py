@@ -420,12 +420,28 @@ def test_issue_56_a_trust_file_is_passed_on_only_where_root_or_the_user_alone_ma
     assert [line.split(" (")[0] for line in said] == ["PYTHONWARNINGS", f"NETRC={shared / 'ca.pem'}"]
 
 
+def theirs_listening(argv: list[str], port: int, log, cwd=None) -> subprocess.Popen:
+    """Another user's process (uid OTHER_UID) listening on 127.0.0.1:`port`, its output in `log`, once it answers."""
+    import socket
+    import time
+
+    with open(log, "w") as out:
+        theirs = subprocess.Popen(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
+                                   *argv], cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as client:
+            if client.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.2)
+    return theirs
+
+
 def test_issue_56_a_loopback_registry_another_user_serves_is_asked_nothing_and_gets_no_credential(tmp_path):
     """Issue 56, item 5: a plain-http registry on the loopback is trusted as the owner's own (its digests become
     the lock's, its credentials go in the clear), but any local user can bind a free loopback port while the
     owner's registry is down. A server another user runs there gets no request at all."""
     import socket
-    import time
 
     from ansible_collections.sparkfleet.spark.plugins.module_utils.images._registry import (
         Registry,
@@ -439,17 +455,9 @@ def test_issue_56_a_loopback_registry_another_user_serves_is_asked_nothing_and_g
     served = shared_folder(tmp_path, "theirs", 0o755)
     planted(served)
     log = tmp_path / "their-server.log"
-    with open(log, "w") as out:
-        theirs = subprocess.Popen(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
-                                   "/usr/bin/python3", "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-                                  cwd=served, stdout=out, stderr=subprocess.STDOUT)
+    theirs = theirs_listening(["/usr/bin/python3", "-m", "http.server", str(port), "--bind", "127.0.0.1"], port,
+                              log, cwd=served)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with socket.socket() as client:
-                if client.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.2)
         host = f"127.0.0.1:{port}"
         registry = Registry(host, host, credentials={host: {"username": "fleet", "password": "planted-9f1c"}},
                             retries=1)
@@ -470,7 +478,6 @@ def test_issue_56_a_loopback_registry_another_user_took_on_the_host_gets_no_logi
     the login, naming the uid, the port and what to do; their listener received nothing. (This machine is the
     host, by a local connection: tests/integration/thishost.py.)"""
     import socket
-    import time
 
     from thishost import inventory, sparkfleet
 
@@ -482,17 +489,8 @@ def test_issue_56_a_loopback_registry_another_user_took_on_the_host_gets_no_logi
                 "while True:\n    c, _ = s.accept(); c.settimeout(5)\n"
                 "    try:\n        sys.stdout.write(repr(c.recv(65536)) + '\\n'); sys.stdout.flush()\n"
                 "    except OSError:\n        pass\n    c.close()\n")
-    with open(log, "w") as out:
-        theirs = subprocess.Popen(["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
-                                   "/usr/bin/python3", "-c", listener, str(port)], stdout=out,
-                                  stderr=subprocess.STDOUT)
+    theirs = theirs_listening(["/usr/bin/python3", "-c", listener, str(port)], port, log)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with socket.socket() as client:
-                if client.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.2)
         host = f"127.0.0.1:{port}"
         inv = inventory(tmp_path, host, spark_images_registry_credentials={
             host: {"username": "fleet", "password": "planted-71ab"}},
