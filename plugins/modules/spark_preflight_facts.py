@@ -62,14 +62,15 @@ options:
         content changes.
     type: path
     default: /var/lib/sparkfleet/state.json
-  loopback_ports:
+  credential_registries:
     description:
-      - Ports of the host's loopback that a registry given credentials is reached on (role spark_preflight passes
-        those of C(spark_images_registry_credentials) whose registry is C(127.x.x.x), C(localhost) or C([::1])).
-        The uid of each socket listening there is returned (C(loopback_listeners)), so the login goes only to a
-        registry root serves, never to a port another user took.
+      - The registries (C(host:port), as C(spark_images_registry_credentials) names them) the host will send
+        credentials to. For each on the loopback (C(localhost) or a loopback address, port 80 where none is
+        named, as a plain-http registry there is reached), the uid of each socket listening on its port is
+        returned (C(loopback_listeners)), so the login goes only to a registry root serves, never to a port
+        another user took.
     type: list
-    elements: int
+    elements: str
     default: []
     version_added: 0.2.0
 notes:
@@ -227,10 +228,10 @@ ansible_facts:
                    temperature_c: 40, memory_temperature_c: null}], problems: [], error: null}
         loopback_listeners:
           description:
-            - Per port of O(loopback_ports) (its number as a string), the uids of the sockets listening there on
-              an address the loopback reaches (none where no one listens).
+            - Per registry of O(credential_registries) on the loopback, the uids of the sockets listening on its port
+              on an address the loopback reaches (none where no one listens); a registry elsewhere is not listed.
           type: dict
-          sample: {"5000": [0]}
+          sample: {"127.0.0.1:5000": [0]}
           version_added: 0.2.0
         oom_guard:
           description: The OOM guards running on the host (C(systemd-oomd), C(earlyoom), C(nohang)), by process name.
@@ -260,11 +261,13 @@ ansible_facts:
 
 import os
 import subprocess
+from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_text
 from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster._netplan import NETPLAN_FILE, NETPLAN_MARK
 from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster._trust import RECORD as TRUST_RECORD
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._http import is_loopback
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _converged as converged
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _docker_api as docker_api
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_daemon import (
@@ -298,6 +301,16 @@ def _read(path: str) -> str | None:
             return handle.read()
     except OSError:
         return None
+
+
+def loopback_listeners(registries: list[str]) -> dict[str, list[int]]:
+    """Who listens on the port of each registry on the loopback (common._http's is_loopback, as the controller's
+    registry client judges one; port 80 where none is named, a plain-http registry's), by the registry's name."""
+    found = {}
+    for registry in registries:
+        if is_loopback(registry):
+            found[registry] = listeners(urlsplit(f"//{registry}").port or 80)
+    return found
 
 
 def _run(argv: list[str], timeout: int) -> tuple[int | None, str, str]:
@@ -431,7 +444,7 @@ class PreflightFacts:
             "memory_available_bytes": mem.get("MemAvailable"),
             "gpu_health": self.health(nvsmi, gpus),
             "oom_guard": self.oom_guard(),
-            "loopback_listeners": {str(port): listeners(port) for port in self.module.params["loopback_ports"]},
+            "loopback_listeners": loopback_listeners(self.module.params["credential_registries"]),
             "cx7_netplan": {"exists": os.path.lexists(NETPLAN_FILE),
                             "sparkfleet": (_read(NETPLAN_FILE) or "").startswith(NETPLAN_MARK)},
             "cluster_trust": {"exists": os.path.lexists(TRUST_RECORD)},
@@ -448,7 +461,7 @@ def main() -> None:
             "simulated": {"type": "bool", "default": False},
             "packages": {"type": "list", "elements": "str"},
             "state_file": {"type": "path", "default": STATE_FILE},
-            "loopback_ports": {"type": "list", "elements": "int", "default": []},
+            "credential_registries": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )

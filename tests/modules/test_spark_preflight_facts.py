@@ -182,3 +182,21 @@ def test_a_driver_that_does_not_know_the_health_fields_says_so_and_the_rest_is_r
     assert facts["gpus"][0]["name"] == "NVIDIA GB10"
     assert facts["gpu_health"]["gpus"] == []
     assert facts["gpu_health"]["error"] == 'Field "clocks_event_reasons.active" is not a valid field to query.'
+
+
+def test_who_listens_is_read_for_the_credential_registries_on_the_loopback_alone():
+    """Issue 56, item 5: the registries given credentials, judged loopback as the controller's registry client
+    judges them (common._http.is_loopback: a name that merely starts with 127. is not); port 80 where none is named."""
+    import os
+    import socket
+
+    with socket.socket() as ours:
+        ours.bind(("127.0.0.1", 0))
+        ours.listen(1)
+        port = ours.getsockname()[1]
+        facts = _facts(run_module("spark_preflight_facts", {
+            "nvidia_smi": str(NVSMI / "nvidia-smi"),
+            "credential_registries": [f"127.0.0.1:{port}", "127.corp.example:5000", "nvcr.io", "localhost"]}))
+    listening = facts["loopback_listeners"]
+    assert sorted(listening) == [f"127.0.0.1:{port}", "localhost"], listening
+    assert listening[f"127.0.0.1:{port}"] == [os.geteuid()]
