@@ -14,18 +14,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
-import uuid
 
 import pytest
 import yaml
+from host_container import started
 from thishost import sparkfleet
 
 pytestmark = pytest.mark.testbed
 
 IMAGE = "sparkfleet/host-engine:latest"
-# As testbed/lab.sh starts a host: no --privileged on our machines, an explicit list of capabilities.
-CAPS = ("SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "IPC_LOCK", "SYS_NICE", "MKNOD", "AUDIT_WRITE", "SYS_CHROOT")
 STALE = {"Repositories": {"127.0.0.1:5000/nvidia/pytorch": {
     "127.0.0.1:5000/nvidia/pytorch@sha256:" + "0" * 64: "sha256:" + "1" * 64}}}
 
@@ -36,23 +33,11 @@ def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def engine():
-    if docker("image", "inspect", IMAGE, check=False).returncode:
-        pytest.fail(f"{IMAGE} is missing: make testbed builds it (testbed/images.sh engine)")
-    name = f"sparkfleet-engine-{uuid.uuid4().hex[:8]}"
-    caps = [arg for cap in CAPS for arg in ("--cap-add", cap)]
-    docker("run", "-d", "--name", name, "--label", "io.sparkfleet.lab=1", "--network", "host", *caps,
-           "--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--tmpfs", "/run", "--tmpfs",
-           "/run/lock", "--tmpfs", "/tmp", "-v", f"{name}-docker:/var/lib/docker", "-v",
-           f"{name}-containerd:/var/lib/containerd", IMAGE)
-    try:
-        deadline = time.monotonic() + 120
-        while docker("exec", name, "docker", "info", check=False).returncode:
-            assert time.monotonic() < deadline, docker("logs", name, check=False).stdout[-2000:]
-            time.sleep(1)
+    """The engine host, started as the lab starts its hosts (testbed/host_container.py), its Docker and
+    containerd data on volumes of their own; ready once its engine answers."""
+    with started(IMAGE, "sparkfleet-engine", volumes=("/var/lib/docker", "/var/lib/containerd"),
+                 ready=("docker", "info")) as name:
         yield name
-    finally:
-        docker("rm", "-f", name, check=False)
-        docker("volume", "rm", "-f", f"{name}-docker", f"{name}-containerd", check=False)
 
 
 def test_on_the_containerd_image_store_nothing_is_recorded_and_a_removed_image_is_pulled_again(engine, tmp_path):

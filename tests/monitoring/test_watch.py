@@ -5,6 +5,7 @@ machine runs no systemd (install says so): the timer itself runs under a real on
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -106,62 +107,50 @@ def test_the_timer_under_a_real_systemd_runs_the_cycle_in_its_sandbox_and_remove
     nothing answers for are `up` 0, exit 3. Before, that run failed under the real sandbox: the inventory's
     .sparkfleet folder, missing when the unit started, stayed read-only, and the run lock could not be made
     (a traceback, no metrics). `watch remove` disables the timer and takes the units away."""
-    import json
-    import time
-    import uuid
+    from host_container import started
 
-    image = "sparkfleet/host-engine:latest"
-    if subprocess.run(["docker", "image", "inspect", image], capture_output=True, check=False).returncode:
-        pytest.fail(f"{image} is missing: make testbed builds it (testbed/images.sh engine)")
     repo = BIN.parent.parent
     python_home = Path(os.path.realpath(BIN / "python")).parents[1]
     if str(python_home).startswith("/usr"):
         pytest.skip(f"the venv's Python lives in {python_home}, which the container has its own of")
-    name = f"sparkfleet-watch-{uuid.uuid4().hex[:8]}"
-    caps = [arg for cap in ("SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "IPC_LOCK", "SYS_NICE", "MKNOD", "AUDIT_WRITE",
-                            "SYS_CHROOT") for arg in ("--cap-add", cap)]
-    subprocess.run(["docker", "run", "-d", "--name", name, "--label", "io.sparkfleet.lab=1", "--network", "host",
-                    *caps, "--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw", "--tmpfs", "/run",
-                    "--tmpfs", "/run/lock", "--tmpfs", "/tmp", "-v", f"{repo}:{repo}:ro",
-                    "-v", f"{python_home}:{python_home}:ro", image], capture_output=True, check=True)
+    with started("sparkfleet/host-engine:latest", "sparkfleet-watch",
+                 mounts=(f"{repo}:{repo}:ro", f"{python_home}:{python_home}:ro")) as name:
+        _watch_under_systemd(name)
+
+
+def _watch_under_systemd(name: str) -> None:
+    """The engine host's systemd: install, the service in its sandbox, status, remove."""
 
     def inside(script: str) -> subprocess.CompletedProcess:
         return subprocess.run(["docker", "exec", name, "sh", "-c", script], capture_output=True, text=True,
                               check=False, timeout=300)
 
-    try:
-        deadline = time.monotonic() + 60
-        while inside("systemctl is-system-running").stdout.strip() not in ("running", "degraded"):
-            assert time.monotonic() < deadline, inside("systemctl list-jobs").stdout
-            time.sleep(0.5)
-        hosts = "".join(f"        {h}:\n          ansible_host: 127.0.0.1\n          ansible_port: 9\n"
-                        for h in ("spark-01", "spark-02"))
-        prepared = inside("mkdir -p /srv/inv && chmod 755 /srv /srv/inv && printf '%s' "
-                          f"'all:\n  children:\n    sparks:\n      hosts:\n{hosts}' > /srv/inv/hosts.yml")
-        assert prepared.returncode == 0, prepared.stderr
-        sparkfleet = f"{BIN / 'sparkfleet'}"
-        textfiles = "/var/lib/prometheus/node-exporter"
-        installed = inside(f"cd /srv && {sparkfleet} watch install -i /srv/inv --textfile-dir {textfiles} "
-                           "--state-dir /var/lib/sparkfleet-watch --interval 15min")
-        assert installed.returncode == 0 and "started: sparkfleet-watch.timer" in installed.stdout, \
-            installed.stdout + installed.stderr
-        assert inside("systemctl is-enabled sparkfleet-watch.timer").stdout.strip() == "enabled"
-        assert "sparkfleet-watch.timer" in inside("systemctl list-timers --all --no-pager").stdout
-        started = inside("systemctl start sparkfleet-watch.service")
-        journal = inside("journalctl -u sparkfleet-watch.service --no-pager").stdout
-        assert started.returncode == 0, journal[-3000:]
-        shown = dict(line.split("=", 1) for line in inside(
-            "systemctl show sparkfleet-watch.service -p Result -p ProtectSystem -p NoNewPrivileges").stdout.split())
-        assert shown == {"Result": "success", "ProtectSystem": "strict", "NoNewPrivileges": "yes"}, shown
-        written = inside(f"cat {textfiles}/sparkfleet.prom").stdout
-        assert 'sparkfleet_run_exit_code{command="verify"} 3.0' in written, written[-2000:]
-        assert 'sparkfleet_host_up{host="spark-01",simulated="false"} 0.0' in written
-        report = json.loads(inside("cat /var/lib/sparkfleet-watch/run/report.json").stdout)
-        assert report["exit_code"] == 3 and "Traceback" not in journal
-        status = inside(f"{sparkfleet} watch status --textfile-dir {textfiles}").stdout
-        assert "sparkfleet-watch.timer" in status and "spark-01: NOT reached" in status, status
-        removed = inside(f"{sparkfleet} watch remove --textfile-dir {textfiles}")
-        assert removed.returncode == 0 and "/etc/systemd/system/sparkfleet-watch.timer" in removed.stdout
-        assert inside("systemctl is-enabled sparkfleet-watch.timer").stdout.strip() in ("", "not-found")
-    finally:
-        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+    hosts = "".join(f"        {h}:\n          ansible_host: 127.0.0.1\n          ansible_port: 9\n"
+                    for h in ("spark-01", "spark-02"))
+    prepared = inside("mkdir -p /srv/inv && chmod 755 /srv /srv/inv && printf '%s' "
+                      f"'all:\n  children:\n    sparks:\n      hosts:\n{hosts}' > /srv/inv/hosts.yml")
+    assert prepared.returncode == 0, prepared.stderr
+    sparkfleet = f"{BIN / 'sparkfleet'}"
+    textfiles = "/var/lib/prometheus/node-exporter"
+    installed = inside(f"cd /srv && {sparkfleet} watch install -i /srv/inv --textfile-dir {textfiles} "
+                       "--state-dir /var/lib/sparkfleet-watch --interval 15min")
+    assert installed.returncode == 0 and "started: sparkfleet-watch.timer" in installed.stdout, \
+        installed.stdout + installed.stderr
+    assert inside("systemctl is-enabled sparkfleet-watch.timer").stdout.strip() == "enabled"
+    assert "sparkfleet-watch.timer" in inside("systemctl list-timers --all --no-pager").stdout
+    started = inside("systemctl start sparkfleet-watch.service")
+    journal = inside("journalctl -u sparkfleet-watch.service --no-pager").stdout
+    assert started.returncode == 0, journal[-3000:]
+    shown = dict(line.split("=", 1) for line in inside(
+        "systemctl show sparkfleet-watch.service -p Result -p ProtectSystem -p NoNewPrivileges").stdout.split())
+    assert shown == {"Result": "success", "ProtectSystem": "strict", "NoNewPrivileges": "yes"}, shown
+    written = inside(f"cat {textfiles}/sparkfleet.prom").stdout
+    assert 'sparkfleet_run_exit_code{command="verify"} 3.0' in written, written[-2000:]
+    assert 'sparkfleet_host_up{host="spark-01",simulated="false"} 0.0' in written
+    report = json.loads(inside("cat /var/lib/sparkfleet-watch/run/report.json").stdout)
+    assert report["exit_code"] == 3 and "Traceback" not in journal
+    status = inside(f"{sparkfleet} watch status --textfile-dir {textfiles}").stdout
+    assert "sparkfleet-watch.timer" in status and "spark-01: NOT reached" in status, status
+    removed = inside(f"{sparkfleet} watch remove --textfile-dir {textfiles}")
+    assert removed.returncode == 0 and "/etc/systemd/system/sparkfleet-watch.timer" in removed.stdout
+    assert inside("systemctl is-enabled sparkfleet-watch.timer").stdout.strip() in ("", "not-found")
