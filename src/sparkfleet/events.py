@@ -185,6 +185,7 @@ class Fleet:
                     item_failure(r) for r in res["results"] if isinstance(r, dict) and r.get("failed")]
                 if failed:
                     msg = " | ".join(failed)
+            msg = with_command_stderr(str(msg or "failed"), res)
             host.failures.append({"task": data.get("task"), "msg": str(msg or "failed")[:2000]})
         elif outcome == "unreachable":
             host.unreachable = str(res.get("msg") if isinstance(res, dict) else res)[:500]
@@ -284,6 +285,18 @@ def ran_on_the_controller(res: Any) -> bool:
     """The result of a task delegated to the controller (delegate_to: localhost)."""
     delegated = res.get("_ansible_delegated_vars") if isinstance(res, dict) else None
     return isinstance(delegated, dict) and delegated.get("ansible_delegated_host") in ("localhost", "127.0.0.1")
+
+
+def with_command_stderr(msg: str, res: Any) -> str:
+    """A command that failed says only "non-zero return code": its own last words (stderr's last lines, where it
+    wrote any) are what tell the owner why, e.g. apt-get's `E: Version '9.9.9-1' for 'nvidia-container-toolkit'
+    was not found`."""
+    if not isinstance(res, dict) or res.get("rc") in (None, 0) or not isinstance(res.get("stderr"), str):
+        return msg
+    said = [line.strip() for line in res["stderr"].splitlines() if line.strip()][-3:]
+    if not said or all(line in msg for line in said):
+        return msg
+    return f"{msg} (exit {res['rc']}): {' / '.join(said)}"
 
 
 def connection_gone(res: Any) -> bool:

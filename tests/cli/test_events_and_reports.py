@@ -244,6 +244,25 @@ def test_a_failed_loop_says_which_items_failed_and_why():
                                             "msg": "unsloth: locked for linux/arm64; this host is linux/amd64"}]
 
 
+def test_a_failed_command_says_its_own_last_words_not_only_that_it_exited_non_zero():
+    """The toolkit's install is apt-get itself: a pin the repository lacks must read as apt-get says it (its
+    stderr's last lines), not as Ansible's "non-zero return code" alone; a command with nothing on stderr, and a
+    module's own message that already holds its words, are left as they are."""
+    fleet = Fleet()
+    apt = ("E: Version '9.9.9-1' for 'nvidia-container-toolkit' was not found\n\n"
+           "E: Version '9.9.9-1' for 'libnvidia-container1' was not found\n")
+    said = "The command exited with a non-zero return code."  # ansible-core 2.19's words
+    fleet.handle(event("failed", "box", {"msg": said, "rc": 100, "stderr": apt},
+                       task="Install the toolkit packages at the pinned version"))
+    fleet.handle(event("failed", "quiet", {"msg": "non-zero return code", "rc": 1, "stderr": ""}))
+    fleet.handle(event("failed", "said", {"msg": "docker: no such image x", "rc": 1, "stderr": "no such image x\n"}))
+    assert fleet.hosts["box"].failures == [{"task": "Install the toolkit packages at the pinned version", "msg": (
+        f"{said} (exit 100): E: Version '9.9.9-1' for 'nvidia-container-toolkit' was not found / "
+        "E: Version '9.9.9-1' for 'libnvidia-container1' was not found")}]
+    assert fleet.hosts["quiet"].failures[0]["msg"] == "non-zero return code"
+    assert fleet.hosts["said"].failures[0]["msg"] == "docker: no such image x"
+
+
 def test_a_failed_loop_on_ansible_core_2_21_names_its_items_from_their_own_events():
     """ansible-core 2.21 gives callbacks a loop's items without `failed` (as recorded from the derived-image
     build of tests/integration/test_derived_images.py): each failed item is known by its runner_item_on_failed
