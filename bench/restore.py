@@ -6,7 +6,7 @@ timed as interleaved pairs (bench/pairs.py), on an emulated and a native host.
 
 The hand sequence is NVIDIA's install guide with the pins the source document asks for, as an owner types it into
 a root shell on the host: the toolkit's signing key and repository (the test bed's apt repository), `apt-get
-update`, the four toolkit packages at the pinned version and held, `nvidia-ctk runtime configure`, Docker
+update` of that repository's list, the four toolkit packages at the pinned version and held, `nvidia-ctk runtime configure`, Docker
 restarted, each image pulled by the lock's digest, each launcher written (the same text sparkfleet writes). What
 sparkfleet does beyond it (preflight, the checks, the state and the controller's record, the verification) is the
 difference; where its time goes is the restore's task times (the runner's job events, as bench/profile.py reads
@@ -76,7 +76,10 @@ def hand_script(images: list[dict], launchers: dict[str, str]) -> str:
         f" {APT}/gpgkey | gpg --batch --yes --dearmor -o {keyring}",
         f"echo 'deb [signed-by={keyring}] {APT}/stable/deb/$(ARCH) /' > "
         "/etc/apt/sources.list.d/nvidia-container-toolkit.list",
-        "apt-get update -qq",
+        # the list of the repository just added, alone: the other lists are not this work's (a full refresh fetches
+        # Debian's whole archive index for the lab host, which is no local source)
+        "apt-get update -qq -o Dir::Etc::SourceList=/etc/apt/sources.list.d/nvidia-container-toolkit.list"
+        " -o Dir::Etc::SourceParts=- -o APT::Get::List-Cleanup=0",
         "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
         + " ".join(f"{p}={version}" for p in packages) + " >/dev/null",
         "apt-mark hold " + " ".join(packages) + " >/dev/null",
