@@ -6,8 +6,9 @@ timed as interleaved pairs (bench/pairs.py), on an emulated and a native host.
 
 The hand sequence is NVIDIA's install guide with the pins the source document asks for, as an owner types it into
 a root shell on the host: the toolkit's signing key and repository (the test bed's apt repository), `apt-get
-update` of that repository's list, the four toolkit packages at the pinned version and held, `nvidia-ctk runtime configure`, Docker
-restarted, each image pulled by the lock's digest, each launcher written (the same text sparkfleet writes). What
+update` of that repository's list, the four toolkit packages at the pinned version and held, `nvidia-ctk runtime
+configure`, Docker restarted, each image pulled by the lock's digest, each launcher written (the same text sparkfleet
+writes). What
 sparkfleet does beyond it (preflight, the checks, the state and the controller's record, the verification) is the
 difference; where its time goes is the restore's task times (the runner's job events, as bench/profile.py reads
 them). Both end states are compared: the toolkit's packages and holds, Docker's runtimes, the images by digest

@@ -53,8 +53,14 @@ options:
   timeout:
     description:
       - Seconds the probe may take before it counts as hung, killed with everything it started.
-      - The frameworks (O(frameworks)) share it, each in a process of its own killed after 90 s at most; one left
-        less than 10 s is not started and says so.
+      - The frameworks (O(frameworks)) share it.
+      # make docs: probe-deadline
+      - >-
+        Each framework's process has a hard deadline (90 s at most, all of them within C(spark_verify_timeout), 300 s
+        by default): a call stuck in C is killed with everything it started, reported as "timed out after N s at STAGE
+        (killed)" with the last lines the library wrote on stderr, never as another diagnosis; one left less than 10 s
+        is not started and says so.
+      # end make docs
     type: int
     default: 300
   expected_cuda_major:
@@ -74,15 +80,20 @@ options:
   frameworks:
     description:
       - Probe every other GPU framework installed too, each in a process of its own with a hard deadline (killed,
-        not asked, so a call stuck in C is bounded too), each with its own smallest real GPU operation - jax (a
-        jitted operation placed on a GPU device, without preallocation, its peak memory reported), cupy (a kernel
-        compiled by NVRTC), numba-cuda (C(cuda.detect()) and a kernel), triton (a kernel JIT-compiled and run; on
-        a ptxas failure once more with C(TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas), saying which worked),
+        not asked, so a call stuck in C is bounded too).
+      # make docs: frameworks
+      - >-
+        Beside torch's line, each GPU framework the image or venv holds runs its own smallest real GPU operation on
+        the run's input, in a process of its own: jax (a jitted operation placed on a GPU device, without
+        preallocation, its peak memory reported), cupy (a kernel compiled by NVRTC), cuda-python (a device buffer
+        allocated, written and read back), numba-cuda (numba's C(cuda.detect) and a kernel compiled for the input's
+        type), onnxruntime (a model the probe writes itself, IR 7, so that no C(onnx) package is needed, run with the
+        CUDA provider actually used and NVIDIA's wheels' libraries preloaded), triton (a kernel JIT-compiled and run;
+        when ptxas fails, once more with C(TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas), saying which worked),
         bitsandbytes (an 8-bit optimizer step on the GPU that must move the parameter by about its learning rate,
-        finite), cuda-python (a device buffer allocated, written and read back), onnxruntime (a model built
-        without the onnx package, run with the CUDA provider actually used). The others it knows (tensorflow,
-        tensorrt, paddlepaddle-gpu, mxnet, flash-attn, xformers, vllm) are imported, and listed as not exercised
-        with why.
+        finite). The others it knows (tensorflow, tensorrt, paddlepaddle-gpu, mxnet, flash-attn, xformers, vllm) are
+        imported and listed as not exercised, with why.
+      # end make docs
       - What forces a framework onto the CPU fails it, named - C(TRITON_INTERPRET), C(NUMBA_ENABLE_CUDASIM),
         C(JAX_PLATFORMS=cpu), C(CUDA_VISIBLE_DEVICES) empty or C(-1), a CPU-only build (jax without a CUDA plugin,
         onnxruntime without C(-gpu)).

@@ -67,11 +67,11 @@ def cpu_builds() -> dict[str, str]:
     import re
     names = [re.sub(r"[-_.]+", "-", d.split(" ", 1)[0]).lower() for d in json.loads(listing.stdout)]
     found = {}
-    for name, pattern, _module, probe, _fix in _program_gpu_probe.FRAMEWORKS:
-        dists = [n for n in names if re.match(pattern, n)]
-        sentence = probe and dists and _program_gpu_probe.cpu_build(name, dists)
+    for framework in _program_gpu_probe.FRAMEWORKS:
+        dists = [n for n in names if re.match(framework.pattern, n)]
+        sentence = framework.probe and dists and _program_gpu_probe.cpu_build(framework.name, dists)
         if sentence:
-            found[name] = sentence
+            found[framework.name] = sentence
     return found
 
 
@@ -113,7 +113,7 @@ def test_verify_says_true_13_and_every_framework_installed_is_ok_with_its_value(
         assert (results[name]["verdict"], results[name]["cause"]) == ("failed", "cpu build"), results[name]
         assert results[name]["fix"].startswith(sentence), results[name]
     assert_only_expected_failures(proc, verification, cpu_only)
-    probed = {name for name, _pattern, _module, probe, _fix in _program_gpu_probe.FRAMEWORKS if probe}
+    probed = {f.name for f in _program_gpu_probe.FRAMEWORKS if f.probe}
     installed = probed & set(results) - set(cpu_only)
     assert installed, "run.sh carries the table's frameworks: none was found"
     for name in sorted(installed):

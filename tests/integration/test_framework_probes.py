@@ -86,7 +86,7 @@ CASES = {
     "bitsandbytes": ("torch", "device", "torch sees no GPU, so bitsandbytes' optimizer would run on the CPU",
                      "fix torch's GPU line first"),
 }
-PROBED = sorted(name for name, _pattern, _module, probe, _fix in _program_gpu_probe.FRAMEWORKS if probe)
+PROBED = sorted(f.name for f in _program_gpu_probe.FRAMEWORKS if f.probe)
 
 
 def case_holds(name: str, result: dict) -> None:
@@ -244,8 +244,8 @@ def _stubbed(name: str) -> str:
 
     source = inspect.getsource(_program_gpu_probe)
     answer = "bnb_answer(CHALLENGE)" if name == "bitsandbytes" else "squares(CHALLENGE)"  # the right one, not done
-    stub = (f"\nFRAMEWORKS = tuple((n, p, m, (lambda: {{'value': {answer}}}) if n == {name!r} else f, i)\n"
-            f"                   for n, p, m, f, i in FRAMEWORKS)\n")
+    stub = (f"\nFRAMEWORKS = tuple(f._replace(probe=lambda: {{'value': {answer}}}) if f.name == {name!r} else f\n"
+            f"                   for f in FRAMEWORKS)\n")
     head, tail = source.split('\nif __name__ == "__main__":', 1)
     return _program_gpu_probe.wrapper(head + stub + '\nif __name__ == "__main__":' + tail)
 

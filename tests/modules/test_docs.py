@@ -294,3 +294,40 @@ def test_platform_means_an_oci_platform_never_the_host_class():
     hosts = json.loads((REPO / "src" / "sparkfleet" / "report-schema.json").read_text())[
         "properties"]["hosts"]["additionalProperties"]["properties"]
     assert hosts["platform"].get("deprecated") is True and "host_class" in hosts
+
+
+def _generator():
+    """tools/docs.py, loaded by its path (`make docs`)."""
+    spec = importlib.util.spec_from_file_location("sparkfleet_tools_docs", REPO / "tools" / "docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_generated_part_of_the_docs_is_what_its_table_says():
+    """The frameworks the probe exercises and its deadline are written in the module's documentation and the
+    verification page from FRAMEWORKS and FRAMEWORK_SECONDS by `make docs`: a table changed without it fails here,
+    naming the file and the part."""
+    generator = _generator()
+    stale = generator.drift()
+    assert not stale, f"{', '.join(stale)}: differs from its table; run make docs"
+    assert generator.used() == set(generator.PARTS), "a part no page holds, or a page naming a part with no table"
+
+
+def test_a_framework_added_to_the_table_is_drift_in_every_file_that_lists_them(monkeypatch):
+    """The failure a contributor meets who adds a framework and forgets `make docs`: each file and part named; and
+    `make docs` writes the new framework with what its probe does, in both files."""
+    generator = _generator()
+    probe = generator._probe()
+    warp = probe.Framework(name="warp", pattern=r"^warp-lang$", module="warp", probe=lambda: {},
+                           exercise="a `wp.launch` of a kernel on the GPU", fix="install warp-lang")
+    monkeypatch.setattr(probe, "FRAMEWORKS", (*probe.FRAMEWORKS, warp))
+    assert generator.drift() == ["docs/verification.md: part frameworks",
+                                 "plugins/modules/spark_gpu_verify.py: part frameworks"]
+    page, changed = generator.rewrite((REPO / "docs" / "verification.md").read_text(), ".md")
+    assert changed == ["frameworks"] and "warp (a `wp.launch` of a kernel on the GPU)" in " ".join(page.split())
+    module, _ = generator.rewrite((REPO / "plugins" / "modules" / "spark_gpu_verify.py").read_text(), ".py")
+    doc = yaml.safe_load(module.split('DOCUMENTATION = r"""')[1].split('"""')[0])
+    assert "warp (a C(wp.launch) of a kernel on the GPU)" in " ".join(doc["options"]["frameworks"]["description"])
+    with pytest.raises(KeyError, match="no part named 'frameworkz'"):
+        generator.rewrite("<!-- make docs: frameworkz -->\n<!-- end make docs -->\n", ".md")

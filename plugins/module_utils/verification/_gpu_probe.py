@@ -30,8 +30,8 @@ PROBE = _program_gpu_probe.wrapper(inspect.getsource(_program_gpu_probe))
 # Seconds of the module's timeout kept back from the program's own bound on its frameworks (starting the
 # interpreter or the container, torch's part, reading the result).
 MARGIN_SECONDS = 20
-_INSTALL = {name: install for name, _pattern, _module, _probe, install in _program_gpu_probe.FRAMEWORKS}
-_MODULES = {name: module for name, _pattern, module, _probe, _install in _program_gpu_probe.FRAMEWORKS}
+_INSTALL = {f.name: f.fix for f in _program_gpu_probe.FRAMEWORKS}
+_MODULES = {f.name: f.module for f in _program_gpu_probe.FRAMEWORKS}
 _MISSING = re.compile(r"(lib[A-Za-z0-9_+-]+\.so(?:\.\d+)*): cannot open shared object file")
 
 RUNTIME_FLAGS = "runtime/flags"
@@ -224,7 +224,7 @@ def answer_problem(result: dict, challenge: int) -> str | None:
 
 
 CHALLENGE_MAX = _program_gpu_probe.CHALLENGE_MAX
-_ANSWERING = {name for name, _pattern, _module, probe, _fix in _program_gpu_probe.FRAMEWORKS if probe}
+_ANSWERING = {f.name for f in _program_gpu_probe.FRAMEWORKS if f.probe}
 
 
 def frameworks_probed(probe: dict[str, dict], challenge: int | None = None) -> dict:

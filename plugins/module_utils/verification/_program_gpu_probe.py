@@ -22,6 +22,7 @@ _gpu_probe.framework_advice turns them into the fix.
 Written for any Python 3 an image may carry: no f-strings, no annotations.
 """
 
+import collections
 import contextlib
 import glob
 import json
@@ -429,27 +430,52 @@ def probe_onnxruntime():
     return {"version": onnxruntime.__version__, "device": used[0], "value": float(sum(float(v) for v in out))}
 
 
-# The GPU frameworks: (name, the distributions that bring it (PEP 503 names, as a pattern), the module to import,
-# its probe (None: imported only, with why), the install advice when its build is missing or wrong). Torch's own
-# probe is main(); CPU_BUILDS names the distributions that are a framework's CPU-only build.
-# Adding a framework is one entry here, one probe function and its test (tests/integration/test_framework_probes.py
-# walks this table).
+# A GPU framework: its name, the distributions that bring it (PEP 503 names, as a pattern), the module to import,
+# its probe (None: imported only, with why) and what the probe does on the GPU in words (the documentation's, written
+# from here by `make docs`), the install advice when its build is missing or wrong.
+Framework = collections.namedtuple("Framework", ["name", "pattern", "module", "probe", "exercise", "fix"])
+# The GPU frameworks. Torch's own probe is main(); CPU_BUILDS names the distributions that are a framework's
+# CPU-only build. Adding one: CONTRIBUTING.md, "To add …", a GPU framework probe (the tests walk this table).
 FRAMEWORKS = (
-    ("jax", r"^(jax|jaxlib|jax-cuda\d+-(plugin|pjrt))$", "jax", probe_jax, "install jax[cuda13]"),
-    ("cupy", r"^cupy(-cuda\d+x?)?$", "cupy", probe_cupy, "install cupy-cuda13x"),
-    ("cuda-python", r"^cuda-(bindings|python|core)$", "cuda", probe_cuda_python, "install cuda-python for CUDA 13"),
-    ("numba-cuda", r"^numba-cuda$", "numba.cuda", probe_numba_cuda, "install numba-cuda[cu13]"),
-    ("onnxruntime", r"^onnxruntime(-gpu)?$", "onnxruntime", probe_onnxruntime,
-     "uninstall onnxruntime and install onnxruntime-gpu, its CUDA 13 build"),
-    ("triton", r"^triton$", "triton", probe_triton, "use the triton that comes with torch's cu130 wheels"),
-    ("bitsandbytes", r"^bitsandbytes$", "bitsandbytes", probe_bitsandbytes, "install bitsandbytes 0.49.2 or later"),
-    ("tensorflow", r"^(tensorflow|tensorflow-gpu|tf-nightly)$", "tensorflow", None, "not for this platform's CUDA 13"),
-    ("tensorrt", r"^tensorrt(-cu\d+)?$", "tensorrt", None, "use the NGC container that ships it"),
-    ("paddlepaddle-gpu", r"^paddlepaddle-gpu$", "paddle", None, "not for this platform's CUDA 13"),
-    ("mxnet", r"^mxnet-cu\d+$", "mxnet", None, "not for this platform's CUDA 13"),
-    ("flash-attn", r"^flash-attn$", "flash_attn", None, "skip the pip build: the NGC container bundles a working one"),
-    ("xformers", r"^xformers$", "xformers", None, "build it from source with TORCH_CUDA_ARCH_LIST=12.1"),
-    ("vllm", r"^vllm$", "vllm", None, "use vLLM's nightly wheels"),
+    Framework(name="jax", pattern=r"^(jax|jaxlib|jax-cuda\d+-(plugin|pjrt))$", module="jax", probe=probe_jax,
+              exercise="a jitted operation placed on a GPU device, without preallocation, its peak memory reported",
+              fix="install jax[cuda13]"),
+    Framework(name="cupy", pattern=r"^cupy(-cuda\d+x?)?$", module="cupy", probe=probe_cupy,
+              exercise="a kernel compiled by NVRTC",
+              fix="install cupy-cuda13x"),
+    Framework(name="cuda-python", pattern=r"^cuda-(bindings|python|core)$", module="cuda", probe=probe_cuda_python,
+              exercise="a device buffer allocated, written and read back",
+              fix="install cuda-python for CUDA 13"),
+    Framework(name="numba-cuda", pattern=r"^numba-cuda$", module="numba.cuda", probe=probe_numba_cuda,
+              exercise="numba's `cuda.detect` and a kernel compiled for the input's type",
+              fix="install numba-cuda[cu13]"),
+    Framework(name="onnxruntime", pattern=r"^onnxruntime(-gpu)?$", module="onnxruntime", probe=probe_onnxruntime,
+              exercise=("a model the probe writes itself, IR 7, so that no `onnx` package is needed, run with the"
+                        " CUDA provider actually used and NVIDIA's wheels' libraries preloaded"),
+              fix="uninstall onnxruntime and install onnxruntime-gpu, its CUDA 13 build"),
+    Framework(name="triton", pattern=r"^triton$", module="triton", probe=probe_triton,
+              exercise=("a kernel JIT-compiled and run; when ptxas fails, once more with"
+                        " `TRITON_PTXAS_PATH=/usr/local/cuda/bin/ptxas`, saying which worked"),
+              fix="use the triton that comes with torch's cu130 wheels"),
+    Framework(name="bitsandbytes", pattern=r"^bitsandbytes$", module="bitsandbytes", probe=probe_bitsandbytes,
+              exercise=("an 8-bit optimizer step on the GPU that must move the parameter by about its learning"
+                        " rate, finite"),
+              fix="install bitsandbytes 0.49.2 or later"),
+    Framework(name="tensorflow", pattern=r"^(tensorflow|tensorflow-gpu|tf-nightly)$", module="tensorflow",
+              probe=None, exercise=None,
+              fix="not for this platform's CUDA 13"),
+    Framework(name="tensorrt", pattern=r"^tensorrt(-cu\d+)?$", module="tensorrt", probe=None, exercise=None,
+              fix="use the NGC container that ships it"),
+    Framework(name="paddlepaddle-gpu", pattern=r"^paddlepaddle-gpu$", module="paddle", probe=None, exercise=None,
+              fix="not for this platform's CUDA 13"),
+    Framework(name="mxnet", pattern=r"^mxnet-cu\d+$", module="mxnet", probe=None, exercise=None,
+              fix="not for this platform's CUDA 13"),
+    Framework(name="flash-attn", pattern=r"^flash-attn$", module="flash_attn", probe=None, exercise=None,
+              fix="skip the pip build: the NGC container bundles a working one"),
+    Framework(name="xformers", pattern=r"^xformers$", module="xformers", probe=None, exercise=None,
+              fix="build it from source with TORCH_CUDA_ARCH_LIST=12.1"),
+    Framework(name="vllm", pattern=r"^vllm$", module="vllm", probe=None, exercise=None,
+              fix="use vLLM's nightly wheels"),
 )
 # A framework installed only as its CPU build: (framework, what its GPU build brings that is missing, a sentence).
 CPU_BUILDS = {
@@ -458,7 +484,7 @@ CPU_BUILDS = {
 }
 # Why a framework of FRAMEWORKS without a probe is only imported.
 IMPORTED_ONLY = "imported only: its smallest GPU operation needs a model or an engine sparkfleet does not build"
-GPU_FRAMEWORKS = tuple((name, pattern) for name, pattern, _module, _probe, _fix in FRAMEWORKS)
+GPU_FRAMEWORKS = tuple((f.name, f.pattern) for f in FRAMEWORKS)
 
 
 def installed_frameworks():
@@ -496,8 +522,8 @@ def run_one(name, distributions):
     """In a framework's own process: its forcing variables, its import, its probe; one result line, whatever
     happens short of a kill (the parent reports those)."""
     import importlib
-    entry = next(e for e in FRAMEWORKS if e[0] == name)
-    _name, _pattern, module, probe, _fix = entry
+    entry = next(e for e in FRAMEWORKS if e.name == name)
+    module, probe = entry.module, entry.probe
     result = {"name": name, "verdict": "ok", "stage": None, "error": None, "cause": None}
     try:
         stage("environment")
@@ -668,7 +694,7 @@ def probe_framework(name, distributions, seconds):
 def probe_frameworks(installed, deadline):
     """Every GPU framework installed, each in its own process, all within `deadline` (time.time())."""
     by_name = dict((f["framework"], f["distributions"]) for f in installed or [])
-    for name, _pattern, _module, _probe, _fix in FRAMEWORKS:
+    for name in [f.name for f in FRAMEWORKS]:
         if name not in by_name:
             continue
         left = int(deadline - time.time())

@@ -182,28 +182,6 @@ def test_a_framework_s_own_brace_lines_on_stdout_do_not_break_the_probe():
     assert _json_lines(text) == [{"kind": "stage", "stage": "run"}, {"kind": "result", "verdict": "ok"}]
 
 
-def test_the_module_documentation_names_every_framework_the_probe_knows():
-    """spark_gpu_verify's option frameworks lists FRAMEWORKS: the probed ones with their operation, the others as
-    imported only (a framework added to the table without saying so there fails here)."""
-    from pathlib import Path
-
-    import yaml
-    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
-
-    module = Path(__file__).resolve().parents[5] / "plugins" / "modules" / "spark_gpu_verify.py"
-    source = module.read_text()
-    doc = yaml.safe_load(source.split('DOCUMENTATION = r"""')[1].split('"""')[0])
-    text = " ".join(doc["options"]["frameworks"]["description"]).lower()
-    probed = [name for name, _pattern, _module, probe, _fix in _program_gpu_probe.FRAMEWORKS if probe]
-    imported = [name for name, _pattern, _module, probe, _fix in _program_gpu_probe.FRAMEWORKS if not probe]
-    assert [name for name in probed + imported if name not in text] == []
-    page = " ".join((module.parents[2] / "docs" / "verification.md").read_text().split()).lower()
-    for where in (text, page):  # the module's documentation, and the users' page
-        others = where.split("the others it knows (")[1].split(")")[0]
-        assert sorted(others.split(", ")) == sorted(imported), "the imported-only list: FRAMEWORKS without a probe"
-        assert [name for name in probed if name not in where] == []
-
-
 def test_the_hypotheses_are_one_function_each_in_the_documents_order():
     """diagnose walks HYPOTHESES in order (spark-environment-setup.md: 1. runtime/flags, 2. visibility,
     3. permissions, 4. a stuck process, 5. the ABI); a crash by a signal is the ABI's symptom and is named before a
@@ -235,8 +213,8 @@ def _stubbed_run(name: str, stub: str, challenge: int) -> dict:
     from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
 
     source = inspect.getsource(_program_gpu_probe)
-    swap = (f"\nFRAMEWORKS = tuple((n, p, 'json' if n == {name!r} else m, (lambda: {stub}) if n == {name!r} else f,"
-            f" i) for n, p, m, f, i in FRAMEWORKS)\n")
+    swap = (f"\nFRAMEWORKS = tuple(f._replace(module='json', probe=lambda: {stub}) if f.name == {name!r} else f"
+            f" for f in FRAMEWORKS)\n")
     head, tail = source.split('\nif __name__ == "__main__":', 1)
     program = _program_gpu_probe.wrapper(head + swap + '\nif __name__ == "__main__":' + tail)
     run = subprocess.run([sys.executable, "-", "--framework", name, "--distributions", json.dumps([]),
@@ -255,7 +233,7 @@ def test_a_probe_that_does_not_do_its_work_fails_whatever_it_reports(stub):
     from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import frameworks_probed
 
     challenge = random.SystemRandom().randint(1, _program_gpu_probe.CHALLENGE_MAX)
-    probed = [name for name, _pattern, _module, probe, _fix in _program_gpu_probe.FRAMEWORKS if probe]
+    probed = [f.name for f in _program_gpu_probe.FRAMEWORKS if f.probe]
     assert len(probed) >= 7, probed
     for name in probed:
         said = _stubbed_run(name, _STUBS[stub], challenge)
@@ -300,8 +278,8 @@ def test_a_framework_whose_child_leaves_its_session_is_killed_whole_at_its_deadl
     hang = (f"\ndef _hang():\n    stage('run')\n    import subprocess, sys, time\n"
             f"    subprocess.Popen(['setsid', 'sleep', '{marker}'])\n"
             f"    sys.stderr.write('about to hang\\n')\n    sys.stderr.flush()\n    time.sleep(600)\n"
-            f"FRAMEWORKS = tuple((n, p, 'json' if n == 'jax' else m, _hang if n == 'jax' else f, i)"
-            f" for n, p, m, f, i in FRAMEWORKS)\n"
+            f"FRAMEWORKS = tuple(f._replace(module='json', probe=_hang) if f.name == 'jax' else f"
+            f" for f in FRAMEWORKS)\n"
             f"installed_frameworks = lambda: [{{'framework': 'jax', 'distributions': ['jax 0.10.2']}}]\n"
             f"FRAMEWORK_SECONDS = 4\n")
     source = inspect.getsource(_program_gpu_probe)
@@ -341,8 +319,8 @@ def test_a_release_that_calls_what_numpy_removed_is_named_with_the_numpy_it_met(
     numpy = types.ModuleType("numpy")
     numpy.__version__ = "2.5.2"
     monkeypatch.setitem(sys.modules, "numpy", numpy)
-    monkeypatch.setattr(probe, "FRAMEWORKS", tuple((n, p, "json", first_compile, i) if n == "numba-cuda" else
-                                                   (n, p, m, f, i) for n, p, m, f, i in probe.FRAMEWORKS))
+    monkeypatch.setattr(probe, "FRAMEWORKS", tuple(f._replace(module="json", probe=first_compile)
+                                                   if f.name == "numba-cuda" else f for f in probe.FRAMEWORKS))
     probe.run_one("numba-cuda", ["numba-cuda 0.30.4"])
     result = [line for line in probe._json_lines(capsys.readouterr().out) if line.get("kind") == "result"][-1]
     assert (result["verdict"], result["cause"], result["numpy"]) == ("failed", "numpy", "2.5.2"), result
