@@ -48,34 +48,65 @@ def _verify_timeout() -> int:
         "spark_verify_timeout"]
 
 
-def frameworks(_code: Callable[[str], str]) -> str:
+def _paragraph(text: str) -> str:
+    return textwrap.fill(text, MD_WIDTH, break_long_words=False, break_on_hyphens=False)
+
+
+def frameworks(kind: str) -> str:
     """FRAMEWORKS: each probed framework with what its probe does on the GPU, then the ones only imported."""
     probe = _probe()
     probed = ", ".join(f"{f.name} ({f.exercise})" for f in probe.FRAMEWORKS if f.probe)
     imported = ", ".join(f.name for f in probe.FRAMEWORKS if not f.probe)
-    return (f"Beside torch's line, each GPU framework the image or venv holds runs its own smallest real GPU "
+    text = (f"Beside torch's line, each GPU framework the image or venv holds runs its own smallest real GPU "
             f"operation on the run's input, in a process of its own: {probed}. The others it knows ({imported}) "
             f"are imported and listed as not exercised, with why.")
+    return _paragraph(text) if kind == "md" else text
 
 
-def probe_deadline(code: Callable[[str], str]) -> str:
+def probe_deadline(kind: str) -> str:
     """FRAMEWORK_SECONDS and MIN_SECONDS of the probe, the verify role's timeout."""
     probe = _probe()
-    return (f"Each framework's process has a hard deadline ({probe.FRAMEWORK_SECONDS} s at most, all of them within "
-            f"{code('spark_verify_timeout')}, {_verify_timeout()} s by default): a call stuck in C is killed with "
-            f"everything it started, reported as \"timed out after N s at STAGE (killed)\" with the last "
-            f"lines the library wrote on stderr, never as another diagnosis; one left less than "
-            f"{probe.MIN_SECONDS} s is not started and says so.")
+    text = (f"Each framework's process has a hard deadline ({probe.FRAMEWORK_SECONDS} s at most, all of them "
+            f"within `spark_verify_timeout`, {_verify_timeout()} s by default): a call stuck in C is killed with "
+            f"everything it started, reported as \"timed out after N s at STAGE (killed)\" with the last lines the "
+            f"library wrote on stderr, never as another diagnosis; one left less than {probe.MIN_SECONDS} s is not "
+            f"started and says so.")
+    return _paragraph(text) if kind == "md" else text
 
 
-PARTS: dict[str, Callable[[Callable[[str], str]], str]] = {
+def doctor_checks(kind: str) -> str:
+    """CHECKS of the doctor, each by its docstring (the phrase for the problem it finds), in the order they run."""
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _doctor
+
+    missing = [check.__name__ for check in _doctor.CHECKS if not (check.__doc__ or "").strip()]
+    if missing:
+        raise ValueError(f"{', '.join(missing)} in CHECKS of plugins/module_utils/host/_doctor.py has no docstring: "
+                         "write the problem it finds there, as the doctor's page lists it")
+    said = [" ".join(check.__doc__.split()) for check in _doctor.CHECKS]
+    if kind == "md":
+        return "\n".join(f"{n}. {phrase}" for n, phrase in enumerate(said, 1))
+    return ("Diagnoses, read-only, each problem with its evidence and what to do, in RV(report.problems), in this "
+            "order - " + "; ".join(said) + ".")
+
+
+def commands(kind: str) -> str:
+    """The command table: each command as typed, what it runs and its line of `sparkfleet --help`."""
+    from sparkfleet.command_table import COMMANDS
+
+    def runs(command) -> str:
+        played = command.playbook + (f" --tags {command.tags}" if command.tags else "")
+        return f"`{played}`" + (f" {command.runs_note}" if command.runs_note else "")
+
+    rows = [f"| `sparkfleet {' '.join(c.words)}` | {runs(c)} | {c.short} |" for c in COMMANDS]
+    return "\n".join(["| command | runs | does |", "|---|---|---|", *rows])
+
+
+PARTS: dict[str, Callable[[str], str]] = {
     "frameworks": frameworks,
     "probe-deadline": probe_deadline,
+    "doctor-checks": doctor_checks,
+    "commands": commands,
 }
-
-
-def _md_code(text: str) -> str:
-    return f"`{text}`" if not text.startswith("`") else text
 
 
 def _doc_code(text: str) -> str:
@@ -91,9 +122,8 @@ def render(name: str, kind: str, indent: str = "") -> str:
     if name not in PARTS:
         raise KeyError(f"no part named {name!r} in tools/docs.py's PARTS (it knows {', '.join(sorted(PARTS))})")
     if kind == "md":
-        text = _backticks(PARTS[name](_md_code), _md_code)
-        return textwrap.fill(text, MD_WIDTH, break_long_words=False, break_on_hyphens=False) + "\n"
-    text = _backticks(PARTS[name](_md_code), _doc_code)
+        return PARTS[name]("md") + "\n"
+    text = _backticks(PARTS[name]("yaml"), _doc_code)
     # a folded block: the words may hold what a plain YAML scalar may not (": ", "#")
     return f"{indent}- >-\n" + textwrap.fill(text, YAML_WIDTH, initial_indent=f"{indent}  ",
                                              subsequent_indent=f"{indent}  ", break_long_words=False,

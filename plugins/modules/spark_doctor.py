@@ -22,13 +22,13 @@ description:
     Only named fields are read from Docker and the files, so no registry
     credential, proxy or token reaches it; the host's names (O(hostnames), its
     node name and FQDN) are replaced by O(label) unless O(keep_hostnames).
-  - Diagnoses, read-only, each problem with its evidence and what to do, in
-    RV(report.problems), in this order - no GPU visible; Docker not answering,
-    or the nvidia runtime not registered; toolkit packages missing or not
-    held; a locked image missing; the venv's matrix stale; Docker's disk low;
-    and the unified-memory signs Spark owners report - NV_ERR_NO_MEMORY in the
-    kernel log (the GPU driver out of unified memory); no swap and no OOM
-    guard; memory pressure.
+  # make docs: doctor-checks
+  - >-
+    Diagnoses, read-only, each problem with its evidence and what to do, in RV(report.problems), in this order - no
+    GPU visible; Docker not answering, or the nvidia runtime not registered; toolkit packages missing or not held; a
+    locked image missing; the venv's matrix stale; Docker's disk low; NV_ERR_NO_MEMORY in the kernel log (the GPU
+    driver out of unified memory); no swap and no OOM guard; memory pressure.
+  # end make docs
   - Anything it cannot read is listed under C(unreadable), never a failure.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)

@@ -27,7 +27,9 @@ def test_each_commands_playbook_is_there_and_is_a_play_list():
 def test_each_command_is_in_the_docs_and_each_playbook_in_the_maps_playbooks_row():
     for command in COMMANDS:
         assert f"sparkfleet {' '.join(command.words)}" in PAGES, f"no page of docs/ shows {command.words}"
-        assert command.words[0] in GROUPS or len(command.words) == 1, command.words
+        assert command.words[0] in GROUPS or len(command.words) == 1, (
+            f"sparkfleet {' '.join(command.words)} is in the group {command.words[0]!r}, which has no line in GROUPS "
+            f"of src/sparkfleet/command_table.py: add one (its line in --help and its description)")
     row = next(line for line in CONTRIBUTING.splitlines() if line.startswith("| `playbooks/` |"))
     named = set(re.findall(r"`([a-z_]+\.yml)`", row))
     on_disk = {path.name for path in (REPO / "playbooks").glob("*.yml")}

@@ -331,3 +331,34 @@ def test_a_framework_added_to_the_table_is_drift_in_every_file_that_lists_them(m
     assert "warp (a C(wp.launch) of a kernel on the GPU)" in " ".join(doc["options"]["frameworks"]["description"])
     with pytest.raises(KeyError, match="no part named 'frameworkz'"):
         generator.rewrite("<!-- make docs: frameworkz -->\n<!-- end make docs -->\n", ".md")
+
+
+def test_a_doctor_check_or_a_command_added_is_drift_where_it_is_listed(monkeypatch):
+    """A check added to CHECKS (its docstring is its phrase) shows in spark_doctor's documentation and the doctor's
+    page, in the order it runs; a command added to the command table shows in the reference's table. A check
+    without a docstring is refused with what to write."""
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _doctor
+    from sparkfleet import command_table
+
+    generator = _generator()
+
+    def check_gpu_clock(_report, _preflight, _limits):
+        """the GPU slowing down"""
+        return []
+
+    monkeypatch.setattr(_doctor, "CHECKS", (check_gpu_clock, *_doctor.CHECKS))
+    assert generator.drift() == ["docs/doctor.md: part doctor-checks", "plugins/modules/spark_doctor.py: part "
+                                 "doctor-checks"]
+    page, _ = generator.rewrite((REPO / "docs" / "doctor.md").read_text(), ".md")
+    assert "<!-- make docs: doctor-checks -->\n1. the GPU slowing down\n2. no GPU visible\n" in page
+    check_gpu_clock.__doc__ = None
+    with pytest.raises(ValueError, match="check_gpu_clock in CHECKS of plugins/module_utils/host/_doctor.py has no"):
+        generator.drift()
+    monkeypatch.setattr(_doctor, "CHECKS", _doctor.CHECKS[1:])
+    images = command_table.Command("images-unused", ("images", "unused"), "playbooks/images_unused.yml",
+                                   "list the images no lock pins", "", ())
+    monkeypatch.setattr(command_table, "COMMANDS", [*command_table.COMMANDS, images])
+    assert generator.drift() == ["docs/reference.md: part commands"]
+    page, _ = generator.rewrite((REPO / "docs" / "reference.md").read_text(), ".md")
+    assert ("| `sparkfleet images unused` | `playbooks/images_unused.yml` | list the images no lock pins |\n"
+            "<!-- end make docs -->") in page

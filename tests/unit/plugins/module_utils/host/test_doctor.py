@@ -104,27 +104,6 @@ def test_every_check_of_the_list_speaks_for_its_fault_alone_and_in_the_lists_ord
     assert order[0] == "Docker does not answer" and order[-1] == "Docker's disk is low", order
 
 
-def test_the_module_documentation_lists_every_check_in_the_order_they_run():
-    """spark_doctor's DOCUMENTATION names each check by its docstring, in CHECKS' order (a check added without
-    saying so there fails here)."""
-    import re
-    from pathlib import Path
-
-    from ansible_collections.sparkfleet.spark.plugins.module_utils.host._doctor import CHECKS
-
-    module = Path(__file__).resolve().parents[5] / "plugins" / "modules" / "spark_doctor.py"
-    text = " ".join(module.read_text().split("DOCUMENTATION")[1].split("EXAMPLES")[0].split())
-    said = [check.__doc__ for check in CHECKS]
-    assert all(said), "every check has a docstring: the phrase its documentation uses"
-    where = [text.find(phrase) for phrase in said]
-    assert [phrase for phrase, at in zip(said, where, strict=True) if at < 0] == [], "not in its DOCUMENTATION"
-    assert where == sorted(where), "in the order CHECKS runs them"
-    assert re.search(r"in this order", text)
-    # The owners' page lists them too, one per line, in the same order.
-    page = (module.parents[2] / "docs" / "doctor.md").read_text()
-    assert re.findall(r"^\d+\. (.+)$", page, re.M) == said
-
-
 # Issue 56, item 4: the forms ssh, Ansible, urllib3, Go and sudo really print, each with what must not be left.
 @pytest.mark.parametrize(("said", "gone"), [
     ("dial tcp 10.20.30.40:5443: connect: connection refused", "10.20.30.40"),
