@@ -35,6 +35,7 @@ def spark_fleet_table(hosts: list, hostvars: Any, active: list | None = None) ->
     other stopped earlier (failed or unreachable). Ansible's PLAY RECAP gives the task counts, so they are left out.
     """
     rows = []
+    shown = tuple(header for header in table.HEADERS if header not in table.COUNT_HEADERS)
     for host in hosts:
         hvars = hostvars[host]
         facts = {key: hvars.get(key) for key in table.FACTS}
@@ -42,8 +43,8 @@ def spark_fleet_table(hosts: list, hostvars: Any, active: list | None = None) ->
         stopped = active is not None and host not in active
         entry = table.host_entry(facts, failures=[{"task": None, "msg": "stopped earlier in this run"}] if stopped
                                  else [])
-        rows.append(table.row(host, entry)[:-len(table.COUNT_HEADERS)])
-    return table.text_lines(rows, table.HEADERS[:-len(table.COUNT_HEADERS)])
+        rows.append([table.cell(host, entry, header) for header in shown])
+    return table.text_lines(rows, shown)
 
 
 def spark_verification_limits(preflight: dict, can_run_containers: bool) -> dict:

@@ -131,7 +131,7 @@ def markdown(report: dict) -> str:
         details = []
         if h.get("refresh"):
             r = h["refresh"]
-            details.append(f"refresh: {table.row(name, h)[2]}")
+            details.append(f"refresh: {table.cell(name, h, 'history')}")
             details += [f"image {i['name']}: `{i['old']}` -> `{i['new']}`, runs `{i['now']}`" for i in r["images"]]
         details += list((h["verification"] or {}).get("lines", []))
         details += [f"FAILED {f['task']}: {f['msg']}" for f in h["failures"]]

@@ -20,19 +20,14 @@ from rich.table import Table
 from sparkfleet import report
 from sparkfleet.collection_home import collection_module
 
-# Which columns of the fleet table stay when the width is short, most important first; the others are named
-# under the table and are all in report.md. What an Ansible user reads first (the host, its verdict, changed and
-# failed) stays at any width from 80 columns, and what each host runs (each image's short digest) next.
-PRIORITY = ("host", "verdict", "changed", "failed", "images (digest)", "line", "history", "runtime", "venv",
-            "class", "ABI findings")
-# Columns whose cells may take several lines (long by nature), each with the width it may narrow to; every other
-# cell stays on one line. A cell breaks at a space, or after a '-' or '/' inside a word (a path, a version), and
-# inside a word only where no such place is near (_wrap); a word that never breaks (an image's name and short
-# digest, ngc@cf2b496b9f5a) widens its column instead.
-FOLDING = {"line": 18, "venv": 12, "class": 11, "images (digest)": 20, "image or venv": 24, "frameworks": 16,
-           "GPU": 14, "smoke": 12}
-# The table of each image and venv: what stays when the width is short.
-TARGET_PRIORITY = ("host", "image or venv", "GPU", "smoke", "ABI", "frameworks")
+# Which columns of each table stay when the width is short, most important first, and the columns whose cells may
+# take several lines (long by nature), each with the width it may narrow to: both from the tables' columns
+# (_fleet_table.COLUMNS, TARGET_COLUMNS). Every other cell stays on one line. A cell breaks at a space, or after a
+# '-' or '/' inside a word (a path, a version), and inside a word only where no such place is near (_wrap); a word
+# that never breaks (an image's name and short digest, ngc@cf2b496b9f5a) widens its column instead.
+PRIORITY = report.table.priority(report.table.COLUMNS)
+TARGET_PRIORITY = report.table.priority(report.table.TARGET_COLUMNS)
+FOLDING = {**report.table.folding(report.table.COLUMNS), **report.table.folding(report.table.TARGET_COLUMNS)}
 
 
 def make_console(stderr: bool = False, no_color: bool = False) -> Console:

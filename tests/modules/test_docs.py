@@ -338,6 +338,7 @@ def test_a_doctor_check_or_a_command_added_is_drift_where_it_is_listed(monkeypat
     page, in the order it runs; a command added to the command table shows in the reference's table. A check
     without a docstring is refused with what to write."""
     from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _doctor
+
     from sparkfleet import command_table
 
     generator = _generator()
@@ -352,7 +353,7 @@ def test_a_doctor_check_or_a_command_added_is_drift_where_it_is_listed(monkeypat
     page, _ = generator.rewrite((REPO / "docs" / "doctor.md").read_text(), ".md")
     assert "<!-- make docs: doctor-checks -->\n1. the GPU slowing down\n2. no GPU visible\n" in page
     check_gpu_clock.__doc__ = None
-    with pytest.raises(ValueError, match="check_gpu_clock in CHECKS of plugins/module_utils/host/_doctor.py has no"):
+    with pytest.raises(ValueError, match=r"check_gpu_clock in CHECKS of plugins/module_utils/host/_doctor\.py has no"):
         generator.drift()
     monkeypatch.setattr(_doctor, "CHECKS", _doctor.CHECKS[1:])
     images = command_table.Command("images-unused", ("images", "unused"), "playbooks/images_unused.yml",

@@ -128,11 +128,16 @@ def test_piped_with_no_color_at_80_columns_nothing_is_coloured_folded_or_padded(
 
 
 def test_the_summary_fits_80_columns_at_a_terminal_and_no_host_name_folds(home):
-    rows = [["sparkfleet-lab-1", "spark (simulated)", "converged", "registered",
-             "ngc@0123456789ab, unsloth@ba9876543210", "unsloth-2026.7.2 verified STALE", "not verified",
-             "simulated", "0", "0", "0"],
-            ["spark-02.example.internal", "spark", "restored", "registered", "ngc@0123456789ab", "-", "ok",
-             "True 13.0", "0", "3", "0"]]
+    # rows by their headers: a column added to the table without its cell here fails, naming it
+    named = [{"host": "sparkfleet-lab-1", "class": "spark (simulated)", "history": "converged",
+              "runtime": "registered", "images (digest)": "ngc@0123456789ab, unsloth@ba9876543210",
+              "venv": "unsloth-2026.7.2 verified STALE", "verdict": "not verified", "line": "simulated",
+              "ABI findings": "0", "changed": "0", "failed": "0"},
+             {"host": "spark-02.example.internal", "class": "spark", "history": "restored", "runtime": "registered",
+              "images (digest)": "ngc@0123456789ab", "venv": "-", "verdict": "ok", "line": "True 13.0",
+              "ABI findings": "0", "changed": "3", "failed": "0"}]
+    assert all(set(cells) == set(report.HEADERS) for cells in named), f"the table's columns: {report.HEADERS}"
+    rows = [[cells[header] for header in report.HEADERS] for cells in named]
     dropped = {}
     for width in (80, 120, 200):
         table, dropped[width] = fitted_table("t", list(report.HEADERS), rows, width)

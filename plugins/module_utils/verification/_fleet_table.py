@@ -16,6 +16,8 @@ Pure Python and no Ansible import: the CLI imports it from the collection it run
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _verification
 
 # The facts a host's entry is built from (set_fact or ansible_facts, by these names).
@@ -23,10 +25,12 @@ FACTS = ("spark_preflight", "spark_preflight_override", "spark_container_runtime
          "spark_venv_active", "spark_verify_result", "spark_verify_refresh_check", "spark_images_refresh_failure",
          "spark_verify_advisories")
 
-HEADERS = ("host", "class", "history", "runtime", "images (digest)", "venv", "verdict", "line", "ABI findings",
-           "changed", "failed")
-# What Ansible's PLAY RECAP already says: the play's own table leaves these out.
-COUNT_HEADERS = ("changed", "failed")
+# A column of a table: its header; the cell it shows (a function of the row's subject: the host's name and entry, or
+# a host's target); how early it stays where the terminal is narrow (1 first; the others are named under the table
+# and all are in report.md); the width its cells may fold down to, several lines each, or None where each cell
+# stays on one line. The fleet table is COLUMNS below; the table of each image and venv TARGET_COLUMNS. To change
+# a table: CONTRIBUTING.md, "To add …", a column of the summary.
+Column = namedtuple("Column", ["name", "cell", "priority", "fold"])
 
 
 def _true(value) -> bool:
@@ -156,7 +160,6 @@ def health(preflight: dict) -> dict | None:
 # the run's challenge with the answer it gave (module_utils/verification/_gpu_probe.py).
 FRAMEWORK_FIELDS = ("name", "verdict", "stage", "version", "device", "cause", "error", "fix", "stderr", "challenge",
                     "value", "moved", "seconds")
-TARGET_HEADERS = ("host", "image or venv", "GPU", "frameworks", "ABI", "smoke")
 
 
 def targets(entry: dict) -> list[dict]:
@@ -218,11 +221,21 @@ def targets(entry: dict) -> list[dict]:
     return list(found.values())
 
 
+TARGET_COLUMNS = (
+    Column("host", lambda name, t: name, 1, None),
+    Column("image or venv", lambda name, t: t["what"], 2, 24),
+    Column("GPU", lambda name, t: t["gpu"] or "-", 3, 14),
+    Column("frameworks", lambda name, t: ", ".join(t["frameworks"]) or "-", 6, 16),
+    Column("ABI", lambda name, t: t["abi"] or "-", 5, None),
+    Column("smoke", lambda name, t: t["smoke"] or "-", 4, 12),
+)
+TARGET_HEADERS = tuple(c.name for c in TARGET_COLUMNS)
+
+
 def target_rows(name: str, entry: dict) -> list[list[str]]:
-    """The host's rows of the table of each image and venv, one cell per TARGET_HEADERS."""
+    """The host's rows of the table of each image and venv, one cell per TARGET_COLUMNS."""
     found = entry.get("targets")
-    return [[name, t["what"], t["gpu"] or "-", ", ".join(t["frameworks"]) or "-", t["abi"] or "-",
-             t["smoke"] or "-"] for t in (targets(entry) if found is None else found)]
+    return [[column.cell(name, t) for column in TARGET_COLUMNS] for t in (targets(entry) if found is None else found)]
 
 
 def _refresh_cell(refresh: dict) -> str:
@@ -257,33 +270,90 @@ def refresh_line(refresh: dict) -> str:
     return f"{_refresh_cell(refresh)}: {images}" if images else _refresh_cell(refresh)
 
 
-def row(name: str, entry: dict) -> list[str]:
-    """The host's row of the fleet table, one cell per HEADERS (the counts '-' where not known). The images cell
-    has a line per image."""
-    simulated = " (simulated)" if entry["simulated"] else ""
+def _class_cell(name: str, entry: dict) -> str:
     # No class gathered: the controller's own plays (pin, the checks); a host whose run never read it (stopped
     # before preflight, or --tags that leave it out) says so with '-', as every column not known.
-    host_class = f"{entry.get('override') or entry['host_class'] or ('controller' if name == 'localhost' else '-')}"
-    host_class += simulated
-    runtime = entry["runtime"]
-    images = _images_cell(entry)
-    venv = entry["venv"]
-    verification = entry["verification"] or {}
-    verdict = verification.get("verdict") or (
-        "unreachable" if not entry["reachable"] else "stopped" if entry.get("failures") else "-")
-    # The GPU lines; none on a simulated host (its class says simulated; the verdict says it was not verified)
-    line = "; ".join(g["line"] for g in verification.get("gpu") or [] if g.get("line")) or "-"
-    counts = entry.get("counts")
+    host_class = entry.get("override") or entry["host_class"] or ("controller" if name == "localhost" else "-")
+    return f"{host_class}" + (" (simulated)" if entry["simulated"] else "")
+
+
+def _history_cell(_name: str, entry: dict) -> str:
     refresh = entry.get("refresh")
-    history = entry["history"] or (_refresh_cell(refresh) if refresh else "-")
-    return [name, host_class, history,
-            "-" if runtime is None else ("registered" if runtime["registered"] else "NOT registered"),
-            images,
-            "-" if not venv else f"{venv['matrix']} {venv['status']}" + (" STALE" if venv["stale"] else ""),
-            verdict, line[:60],
-            str(len(entry["abi_findings"])) if entry["verification"] else "-",
-            "-" if counts is None else str(counts.get("changed", 0)),
-            "-" if counts is None else str(counts.get("failed", 0))]
+    return entry["history"] or (_refresh_cell(refresh) if refresh else "-")
+
+
+def _runtime_cell(_name: str, entry: dict) -> str:
+    runtime = entry["runtime"]
+    return "-" if runtime is None else ("registered" if runtime["registered"] else "NOT registered")
+
+
+def _venv_cell(_name: str, entry: dict) -> str:
+    venv = entry["venv"]
+    return "-" if not venv else f"{venv['matrix']} {venv['status']}" + (" STALE" if venv["stale"] else "")
+
+
+def _verdict_cell(_name: str, entry: dict) -> str:
+    verification = entry["verification"] or {}
+    return verification.get("verdict") or (
+        "unreachable" if not entry["reachable"] else "stopped" if entry.get("failures") else "-")
+
+
+def _line_cell(_name: str, entry: dict) -> str:
+    # The GPU lines; none on a simulated host (its class says simulated; the verdict says it was not verified)
+    verification = entry["verification"] or {}
+    return ("; ".join(g["line"] for g in verification.get("gpu") or [] if g.get("line")) or "-")[:60]
+
+
+def _abi_cell(_name: str, entry: dict) -> str:
+    return str(len(entry["abi_findings"])) if entry["verification"] else "-"
+
+
+def _count_cell(key: str):
+    def cell(_name: str, entry: dict) -> str:
+        counts = entry.get("counts")
+        return "-" if counts is None else str(counts.get(key, 0))
+    return cell
+
+
+# The fleet table: a row per host. What an Ansible user reads first (the host, its verdict, changed and failed)
+# stays at any width from 80 columns, and what each host runs (each image's short digest) next.
+COLUMNS = (
+    Column("host", lambda name, entry: name, 1, None),
+    Column("class", _class_cell, 10, 11),
+    Column("history", _history_cell, 7, None),
+    Column("runtime", _runtime_cell, 8, None),
+    Column("images (digest)", lambda name, entry: _images_cell(entry), 5, 20),
+    Column("venv", _venv_cell, 9, 12),
+    Column("verdict", _verdict_cell, 2, None),
+    Column("line", _line_cell, 6, 18),
+    Column("ABI findings", _abi_cell, 11, None),
+    Column("changed", _count_cell("changed"), 3, None),
+    Column("failed", _count_cell("failed"), 4, None),
+)
+HEADERS = tuple(c.name for c in COLUMNS)
+# What Ansible's PLAY RECAP already says: the play's own table leaves these out.
+COUNT_HEADERS = ("changed", "failed")
+
+
+def priority(columns) -> tuple:
+    """The columns' headers, the one to keep longest first."""
+    return tuple(c.name for c in sorted(columns, key=lambda c: c.priority))
+
+
+def folding(columns) -> dict:
+    """{header: the width its cells fold down to} of the columns whose cells may take several lines."""
+    return {c.name: c.fold for c in columns if c.fold}
+
+
+def row(name: str, entry: dict) -> list[str]:
+    """The host's row of the fleet table, one cell per COLUMNS (the counts '-' where not known). The images cell
+    has a line per image."""
+    return [column.cell(name, entry) for column in COLUMNS]
+
+
+def cell(name: str, entry: dict, header: str) -> str:
+    """One cell of the host's row, by its header."""
+    return next(c for c in COLUMNS if c.name == header).cell(name, entry)
 
 
 def text_lines(rows: list[list[str]], headers=HEADERS) -> list[str]:
