@@ -236,6 +236,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_client import DockerClient
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import (
     _cuda_abi,
     _cuda_majors,
@@ -313,14 +314,14 @@ def program_dir(module: AnsibleModule) -> str:
 
 
 def scan_image(module: AnsibleModule, environment: dict[str, str]) -> tuple[list[dict], dict]:
-    docker = module.get_bin_path(module.params["docker"], required=True)
+    docker = DockerClient(module, required=True)
     image = module.params["image"]
     # --env NAME takes the value from docker's own environment: no value reaches argv.
     passed = [arg for name in sorted(environment) for arg in ("--env", name)]
-    cmd = [docker, "run", "--rm", "--network", "none", *passed, "--volume", f"{program_dir(module)}:{MOUNT}:ro",
-           "--entrypoint", "python3", image, f"{MOUNT}/scan.py", str(module.params["expected_cuda_major"]),
-           module.params["cuda_home"]]
-    rc, out, err = module.run_command(cmd, environ_update={"LC_ALL": "C", **environment})
+    cmd = docker.argv("run", "--rm", "--network", "none", *passed, "--volume", f"{program_dir(module)}:{MOUNT}:ro",
+                      "--entrypoint", "python3", image, f"{MOUNT}/scan.py", str(module.params["expected_cuda_major"]),
+                      module.params["cuda_home"])
+    rc, out, err = docker.run_argv(cmd, environ_update=environment)
     try:
         report = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):

@@ -96,6 +96,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _m
 from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _tools as cluster_tools
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _user_files as user_files
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_client import DockerClient
 
 SYS_NET = "/sys/class/net"
 SYS_IB = "/sys/class/infiniband"
@@ -183,21 +184,21 @@ class Facts:
 
     def image_nccl_conf(self, image: str) -> tuple[dict | None, str | None]:
         """/etc/nccl.conf inside the image, from a container created (never started) and removed again."""
-        docker = self.module.get_bin_path(self.module.params["docker"])
-        if not docker:
+        docker = DockerClient(self.module)
+        if not docker.path:
             return None, "Docker is not installed on this node: the image's /etc/nccl.conf was not read"
-        rc, out, err = self.run([docker, "create", image, "true"])
+        rc, out, err = self.run(docker.argv("create", image, "true"))
         if rc != 0:
             return None, f"the image {image} is not on this node ({(err or out).strip()[:200]}); provision first"
         container = out.strip()
         try:
             # pylint: disable=ansible-bad-function  # a tar stream on stdout, read as bytes
-            proc = subprocess.run([docker, "cp", f"{container}:/etc/nccl.conf", "-"], capture_output=True,
+            proc = subprocess.run(docker.argv("cp", f"{container}:/etc/nccl.conf", "-"), capture_output=True,
                                   timeout=self.timeout, check=False)
         except subprocess.TimeoutExpired:
             return None, f"reading /etc/nccl.conf from {image} took longer than {self.timeout} s"
         finally:
-            self.run([docker, "rm", "-f", container])
+            self.run(docker.argv("rm", "-f", container))
         if proc.returncode != 0:
             return {}, None  # the image has no /etc/nccl.conf
         with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as archive:

@@ -110,6 +110,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _n
 from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _tools as cluster_tools
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._validate import env_name, env_value
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_client import DockerClient
 
 DOCKER_COULD_NOT_START = 125  # docker run's own exit status when the container did not start
 
@@ -147,8 +148,7 @@ def main() -> None:
     if bad or not valid_address(p["master"]) or not 0 <= p["rank"] < p["ranks"]:
         module.fail_json(msg=f"spark_cluster_nccl: expected NCCL_* names with one-line values, an IPv4 master and "
                              f"0 <= rank < ranks; found {'; '.join(bad) or (p['master'], p['rank'], p['ranks'])}")
-    docker = module.get_bin_path(p["docker"], required=True)
-    argv = [docker, "run", "--rm", "-i", "--network", "host", *p["run_flags"]]
+    argv = DockerClient(module, required=True).argv("run", "--rm", "-i", "--network", "host", *p["run_flags"])
     if os.path.exists("/dev/infiniband"):
         argv += ["--device", "/dev/infiniband"]
     for key, value in sorted(p["environment"].items()):

@@ -118,8 +118,8 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
-from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _docker_api as docker_api
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _dpkg as dpkg
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_client import DockerClient
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_daemon import DAEMON_JSON
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host._doctor import (
     diagnose,
@@ -138,12 +138,10 @@ class Doctor:
     def __init__(self, module: AnsibleModule) -> None:
         self.module = module
         self.unreadable: list[str] = []
-
-    def run_command(self, argv: list[str]) -> tuple[int, str, str]:
-        return self.module.run_command(argv, environ_update={"LC_ALL": "C"})
+        self.client = DockerClient(module)
 
     def run(self, argv: list[str]) -> str | None:
-        rc, out, err = self.run_command(argv)
+        rc, out, err = self.module.run_command(argv, environ_update={"LC_ALL": "C"})
         if rc != 0:
             self.unreadable.append(f"{' '.join(argv[:3])}: rc {rc}: {(err or out).strip()[-300:]}")
             return None
@@ -160,10 +158,9 @@ class Doctor:
             return None
 
     def docker(self) -> dict:
-        docker = self.module.get_bin_path(self.module.params["docker"])
-        if not docker:
+        if not self.client.path:
             return {"error": "docker not found"}
-        info, why = docker_api.engine_info(self.run_command, docker)
+        info, why = self.client.info()
         if why:
             self.unreadable.append(why)
         daemon = self.read_json(DAEMON_JSON, "Docker's configuration") or {}
@@ -191,11 +188,9 @@ class Doctor:
         return found
 
     def images(self, state: dict) -> list[dict]:
-        docker = self.module.get_bin_path(self.module.params["docker"])
         found = []
         for image in (state.get("verification") or {}).get("images") or []:
-            present = bool(image.get("ref")) and docker_api.inspect_image(self.run_command, docker,
-                                                                          image["ref"]) is not None
+            present = bool(image.get("ref")) and self.client.inspect_image(image["ref"]) is not None
             found.append({"name": image.get("name"), "ref": image.get("ref"), "present": present})
         return found
 

@@ -226,7 +226,6 @@ import atexit
 import os
 import secrets
 import shutil
-import subprocess
 import tempfile
 import uuid
 
@@ -234,6 +233,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._bounded import run_bounded
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_client import DockerClient
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import (
     CHALLENGE_MAX,
     MARGIN_SECONDS,
@@ -282,7 +282,7 @@ def main() -> None:
     challenge = secrets.randbelow(CHALLENGE_MAX) + 1
     flags += ["--challenge", str(challenge)]
     if params["launcher"]:
-        docker = module.get_bin_path(params["docker"], required=True)
+        docker = DockerClient(module, required=True)
         name = f"sparkfleet-verify-{uuid.uuid4().hex[:12]}"
         env["SPARK_CONTAINER_NAME"] = name
         # The container's working directory: a private, empty folder of the run's, removed after it.
@@ -291,10 +291,7 @@ def main() -> None:
         argv = [params["launcher"], "python3", "-", *flags]
         target = {"kind": "container", "launcher": params["launcher"], "command": argv}
 
-        def remove_container() -> None:
-            subprocess.run([docker, "rm", "-f", name], capture_output=True, check=False)  # pylint: disable=ansible-bad-function
-
-        rc, out, err = run_probe(argv, env, params["timeout"], remove_container)
+        rc, out, err = run_probe(argv, env, params["timeout"], lambda: docker.remove_container(name))
         if rc == _DOCKER_LAUNCH_FAILED and not out.strip():
             launch_error = err.strip() or "docker run exited 125"
     else:

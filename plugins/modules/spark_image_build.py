@@ -138,7 +138,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
-from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _docker_api as docker_api
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_client import DockerClient
 from ansible_collections.sparkfleet.spark.plugins.module_utils.images._derived import (
     INSTALLED_PROBE,
     recipe_hash,
@@ -149,9 +149,8 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.images._derived i
 from ansible_collections.sparkfleet.spark.plugins.module_utils.images._pinned import derived as derived_record
 
 
-def inspect(module: AnsibleModule, docker: str, ref: str) -> dict | None:
-    found = docker_api.inspect_image(lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C"}), docker,
-                                     ref)
+def inspect(docker: DockerClient, ref: str) -> dict | None:
+    found = docker.inspect_image(ref)
     return None if found is None else {"id": found["Id"], "labels": found["Labels"]}
 
 
@@ -184,7 +183,7 @@ def main() -> None:
                                                base_digest=p["base_digest"], launcher=p["launcher"],
                                                launcher_dir=p["launcher_dir"], result=result), **result)
 
-    docker = module.get_bin_path(p["docker"], required=True)
+    docker = DockerClient(module, required=True)
     contents = {}
     for name in p["files"]:
         path = os.path.join(p["context"], name)
@@ -215,16 +214,15 @@ def main() -> None:
         module.fail_json(msg="; ".join(problems) + ". Nothing was built: a derived image adds to its base, never "
                                                    "replaces what the base pins; take a newer base image instead.",
                          refusals=problems, **result)
-    present = inspect(module, docker, tag)
+    present = inspect(docker, tag)
     if present and present["labels"].get("io.sparkfleet.recipe") == sha:
         done(changed=False, **{**result, "image_id": present["id"]})
-    if p["read_base"] and module.check_mode and inspect(module, docker, p["base_ref"]) is None:
+    if p["read_base"] and module.check_mode and inspect(docker, p["base_ref"]) is None:
         result["notes"] = [f"the base {p['base_ref']} is not on the host yet (check mode pulls nothing): the "
                            "recipe is checked against the base's Python distributions when it is built"]
     elif p["read_base"]:
-        cmd = [docker, "run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "python3",
-               p["base_ref"], "-c", INSTALLED_PROBE]
-        rc, out, err = module.run_command(cmd, environ_update={"LC_ALL": "C"})
+        rc, out, err = docker.run("run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "python3",
+                                  p["base_ref"], "-c", INSTALLED_PROBE)
         if rc != 0:
             module.fail_json(msg=f"derived image {p['name']}: the base's Python distributions could not be read "
                                  f"({p['base_ref']}, rc {rc}: {(err or out).strip()[-400:]}), so the recipe cannot "
@@ -247,17 +245,17 @@ def main() -> None:
     os.makedirs(p["context"], exist_ok=True)
     dockerfile_path = os.path.join(p["context"], ".sparkfleet.Dockerfile")
     atomic_write(dockerfile_path, dockerfile)
-    cmd = [docker, "build", "--platform", p["platform"], "--file", dockerfile_path, "--tag", tag]
+    cmd = docker.argv("build", "--platform", p["platform"], "--file", dockerfile_path, "--tag", tag)
     if p["network"]:
         cmd += ["--network", p["network"]]
     # The classic builder takes FROM <repo>@<digest> from the images this host already pulled
     # (no base byte is fetched again) and labels the image for the platform asked.
-    rc, out, err = module.run_command([*cmd, p["context"]], environ_update={"LC_ALL": "C", "DOCKER_BUILDKIT": "0"})
+    rc, out, err = docker.run_argv([*cmd, p["context"]], environ_update={"DOCKER_BUILDKIT": "0"})
     if rc != 0:
         module.fail_json(msg=f"derived image {p['name']}: docker build failed (rc {rc}): "
                              f"{(err or out).strip()[-1200:]}. Nothing was tagged; the host keeps its images.",
                          cmd=cmd, **result)
-    built = inspect(module, docker, tag)
+    built = inspect(docker, tag)
     result.update(built=True, image_id=built["id"] if built else None)
     done(**result)
 

@@ -173,6 +173,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files imp
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _converged as converged
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _docker_api as docker_api
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_client import DockerClient
 from ansible_collections.sparkfleet.spark.plugins.module_utils.images._oci import is_digest
 from ansible_collections.sparkfleet.spark.plugins.module_utils.images._pinned import pinned
 
@@ -185,23 +186,16 @@ def short_name(repository: str) -> str:
     return repository
 
 
-def inspect(module: AnsibleModule, docker: str, ref: str) -> dict | None:
-    """`docker image inspect REF` (the engine's API, else the CLI): the image's Id, Architecture and RepoDigests;
-    None when the engine has no such image."""
-    return docker_api.inspect_image(lambda argv: module.run_command(argv, environ_update={"LC_ALL": "C"}), docker,
-                                    ref)
-
-
-def repo_digests(module: AnsibleModule, docker: str, ref: str) -> list[str] | None:
-    found = inspect(module, docker, ref)
+def repo_digests(docker: DockerClient, ref: str) -> list[str] | None:
+    found = docker.inspect_image(ref)
     return None if found is None else found.get("RepoDigests") or []
 
 
-def blessed_local(module: AnsibleModule, docker: str, refs: list[str], platform: str) -> dict | None:
+def blessed_local(docker: DockerClient, refs: list[str], platform: str) -> dict | None:
     """The first of refs (REPO:TAG, newest first) this host has for the platform: ref to run it by, id, tag."""
     arch = platform.rpartition("/")[2]
     for tagged in refs:
-        found = inspect(module, docker, tagged)
+        found = docker.inspect_image(tagged)
         if found is None:
             continue
         image_id, architecture, digests = found["Id"], found["Architecture"], found["RepoDigests"]
@@ -242,21 +236,14 @@ class Puller:
     def __init__(self, module: AnsibleModule) -> None:
         self.module = module
         self.params = module.params
-        self._docker: str | None = None
+        # the CLI looked up on first use: a request refused for its inputs asks nothing of the host
+        self.docker = DockerClient(module, required=True)
         self._root: str | None = None
-
-    @property
-    def docker(self) -> str:
-        """Looked up on first use: a request refused for its inputs asks nothing of the host."""
-        if self._docker is None:
-            self._docker = self.module.get_bin_path(self.params["docker"], required=True)
-        return self._docker
 
     def data_root(self) -> str:
         """Docker's data root, asked once per call."""
         if self._root is None:
-            self._root = docker_api.data_root(
-                lambda argv: self.module.run_command(argv, environ_update={"LC_ALL": "C"}), self.docker)
+            self._root = self.docker.data_root()
         return self._root
 
     def check_space(self, ref: str, size: int) -> None:
@@ -300,22 +287,22 @@ class Puller:
         ref = f"{repository}@{digest}"
         wanted = {f"{short_name(repository)}@{digest}", ref}
         docker = self.docker
-        present = repo_digests(module, docker, ref)
+        present = repo_digests(docker, ref)
         if present is not None and wanted & set(present):
             return {"changed": False, "pulled": False, "ref": ref, "repo_digests": present}
         if module.check_mode:
             return {"changed": True, "pulled": False, "ref": ref, "repo_digests": present or []}
         if image.get("size"):
             self.check_space(ref, int(image["size"]))
-        cmd = [docker, "pull", "--platform", platform, ref]
-        environ = {"LC_ALL": "C"}
+        cmd = docker.argv("pull", "--platform", platform, ref)
+        environ = {}
         if self.params.get("docker_config"):
             environ["DOCKER_CONFIG"] = os.path.dirname(self.params["docker_config"])
-        rc, out, err = module.run_command(cmd, environ_update=environ)
+        rc, out, err = docker.run_argv(cmd, environ_update=environ)
         if rc != 0:
             reason = (err or out).strip()[-800:]
             blessed = image.get("local_blessed") or image.get("local_fallback") or []  # (its old key, still read)
-            local = blessed_local(module, docker, blessed, platform)
+            local = blessed_local(docker, blessed, platform)
             if local:
                 module.warn(f"{ref} could not be pulled ({reason[-300:]}); using the blessed tag {local['used']} "
                             f"that this host already has ({local['ref']}), as the rules allow. Pull the locked "
@@ -334,7 +321,7 @@ class Puller:
                       if blessed else "")
             raise PullFailed(f"docker pull {ref} failed (rc {rc}): {reason}. The previously pinned image, if any, "
                              f"is untouched.{looked}", cmd=cmd, rc=rc, stdout=out, stderr=err)
-        after = repo_digests(module, docker, ref) or []
+        after = repo_digests(docker, ref) or []
         if not wanted & set(after):
             raise PullFailed(f"pulled {ref} but its RepoDigests are {after}, expected {sorted(wanted)[0]}; the "
                              "registry served other content than the lock pins. Not used: check the registry "

@@ -270,6 +270,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster._trust im
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._http import is_loopback
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _converged as converged
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host import _docker_api as docker_api
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_client import DockerClient
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_daemon import (
     DAEMON_JSON,
     REGISTRATION_KEYS,
@@ -377,8 +378,8 @@ class PreflightFacts:
     def docker_info(self) -> dict:
         """What the running Docker engine says of itself (its API's /info, else one `docker info`); empty when it
         does not answer."""
-        info, _why = docker_api.engine_info(lambda argv: _run(argv, self.timeout), self.module.get_bin_path("docker"),
-                                            self.timeout)
+        info, _why = DockerClient(self.module, "docker", timeout=self.timeout,
+                                  run=lambda argv: _run(argv, self.timeout)).info()
         return info
 
     def docker_service(self) -> dict:

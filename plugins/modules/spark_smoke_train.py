@@ -172,7 +172,6 @@ exit_status:
 import atexit
 import os
 import shutil
-import subprocess
 import tempfile
 import uuid
 
@@ -180,6 +179,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._bounded import run_bounded
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
+from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_client import DockerClient
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._smoke import SMOKE, judge
 
 
@@ -222,9 +222,7 @@ def main() -> None:
     # The step and everything it started (a launcher's docker CLI, a trainer's workers) killed at its deadline.
     rc, out, err, _seconds = run_bounded(argv, SMOKE.encode(), env, p["timeout"])
     if rc is None and name:
-        docker = module.get_bin_path(p["docker"])
-        if docker:
-            subprocess.run([docker, "rm", "-f", name], capture_output=True, check=False)  # pylint: disable=ansible-bad-function
+        DockerClient(module).remove_container(name)
     elif rc == 127 and not out:
         module.fail_json(msg=f"the smoke step could not start {argv[0]}: {err}")
     module.exit_json(changed=False, **judge(out, err, rc, p["timeout"]))

@@ -9,7 +9,7 @@ there first and runs the CLI only where the socket cannot be used: DOCKER_HOST n
 unix socket (tcp://, ssh://, a context), the socket is missing, or this user may not open it.
 
 `engine_info` and `inspect_image` are the one way every module asks (the API, else the CLI through the
-module's own runner): spark_preflight_facts, spark_image_pull and spark_doctor.
+module's own runner), through the modules' Docker client (_docker_client.DockerClient).
 """
 
 from __future__ import annotations
