@@ -65,7 +65,7 @@ _CATALOG_CHECKS = {"name": validate.launcher, "registry": validate.registry, "re
                    "launcher": validate.launcher}
 
 
-def spark_images_effective(catalog: list[dict], overrides: dict) -> list[dict]:
+def spark_images_effective(catalog: list[dict], replacements: dict) -> list[dict]:
     """The catalog with registries replaced as spark_images_registry_replacements says (a lab's stand-in), each
     value checked first: a bad one fails naming the entry, the field, what was found and what is expected."""
     for index, image in enumerate(catalog or []):
@@ -78,12 +78,12 @@ def spark_images_effective(catalog: list[dict], overrides: dict) -> list[dict]:
         if said:
             raise AnsibleFilterError(f"spark_images_catalog[{index}] ({image.get('name')!r}): {'; '.join(said)}. "
                                      "Fix the catalog in your inventory's group_vars.")
-    for source, target in (overrides or {}).items():
+    for source, target in (replacements or {}).items():
         said = [problem for problem in (validate.registry(source), validate.registry(target)) if problem]
         if said:
             raise AnsibleFilterError(f"spark_images_registry_replacements {source!r}: {target!r}: registry "
                                      f"{'; '.join(said)}")
-    return [{**image, "registry": (overrides or {}).get(image["registry"], image["registry"])} for image in catalog]
+    return [{**image, "registry": (replacements or {}).get(image["registry"], image["registry"])} for image in catalog]
 
 
 def spark_images_pull_repository(image: dict, mirrors: dict) -> str:

@@ -26,12 +26,12 @@ def spark_matrix_lock(results: list[dict], matrix: dict, file_from: str | None =
     return lock if file_from is None else render(lock, str(file_from))
 
 
-def spark_matrix_mirrors(matrix: dict, overrides: dict) -> list[str]:
+def spark_matrix_mirrors(matrix: dict, index_mirrors: dict) -> list[str]:
     """The mirrors off the host's loopback the matrix's steps would be installed from ('upstream -> mirror'):
     a venv built from any of them needs the hash lock (spark_venv)."""
     if not isinstance(matrix, dict):
         raise AnsibleFilterError(f"spark_matrix_mirrors: the matrix is a {type(matrix).__name__}, expected a mapping")
-    return mirrors(matrix, overrides if isinstance(overrides, dict) else {})
+    return mirrors(matrix, index_mirrors if isinstance(index_mirrors, dict) else {})
 
 
 def spark_matrix_blame(rows: list, text: str, step: str | None = None) -> list[str]:

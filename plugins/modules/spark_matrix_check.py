@@ -253,7 +253,7 @@ def resolve_step(pip: list[str], step: dict, constraints: list[str], indexes: li
             "notes": notes, "locked": locked, "declared": declared}
 
 
-def resolve_sequence(pip: list[str], matrix: dict, overrides: dict, skip: list[str], timeout: int,
+def resolve_sequence(pip: list[str], matrix: dict, index_mirrors: dict, skip: list[str], timeout: int,
                      only: str | None = None) -> list[dict]:
     """Every step in order (or only the step `only`, after the earlier ones' pins); a skipped step's pins still
     hold for the later ones, its index is not asked. Each step's dry run depends on the earlier steps' pins, not on
@@ -273,8 +273,8 @@ def resolve_sequence(pip: list[str], matrix: dict, overrides: dict, skip: list[s
             jobs.append({"step": step["id"], "status": "skipped"})
             continue
         earlier = steps[:position]
-        indexes = [mirrored(step["index_url"], overrides)]
-        indexes += [url for url in dict.fromkeys(mirrored(e["index_url"], overrides) for e in earlier
+        indexes = [mirrored(step["index_url"], index_mirrors)]
+        indexes += [url for url in dict.fromkeys(mirrored(e["index_url"], index_mirrors) for e in earlier
                                                  if e["id"] not in skip) if url not in indexes]
         # A held step (hold: true) runs with every pin of the matrix as a constraint, the later steps' too.
         constraints = [spec for e in (steps if step.get("hold") else earlier) for spec in e["packages"]
@@ -306,12 +306,12 @@ def resolve_sequence(pip: list[str], matrix: dict, overrides: dict, skip: list[s
     return [r for r in results if only is None or r["step"] == only]
 
 
-def buildable(module: AnsibleModule, matrix: dict, overrides: dict, timeout: int) -> None:
+def buildable(module: AnsibleModule, matrix: dict, index_mirrors: dict, timeout: int) -> None:
     """Whether a venv can be built from the matrix, asked before anything is downloaded (spark_venv's build): every
     step resolves on its indexes and the declared closure holds nothing the matrix does not accept. Fails naming
     the conflict and the way forward; an index this machine cannot ask is a warning (the build, on the host, asks
     it, and the venv's own pip check judges what it installed)."""
-    sequence = resolve_sequence([sys.executable, "-m", "pip"], matrix, overrides, [], timeout)
+    sequence = resolve_sequence([sys.executable, "-m", "pip"], matrix, index_mirrors, [], timeout)
     unasked = [s for s in sequence if s["status"] in ("unreachable",)]
     if unasked:
         module.warn("the matrix was not checked before the build: " + "; ".join(

@@ -203,7 +203,7 @@ def file_version(filename: str, name: str) -> str | None:
 CLOSURE_ROUNDS = 4
 
 
-def respecting_closure(module: AnsibleModule, matrix: dict, given: dict, overrides: dict, timeout: int) -> dict:
+def respecting_closure(module: AnsibleModule, matrix: dict, given: dict, index_mirrors: dict, timeout: int) -> dict:
     """The newest set in which no package's declared requirement is violated (but those the matrix accepts, and
     those of a pin the user gave), and, where the matrix has a held step (hold: true), none is missing: asked,
     judged (module_utils/venv/_closure.py), and asked again with each violated package held within what its
@@ -215,7 +215,7 @@ def respecting_closure(module: AnsibleModule, matrix: dict, given: dict, overrid
     additions: dict[str, dict] = {}
     takes_additions = any(step.get("hold") for step in matrix["steps"])
     for _round in range(CLOSURE_ROUNDS):
-        found = propose(module, matrix, given, overrides, timeout, holds, additions)
+        found = propose(module, matrix, given, index_mirrors, timeout, holds, additions)
         if found["failure"]:
             return {**found, "holds": holds, "additions": additions, "closure": None}
         judged = closure.judge(found["steps"], matrix["target"], matrix.get("accepted"))
@@ -258,7 +258,7 @@ def given_deviations(judged: dict | None, given: dict) -> list[dict]:
             if normalize(f["name"]) in given or normalize(f["declarer"]) in given]
 
 
-def propose(module: AnsibleModule, matrix: dict, given: dict, overrides: dict, timeout: int,
+def propose(module: AnsibleModule, matrix: dict, given: dict, index_mirrors: dict, timeout: int,
             holds: dict | None = None, additions: dict | None = None) -> dict:
     """Each step in order, as pip would choose: {chosen, failure, steps (each with what it declares, for the
     closure)}."""
@@ -270,8 +270,8 @@ def propose(module: AnsibleModule, matrix: dict, given: dict, overrides: dict, t
     installed: list[tuple[str, str]] = []
     steps = matrix["steps"]
     for position, step in enumerate(steps):
-        indexes = [mirrored(step["index_url"], overrides)]
-        indexes += [url for url in dict.fromkeys(mirrored(e["index_url"], overrides) for e in steps[:position])
+        indexes = [mirrored(step["index_url"], index_mirrors)]
+        indexes += [url for url in dict.fromkeys(mirrored(e["index_url"], index_mirrors) for e in steps[:position])
                     if url not in indexes]
         constraints = [f"{parse_pin(spec)[0]}=={chosen[normalize(parse_pin(spec)[0])]}"
                        for earlier in steps[:position] for spec in earlier["packages"]]

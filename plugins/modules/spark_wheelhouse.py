@@ -149,9 +149,9 @@ def cached(cache: str, entry: dict) -> str | None:
 def fetch(module: AnsibleModule, matrix: dict, position: int, entries: list[dict], cache: str) -> list[str]:
     """pip download the step's missing wheels (exactly the lock's, --require-hashes) and keep each by its sha256."""
     step = matrix["steps"][position]
-    overrides = module.params["index_mirrors"]
-    indexes = [mirrored(step["index_url"], overrides)]
-    indexes += [url for url in dict.fromkeys(mirrored(e["index_url"], overrides) for e in matrix["steps"][:position])
+    index_mirrors = module.params["index_mirrors"]
+    indexes = [mirrored(step["index_url"], index_mirrors)]
+    indexes += [url for url in dict.fromkeys(mirrored(e["index_url"], index_mirrors) for e in matrix["steps"][:position])
                 if url not in indexes]
     target = matrix["target"]
     with tempfile.TemporaryDirectory(dir=cache) as work:

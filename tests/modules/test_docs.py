@@ -253,15 +253,21 @@ def test_the_glossary_words_keep_their_sense_in_the_code():
     no function of the code is named for another sense (an index's mirror is mirrored(), the CLI's mutex is the run
     lock, never inventory_lock)."""
     glossary = (REPO / "docs" / "glossary.md").read_text()
-    for word in ("override", "mirror", "run lock", "fallback tag", "local blessed tag", "lock"):
+    for word in ("override", "mirror", "run lock", "fallback tag", "local blessed tag", "lock", "hash lock",
+                 "dpkg lock", "pin"):
         assert f"| {word} |" in glossary, word
     names = set()
     for path in list((REPO / "plugins").rglob("*.py")) + list((REPO / "src").rglob("*.py")):
         if "__pycache__" in path.parts:
             continue
-        names |= {node.name for node in ast.walk(ast.parse(path.read_text()))
-                  if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
-    assert sorted(n for n in names if n in ("override", "inventory_lock") or n.endswith("_override")) == []
+        tree = ast.parse(path.read_text())
+        names |= {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+        # parameters too: an index's mirrors are never "overrides" (issue 61, item 7)
+        names |= {f"{path.name}: parameter {arg.arg}" for node in ast.walk(tree) if isinstance(node, ast.arguments)
+                  for arg in (*node.posonlyargs, *node.args, *node.kwonlyargs)
+                  if arg.arg in ("overrides", "override") or arg.arg.endswith("_overrides")}
+    assert sorted(n for n in names if n in ("override", "inventory_lock") or n.endswith("_override")
+                  or " parameter " in n) == []
     # A module option for an index's mirror is index_mirrors (index_overrides only as its deprecated alias).
     # ... nor a fallback for the local blessed tag (a fallback tag is pin's): local_fallback only as an alias.
     options = [f"{path.name}: {key}" for path in sorted((REPO / "plugins" / "modules").glob("*.py"))

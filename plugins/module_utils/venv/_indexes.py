@@ -11,9 +11,9 @@ import urllib.parse
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._secrets import redact_url
 
 
-def mirrored(url: str, overrides: dict) -> str:
+def mirrored(url: str, index_mirrors: dict) -> str:
     """The index URL to use: the mirror configured for the upstream URL, else the URL itself."""
-    table = {k.rstrip("/"): v.rstrip("/") for k, v in (overrides or {}).items()}
+    table = {k.rstrip("/"): v.rstrip("/") for k, v in (index_mirrors or {}).items()}
     return table.get(url.rstrip("/"), url.rstrip("/"))
 
 
@@ -58,7 +58,7 @@ def loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def mirrors(matrix: dict, overrides: dict) -> list[str]:
+def mirrors(matrix: dict, index_mirrors: dict) -> list[str]:
     """The mirrors (spark_venv_index_mirrors) the matrix's steps would be installed from instead of their own
     indexes, each as 'upstream -> mirror' (credentials masked), leaving out mirrors on the host's own loopback.
 
@@ -72,7 +72,7 @@ def mirrors(matrix: dict, overrides: dict) -> list[str]:
         url = step.get("index_url") if isinstance(step, dict) else None
         if not isinstance(url, str):
             continue
-        used = mirrored(url, overrides)
+        used = mirrored(url, index_mirrors)
         if used != url.rstrip("/") and not loopback(urllib.parse.urlsplit(used).hostname or ""):
             found.append(f"{redact_url(url.rstrip('/'))} -> {redact_url(used)}")
     return list(dict.fromkeys(found))

@@ -14,7 +14,7 @@ def hashes_file(directory: str, step_id: str) -> str:
     return f"{directory}/hashes-{step_id}.txt"
 
 
-def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str, lock: dict | None = None,
+def pip_steps(matrix, extras: list[dict], index_mirrors: dict, constraints_file: str, lock: dict | None = None,
               hashes_dir: str = "", wheelhouse: str | None = None) -> list[dict]:
     """The pip install commands, in order: [{id, why, indexes, args, env}] (args after `python -m pip install`;
     the indexes reach pip through index_env, never its argv).
@@ -31,12 +31,12 @@ def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str
     steps = []
     tool = "uv" if installer(matrix) else "pip"
     for position, step in enumerate(matrix["steps"]):
-        indexes = [mirrored(step["index_url"], overrides)]
+        indexes = [mirrored(step["index_url"], index_mirrors)]
         args = [*step.get("args", []), *step["packages"]]
         if step.get("hold"):  # every pin of the matrix held: what the steps before installed cannot move
             args = ["--constraint", constraints_file, *args]
         if lock is not None:
-            indexes += [url for url in dict.fromkeys(mirrored(e["index_url"], overrides)
+            indexes += [url for url in dict.fromkeys(mirrored(e["index_url"], index_mirrors)
                                                      for e in matrix["steps"][:position]) if url not in indexes]
             args = ["--require-hashes", "--no-deps", "-r", hashes_file(hashes_dir, step["id"])]
             if wheelhouse:
@@ -44,7 +44,7 @@ def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str
         # The installer itself is installed by pip (into a venv of its own, beside the venvs).
         steps.append({"id": step["id"], "why": step.get("why", ""), "indexes": indexes, "args": args, "env": {},
                       "tool": "pip" if step.get("installer") else tool, "installer": bool(step.get("installer"))})
-    default_index = mirrored(venv_steps(matrix)[-1]["index_url"], overrides)
+    default_index = mirrored(venv_steps(matrix)[-1]["index_url"], index_mirrors)
     for extra in extras:
         # The matrix's pins are held: an extra that wants another torch fails instead of replacing it.
         args = ["--constraint", constraints_file, *extra["args"], extra["requirement"]]
@@ -55,7 +55,7 @@ def pip_steps(matrix, extras: list[dict], overrides: dict, constraints_file: str
             # of the same name on the matrix's index (PyPI) would win over the one the component table names.
             # The package alone from its own index, then its dependencies from the matrix's index (the package,
             # installed, is not fetched again).
-            steps.append({**step, "indexes": [mirrored(extra["index_url"], overrides)],
+            steps.append({**step, "indexes": [mirrored(extra["index_url"], index_mirrors)],
                           "args": ["--no-deps", *args]})
             step = {**step, "id": f"extra:{extra['name']}:dependencies"}
         steps.append(step)

@@ -51,10 +51,10 @@ def env_secrets(env) -> set[str]:
     return values | url_secrets(str(v) for v in env.values())
 
 
-def matrix_secrets(matrix, overrides) -> set[str]:
-    """url_secrets of every index a matrix and its overrides name (steps, components, the overrides' both
+def matrix_secrets(matrix, index_mirrors) -> set[str]:
+    """url_secrets of every index a matrix and its index_mirrors name (steps, components, the mirrors' both
     sides); a malformed matrix gives what it has."""
-    urls = list(overrides.items()) if isinstance(overrides, dict) else []
+    urls = list(index_mirrors.items()) if isinstance(index_mirrors, dict) else []
     urls = [u for pair in urls for u in pair]
     if isinstance(matrix, dict):
         steps, components = matrix.get("steps"), matrix.get("components")
