@@ -39,17 +39,9 @@ description:
   - The probe runs under O(timeout); a hang is a diagnosis, not a stuck play.
 version_added: "0.1.0"
 author: sparkfleet contributors (@sparkfleet)
-extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes, sparkfleet.spark.sparkfleet_docker]
+extends_documentation_fragment: [sparkfleet.spark.sparkfleet_attributes, sparkfleet.spark.sparkfleet_docker,
+                                 sparkfleet.spark.sparkfleet_program]
 options:
-  python:
-    description: Interpreter to probe on the host. Exactly one of O(python) and O(launcher).
-    type: path
-  launcher:
-    description:
-      - A launcher installed by spark_images; it is run as C(LAUNCHER python3 -)
-        with the probe on stdin and C(SPARK_CONTAINER_NAME) set, so a hung
-        container can be removed.
-    type: path
   timeout:
     description:
       - Seconds the probe may take before it counts as hung, killed with everything it started.
@@ -73,10 +65,6 @@ options:
         hardware; the capability is then reported as "not a Spark".
     type: bool
     default: true
-  environment:
-    description: Extra environment variables for the probe (O(python)) or the launcher (O(launcher)).
-    type: dict
-    default: {}
   frameworks:
     description:
       - Probe every other GPU framework installed too, each in a process of its own with a hard deadline (killed,
@@ -232,7 +220,11 @@ import uuid
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._bounded import run_bounded
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
-from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import (
+    DOCKER,
+    ONE_INTERPRETER,
+    PROGRAM,
+)
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_client import DockerClient
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import (
     CHALLENGE_MAX,
@@ -256,17 +248,14 @@ def run_probe(argv: list[str], env: dict[str, str], timeout: int, on_timeout=Non
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "python": {"type": "path"},
-            "launcher": {"type": "path"},
+            **PROGRAM,
             **DOCKER,
             "timeout": {"type": "int", "default": 300},
             "expected_cuda_major": {"type": "int", "default": 13},
             "spark": {"type": "bool", "default": True},
-            "environment": {"type": "dict", "default": {}},
             "frameworks": {"type": "bool", "default": True},
         },
-        required_one_of=[["python", "launcher"]],
-        mutually_exclusive=[["python", "launcher"]],
+        **ONE_INTERPRETER,
         supports_check_mode=True,
     )
     # Every Python it starts runs in "/", without the caller's PYTHONPATH or caches (module_utils/common/_isolated.py).

@@ -194,7 +194,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _closure as closure
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import mirrored
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import mirrored, step_indexes
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_module import resolvable, start
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_dry_run import (
     dry_run,
@@ -273,9 +273,7 @@ def resolve_sequence(pip: list[str], matrix: dict, index_mirrors: dict, skip: li
             jobs.append({"step": step["id"], "status": "skipped"})
             continue
         earlier = steps[:position]
-        indexes = [mirrored(step["index_url"], index_mirrors)]
-        indexes += [url for url in dict.fromkeys(mirrored(e["index_url"], index_mirrors) for e in earlier
-                                                 if e["id"] not in skip) if url not in indexes]
+        indexes = step_indexes(step, [e for e in earlier if e["id"] not in skip], index_mirrors)
         # A held step (hold: true) runs with every pin of the matrix as a constraint, the later steps' too.
         constraints = [spec for e in (steps if step.get("hold") else earlier) for spec in e["packages"]
                        if e is not step]

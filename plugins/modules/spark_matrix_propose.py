@@ -131,7 +131,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _closure as closure
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import mirrored
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import mirrored, step_indexes
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_module import resolvable, start
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_proposal import (
     added_lines,
@@ -270,9 +270,7 @@ def propose(module: AnsibleModule, matrix: dict, given: dict, index_mirrors: dic
     installed: list[tuple[str, str]] = []
     steps = matrix["steps"]
     for position, step in enumerate(steps):
-        indexes = [mirrored(step["index_url"], index_mirrors)]
-        indexes += [url for url in dict.fromkeys(mirrored(e["index_url"], index_mirrors) for e in steps[:position])
-                    if url not in indexes]
+        indexes = step_indexes(step, steps[:position], index_mirrors)
         constraints = [f"{parse_pin(spec)[0]}=={chosen[normalize(parse_pin(spec)[0])]}"
                        for earlier in steps[:position] for spec in earlier["packages"]]
         if step.get("hold"):

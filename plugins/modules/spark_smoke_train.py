@@ -28,13 +28,8 @@ extends_documentation_fragment:
   - sparkfleet.spark.sparkfleet_attributes
   - sparkfleet.spark.sparkfleet_read_only
   - sparkfleet.spark.sparkfleet_docker
+  - sparkfleet.spark.sparkfleet_program
 options:
-  python:
-    description: Interpreter to run the step on the host. Exactly one of O(python) and O(launcher).
-    type: path
-  launcher:
-    description: A launcher installed by spark_images, run as C(LAUNCHER python3 -) with the step on stdin.
-    type: path
   steps:
     description: Training steps.
     type: int
@@ -64,10 +59,6 @@ options:
     description: Seconds the whole step may take.
     type: int
     default: 600
-  environment:
-    description: Extra environment variables for the step (O(python)) or the launcher (O(launcher)).
-    type: dict
-    default: {}
 """
 
 EXAMPLES = r"""
@@ -178,7 +169,11 @@ import uuid
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._bounded import run_bounded
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._isolated import isolate
-from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import DOCKER
+from ansible_collections.sparkfleet.spark.plugins.module_utils.common._shared_options import (
+    DOCKER,
+    ONE_INTERPRETER,
+    PROGRAM,
+)
 from ansible_collections.sparkfleet.spark.plugins.module_utils.host._docker_client import DockerClient
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._smoke import SMOKE, judge
 
@@ -186,8 +181,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._smo
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "python": {"type": "path"},
-            "launcher": {"type": "path"},
+            **PROGRAM,
             **DOCKER,
             "steps": {"type": "int", "default": 40},
             "learning_rate": {"type": "float", "default": 0.01},
@@ -196,10 +190,8 @@ def main() -> None:
             "device": {"type": "str", "choices": ["auto", "cuda", "cpu"], "default": "auto"},
             "shuffle_labels": {"type": "bool", "default": False},
             "timeout": {"type": "int", "default": 600},
-            "environment": {"type": "dict", "default": {}},
         },
-        required_one_of=[["python", "launcher"]],
-        mutually_exclusive=[["python", "launcher"]],
+        **ONE_INTERPRETER,
         supports_check_mode=True,
     )
     # Every Python it starts runs in "/", without the caller's PYTHONPATH or caches (module_utils/common/_isolated.py).

@@ -123,7 +123,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _trusted as trusted
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._hash_lock import hashed_requirements, validate_lock
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import index_env, mirrored
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import index_env, step_indexes
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_module import start
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_commands import platform_tags
 
@@ -149,10 +149,7 @@ def cached(cache: str, entry: dict) -> str | None:
 def fetch(module: AnsibleModule, matrix: dict, position: int, entries: list[dict], cache: str) -> list[str]:
     """pip download the step's missing wheels (exactly the lock's, --require-hashes) and keep each by its sha256."""
     step = matrix["steps"][position]
-    index_mirrors = module.params["index_mirrors"]
-    indexes = [mirrored(step["index_url"], index_mirrors)]
-    indexes += [url for url in dict.fromkeys(mirrored(e["index_url"], index_mirrors) for e in matrix["steps"][:position])
-                if url not in indexes]
+    indexes = step_indexes(step, matrix["steps"][:position], module.params["index_mirrors"])
     target = matrix["target"]
     with tempfile.TemporaryDirectory(dir=cache) as work:
         requirements = os.path.join(work, "requirements.txt")

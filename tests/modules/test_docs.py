@@ -183,6 +183,13 @@ def test_a_shared_option_is_declared_once_and_documented_by_its_fragment():
     for module in users:
         fragments = _documented(module)["DOCUMENTATION"]["extends_documentation_fragment"]
         assert "sparkfleet.spark.sparkfleet_docker" in fragments, module
+    # The program's interpreter (python or launcher, exactly one) was written twice (issue 61, item 8).
+    declared = [m for m in MODULES if all(f'"{option}": {{' in (REPO / "plugins" / "modules" / f"{m}.py").read_text()
+                                          for option in ("python", "launcher"))]
+    assert declared == [], "declare python, launcher and environment as **PROGRAM, with **ONE_INTERPRETER"
+    for module in (m for m in MODULES if {"python", "launcher"} <= _argument_spec_keys(m)):
+        fragments = _documented(module)["DOCUMENTATION"]["extends_documentation_fragment"]
+        assert "sparkfleet.spark.sparkfleet_program" in fragments, module
 
 
 def _anchors(page: Path) -> set[str]:

@@ -27,6 +27,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.common._http impo
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
     MatrixError,
     aged,
+    dated_file_problems,
     normalize,
     parse_date,
 )
@@ -41,15 +42,9 @@ class AdvisoryError(Exception):
 
 def validate(data) -> list[str]:
     """Every problem in the file, each naming the field, what was found and what is expected."""
-    if not isinstance(data, dict):
-        return [f"the advisories file is a {type(data).__name__}; expected a mapping (see matrix/advisories.yml)"]
-    errors = []
-    if data.get("schema") != 1:
-        errors.append(f"schema is {data.get('schema')!r}; this sparkfleet reads schema 1")
-    try:
-        parse_date(data.get("checked_on"), "checked_on")
-    except MatrixError as exc:
-        errors.append(str(exc))
+    errors, readable = dated_file_problems(data, "advisories file", "matrix/advisories.yml", "checked_on")
+    if not readable:
+        return errors
     entries = data.get("advisories")
     if not isinstance(entries, list):
         return [*errors, "advisories is missing; expected a list (it may be empty)"]

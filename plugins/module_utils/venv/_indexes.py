@@ -17,6 +17,14 @@ def mirrored(url: str, index_mirrors: dict) -> str:
     return table.get(url.rstrip("/"), url.rstrip("/"))
 
 
+def step_indexes(step: dict, earlier: list, index_mirrors: dict) -> list[str]:
+    """The indexes a step is resolved or installed from: its own (mirrored) first, then each earlier step's once
+    (what they installed came from there, and a later step may ask for it again)."""
+    indexes = [mirrored(step["index_url"], index_mirrors)]
+    return indexes + [url for url in dict.fromkeys(mirrored(e["index_url"], index_mirrors) for e in earlier)
+                      if url not in indexes]
+
+
 # Each installer's names for the indexes it asks (the first, the others, the plain-http hosts it may use) and
 # what else it needs to ask them as pip does.
 _INDEX_ENV = {"pip": ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", {}),

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import mirrored
+from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes import mirrored, step_indexes
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._secrets import redact_url
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import installer, venv_steps
 
@@ -36,8 +36,7 @@ def pip_steps(matrix, extras: list[dict], index_mirrors: dict, constraints_file:
         if step.get("hold"):  # every pin of the matrix held: what the steps before installed cannot move
             args = ["--constraint", constraints_file, *args]
         if lock is not None:
-            indexes += [url for url in dict.fromkeys(mirrored(e["index_url"], index_mirrors)
-                                                     for e in matrix["steps"][:position]) if url not in indexes]
+            indexes = step_indexes(step, matrix["steps"][:position], index_mirrors)
             args = ["--require-hashes", "--no-deps", "-r", hashes_file(hashes_dir, step["id"])]
             if wheelhouse:
                 indexes, args = [], ["--no-index", "--find-links", wheelhouse, *args]

@@ -80,19 +80,28 @@ def parse_date(value, what: str) -> datetime.date:
         raise MatrixError(f"{what} is '{value}': {exc}") from None
 
 
-def validate(matrix) -> list[str]:
-    """Every problem in the matrix, each naming the field, what was found and what is expected."""
-    if not isinstance(matrix, dict):
-        return [f"the matrix is a {type(matrix).__name__}; expected a mapping (see matrix/spark-stack.yml)"]
+def dated_file_problems(data, what: str, example: str, date_field: str) -> tuple[list[str], bool]:
+    """The opening the dated files share (the stack matrix, the advisories): a mapping, of schema 1, dated in
+    `date_field`. (The problems found, whether the rest can be read: False where `data` is not a mapping.)"""
+    if not isinstance(data, dict):
+        return [f"the {what} is a {type(data).__name__}; expected a mapping (see {example})"], False
     errors = []
-    if matrix.get("schema") != 1:
-        errors.append(f"schema is {matrix.get('schema')!r}; this sparkfleet reads schema 1")
-    if not isinstance(matrix.get("name"), str) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", matrix["name"]):
-        errors.append(f"name is {matrix.get('name')!r}; expected a short name of letters, digits, '.', '_', '-'")
+    if data.get("schema") != 1:
+        errors.append(f"schema is {data.get('schema')!r}; this sparkfleet reads schema 1")
     try:
-        parse_date(matrix.get("last_verified"), "last_verified")
+        parse_date(data.get(date_field), date_field)
     except MatrixError as exc:
         errors.append(str(exc))
+    return errors, True
+
+
+def validate(matrix) -> list[str]:
+    """Every problem in the matrix, each naming the field, what was found and what is expected."""
+    errors, readable = dated_file_problems(matrix, "matrix", "matrix/spark-stack.yml", "last_verified")
+    if not readable:
+        return errors
+    if not isinstance(matrix.get("name"), str) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", matrix["name"]):
+        errors.append(f"name is {matrix.get('name')!r}; expected a short name of letters, digits, '.', '_', '-'")
     target = matrix.get("target")
     if not isinstance(target, dict) or not all(isinstance(target.get(k), str) for k in ("python", "arch", "glibc")):
         errors.append(f"target is {target!r}; expected python, arch and glibc as strings (e.g. '3.12', "
