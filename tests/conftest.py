@@ -35,8 +35,8 @@ COLLECTION = "sparkfleet.spark"
 # remove from this machine's own Docker engine take turns, a whole file at a time, through one lock: side by side,
 # one could remove an image the other just pulled (the stand-ins have the same content, so the same ID).
 THIS_MACHINES_DOCKER = {
-    "test_abi_scan_real.py", "test_blessed_local.py", "test_derived_images.py", "test_image_lock_and_pull.py",
-    "test_image_resolve.py", "test_mirror.py", "test_pin_playbook.py", "test_platform_boundary.py",
+    "test_spark_abi_scan.py", "test_blessed_local.py", "test_spark_image_build.py", "test_spark_image_pull.py",
+    "test_spark_image_resolve.py", "test_mirror.py", "test_pin_playbook.py", "test_platform_boundary.py",
     "test_spark_cluster_facts.py",
     "test_refresh_abi.py", "test_registry_faults.py",
 }
@@ -51,11 +51,11 @@ LONGEST_FIRST = (
     "tests/collection/test_ansible_test.py",
     "tests/cluster/test_cluster_lab.py",
     "tests/integration/test_mirror.py",
-    "tests/integration/test_venv.py",
-    "tests/integration/test_matrix_propose.py",
-    "tests/integration/test_abi_scan_real.py",
-    "tests/integration/test_derived_images.py",
-    "tests/integration/test_matrix_check.py",
+    "tests/integration/test_spark_venv.py",
+    "tests/integration/test_spark_matrix_propose.py",
+    "tests/integration/test_spark_abi_scan.py",
+    "tests/integration/test_spark_image_build.py",
+    "tests/integration/test_spark_matrix_check.py",
     "tests/terminal/test_secrets.py",
     "tests/terminal/test_at_a_terminal.py",
 )

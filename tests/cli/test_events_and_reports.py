@@ -265,7 +265,7 @@ def test_a_failed_command_says_its_own_last_words_not_only_that_it_exited_non_ze
 
 def test_a_failed_loop_on_ansible_core_2_21_names_its_items_from_their_own_events():
     """ansible-core 2.21 gives callbacks a loop's items without `failed` (as recorded from the derived-image
-    build of tests/integration/test_derived_images.py): each failed item is known by its runner_item_on_failed
+    build of tests/integration/test_spark_image_build.py): each failed item is known by its runner_item_on_failed
     event, and the task's one line is 'One or more items failed'."""
     fleet = Fleet()
     fleet.handle({"event": "playbook_on_task_start", "event_data": {"task": "Build"}})

@@ -23,7 +23,7 @@ NOT_VARIED = {
     "spark_verify_images": "worked out per host from what it pulled (spark_images_pinned)",
     "spark_verify_launchers": "worked out per host from what it pulled (spark_images_pinned)",
     "spark_verify_pythons": "worked out per host from its venv (spark_venv_active)",
-    "spark_verify_smoke": "needs a venv: tests/integration/test_smoke_train.py and the venv lab",
+    "spark_verify_smoke": "needs a venv: tests/integration/test_spark_smoke_train.py and the venv lab",
     "spark_verify_fleet_record_dir": "the controller's record of the inventory, one folder for the fleet",
     "spark_images_lock_file": "the fleet's one lock, written on the controller by pin",
     "spark_images_registry_replacements": "where the fleet's images live, recorded in the one lock; a host's own "
@@ -32,10 +32,10 @@ NOT_VARIED = {
                                          "vaulted one in test_fleet.py test 7",
     "spark_images_plain_http": "the controller's resolution of the fleet's tags (once per fleet)",
     "spark_images_platform": "every lab host is aarch64; an amd64 host: tests/integration/test_platform_boundary.py",
-    "spark_images_derived": "an emulated build takes minutes: tests/integration/test_derived_images.py",
-    "spark_images_build_dir": "only with spark_images_derived (test_derived_images.py)",
-    "spark_images_build_network": "only with spark_images_derived (test_derived_images.py)",
-    "spark_images_derived_read_base": "only with spark_images_derived (test_derived_images.py)",
+    "spark_images_derived": "an emulated build takes minutes: tests/integration/test_spark_image_build.py",
+    "spark_images_build_dir": "only with spark_images_derived (test_spark_image_build.py)",
+    "spark_images_build_network": "only with spark_images_derived (test_spark_image_build.py)",
+    "spark_images_derived_read_base": "only with spark_images_derived (test_spark_image_build.py)",
     "spark_container_runtime_install_docker": "the lab hosts have Docker; installing it would replace their own",
     "spark_container_runtime_daemon_json": "where the host's dockerd reads its configuration: the default on the lab",
     "spark_clusters": "the fleet is no cluster: tests/cluster/test_cluster_lab.py (two nodes of their own)",
@@ -46,8 +46,8 @@ NOT_VARIED = {
     "spark_advisories_packages": "set by the role that includes spark_advisories",
     "spark_advisories_playbooks": "set by the role that includes spark_advisories",
 }
-VENV = ("the lab fleet builds no venv (an emulated build takes minutes): tests/integration/test_venv.py builds on "
-        "three hosts driven locally, each with its own root and link, the third with its own wheelhouse, keep, age "
+VENV = ("the lab fleet builds no venv (an emulated build takes minutes): tests/integration/test_spark_venv.py builds "
+        "on three hosts driven locally, each with its own root and link, the third with its own wheelhouse, keep, age "
         "limit and strictness, pip environment, verify timeout and policy; tests/integration/test_per_host_settings.py "
         "judges require_hashes, the lock file, mirrors and the matrix file per host")
 

@@ -105,7 +105,7 @@ def scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 # A CPU exercise, for the tests alone (as the GPU probe's): the compile stage's own kernel and judgement run on
 # torch's CPU tensors under Triton's interpreter (TRITON_INTERPRET=1), so the stage is tested without a GPU. Nothing
 # on a host switches it on - no variable, file or argument is read for it: a test runs this program's source with
-# the line below changed (tests/integration/test_smoke_train.py). A run on the CPU is never a GPU verification.
+# the line below changed (tests/integration/test_spark_smoke_train.py). A run on the CPU is never a GPU verification.
 ON_CPU = False
 
 

@@ -1,5 +1,5 @@
 """What pip is asked for a step of a proposal, a pin held back by its set's closure, and how the screen says what
-held it (issue 48; the propose over the test bed's index is tests/integration/test_matrix_propose.py)."""
+held it (issue 48; the propose over the test bed's index is tests/integration/test_spark_matrix_propose.py)."""
 
 from __future__ import annotations
 
