@@ -86,6 +86,23 @@ def test_a_tag_resolves_to_the_index_digest_each_platforms_manifest_and_size(ser
     assert registry.requests == len(served.seen)
 
 
+# The lock's fields that come from elsewhere than the registry's answer: the catalog's (what was asked), the
+# resolution's own when it falls back, and those the writer adds (resolved_at) or the derived images' build.
+NOT_FROM_THE_REGISTRY = {"requested", "registry", "repository", "tag", "fallback", "resolved_at", "derived"}
+
+
+def test_every_field_of_the_lock_that_the_registry_answers_is_set_by_resolve_tag(served):
+    """Issue 61, item 2: a field added to FIELDS but never set where a tag is resolved passed every test, and every
+    lock would have held it null."""
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.images._lock import FIELDS
+
+    served.index_of("nvidia/pytorch", "25.11-py3")
+    found = resolve_tag(served.registry(), "nvidia/pytorch", "25.11-py3")
+    unset = [f for f in FIELDS if f not in NOT_FROM_THE_REGISTRY and found.get(f) in (None, {}, [])]
+    assert unset == [], (f"FIELDS of _lock.py has {unset}, which resolve_tag in _registry.py never sets: set it "
+                         "there from the registry's answer, or name where it comes from in NOT_FROM_THE_REGISTRY")
+
+
 def test_an_index_without_arm64_and_a_missing_tag_are_refused_saying_what_came_back(served):
     served.index_of("nvidia/pytorch", "amd64-only", platforms=("amd64",))
     with pytest.raises(RegistryError, match=r"no linux/arm64 variant \(the index lists linux/amd64\)"):
