@@ -96,7 +96,10 @@ def host_entry(facts: dict, unreachable: str | None = None, counts: dict | None 
         "advisories": [{"id": a.get("id"), "url": a.get("url"), "matched": list(a.get("matched") or [])}
                        for a in facts.get("spark_verify_advisories") or [] if isinstance(a, dict)],
         "runtime": ({"registered": _true(runtime.get("registered")), "runtimes": runtime.get("runtimes", []),
-                     "toolkit_version": runtime.get("toolkit_version")} if runtime else None),
+                     "toolkit_version": runtime.get("toolkit_version"),
+                     # Docker's own words where it did not answer (not installed, not running): not "NOT registered"
+                     "unanswered": " ".join(str(runtime["unanswered"]).split())[:300] if runtime.get("unanswered")
+                     else None} if runtime else None),
         "images": [{"name": p.get("name"), "ref": p.get("ref"), "tag": p.get("tag"), "source": image_source(p)}
                    for p in facts.get("spark_images_pinned") or []],
         "venv": ({"path": venv.get("path"), "matrix": venv.get("matrix"), "fingerprint": venv.get("fingerprint"),
@@ -284,7 +287,10 @@ def _history_cell(_name: str, entry: dict) -> str:
 
 def _runtime_cell(_name: str, entry: dict) -> str:
     runtime = entry["runtime"]
-    return "-" if runtime is None else ("registered" if runtime["registered"] else "NOT registered")
+    if runtime is None:
+        return "-"
+    return ("registered" if runtime["registered"] else
+            "Docker did not answer" if runtime.get("unanswered") else "NOT registered")
 
 
 def _venv_cell(_name: str, entry: dict) -> str:

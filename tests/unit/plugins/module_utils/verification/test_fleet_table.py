@@ -32,3 +32,17 @@ def test_a_host_row_is_its_columns_cells_by_name():
     assert table.cell("spark-01", ENTRY, "verdict") == "ok"
     assert table.priority(table.COLUMNS)[:4] == ("host", "verdict", "changed", "failed"), (
         "what an Ansible user reads first stays at any width")
+
+
+def test_the_runtime_cell_says_docker_did_not_answer_rather_than_not_registered():
+    """A box whose Docker is not installed or not running: its runtime is unknown, not missing (the GPU suite's
+    H100 had no Docker; the table said NOT registered)."""
+    facts = {"spark_preflight": {"host_class": "not-spark", "simulated": False},
+             "spark_container_runtime_registered": {"registered": False, "runtimes": [],
+                                                    "unanswered": "Cannot connect to the Docker daemon at\n"
+                                                                  "unix:///var/run/docker.sock."}}
+    entry = table.host_entry(facts)
+    assert entry["runtime"]["unanswered"] == "Cannot connect to the Docker daemon at unix:///var/run/docker.sock."
+    assert table.cell("box", entry, "runtime") == "Docker did not answer"
+    facts["spark_container_runtime_registered"] = {"registered": False, "runtimes": ["runc"]}
+    assert table.cell("box", table.host_entry(facts), "runtime") == "NOT registered"
