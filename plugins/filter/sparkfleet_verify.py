@@ -21,6 +21,12 @@ def spark_verification(data: dict) -> dict:
     return verification.judge(data)
 
 
+def spark_refresh_blocker(host: str, runtime: dict) -> str:
+    """refresh --check: why the rollout would fail on the host (module_utils/verification/_verification.py's
+    refresh_blocker), '' where nothing would."""
+    return verification.refresh_blocker(host, runtime) or ""
+
+
 def spark_verification_refreshed(check: dict, state_text: str | None, launchers: list[str]) -> dict:
     """The state a refresh records for a host that passed it: the refresh's check of its images, with its
     interpreters and venv as the state file (its text, read by the preflight facts) had them."""
@@ -92,4 +98,5 @@ class FilterModule:
                 "spark_verification_history": spark_verification_history,
                 "spark_state_unchanged": spark_state_unchanged,
                 "spark_verification_limits": spark_verification_limits,
-                "spark_verification_refreshed": spark_verification_refreshed}
+                "spark_verification_refreshed": spark_verification_refreshed,
+                "spark_refresh_blocker": spark_refresh_blocker}

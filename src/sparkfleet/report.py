@@ -18,6 +18,7 @@ from sparkfleet.collection_home import collection_module
 from sparkfleet.events import Fleet, Host
 
 table = collection_module("verification._fleet_table")
+verification = collection_module("verification._verification")
 
 SCHEMA = "sparkfleet-report/1"
 SCHEMA_FILE = Path(__file__).with_name("report-schema.json")
@@ -64,19 +65,11 @@ def build(fleet: Fleet, meta: dict[str, Any]) -> dict:
 
 
 def refresh_warnings(fleet: Fleet) -> list[str]:
-    """refresh --check: each host on which the rollout would fail, as the check play read it (playbooks/refresh.yml:
-    Docker without the nvidia runtime every new launcher runs with)."""
-    found = []
-    for name, host in sorted(fleet.hosts.items()):
-        runtime = host.facts.get("spark_container_runtime_registered")
-        if host is fleet.controller or not isinstance(runtime, dict) or runtime.get("registered") in (
-                True, "True", "true"):
-            continue
-        lists = ", ".join(map(str, runtime.get("runtimes") or [])) or "none"
-        found.append(f"{name}: Docker does not list the nvidia runtime (it lists {lists}): the refresh would pull the "
-                     f"new digests there, fail the host's check and roll it back. Run sparkfleet provision -l {name} "
-                     "first.")
-    return found
+    """refresh --check: each host on which the rollout would fail, as the check play read it (playbooks/refresh.yml),
+    in the collection's one sentence (_verification.refresh_blocker)."""
+    found = [verification.refresh_blocker(name, host.facts.get("spark_container_runtime_registered"))
+             for name, host in sorted(fleet.hosts.items()) if host is not fleet.controller]
+    return [line for line in found if line]
 
 
 def change_lines(change: dict, check: bool) -> list[str]:

@@ -584,3 +584,19 @@ def test_refresh_check_warns_of_a_host_whose_rollout_would_fail_for_want_of_the_
     assert f"warning: {said[0]}" in " ".join(" ".join(_screen(data, 100)).split())
     applied = report.build(fleet, {**META, "command": "refresh", "playbook": "playbooks/refresh.yml"})
     assert not [w for w in applied["warnings"] if "nvidia runtime" in w], "a real rollout says it as a failure"
+
+
+def test_refresh_check_says_docker_did_not_answer_in_the_plays_own_sentence():
+    """A host whose Docker did not answer at all is not one 'listing none': refresh --check says so, with Docker's
+    words, in the sentence the play says too (the collection's _verification.refresh_blocker, used by the filter
+    spark_refresh_blocker in playbooks/refresh.yml and by the report)."""
+    fleet = replay("refresh-rollback-fleet")
+    fleet.hosts[FLEET[1]].facts["spark_container_runtime_registered"] = {
+        "registered": False, "runtimes": [], "unanswered": "Cannot connect to the Docker daemon at\nunix:///x.sock."}
+    data = report.build(fleet, {**META, "command": "refresh", "playbook": "playbooks/refresh.yml", "check": True})
+    said = [w for w in data["warnings"] if FLEET[1] in w and "Docker" in w]
+    assert said == [f"{FLEET[1]}: Docker did not answer (Cannot connect to the Docker daemon at unix:///x.sock.): "
+                    "the refresh would pull the new digests there, fail the host's check and roll it back. Run "
+                    f"sparkfleet provision -l {FLEET[1]} first."]
+    play = (REPO / "playbooks" / "refresh.yml").read_text()
+    assert "spark_refresh_blocker(spark_container_runtime_registered)" in play

@@ -363,3 +363,17 @@ def refreshed(previous: dict | None, check: dict, launchers: list[str]) -> dict:
     return {**check, "gpu": gpu, "abi": abi, "smoke": smoke, "not_verified": not_verified,
             "venv": previous.get("venv"),
             "verdict": "failed" if failed else ("not verified" if not_verified or not (gpu or abi) else "ok")}
+
+
+def refresh_blocker(host: str, runtime) -> str | None:
+    """refresh --check: why the rollout would fail on this host, as the check play read Docker (its runtimes, or
+    that it did not answer), in the one sentence the play and the CLI's reports say; None where nothing would."""
+    if not isinstance(runtime, dict) or runtime.get("registered") in (True, "True", "true"):
+        return None
+    if runtime.get("unanswered"):
+        why = f"Docker did not answer ({' '.join(str(runtime['unanswered']).split())[:300]})"
+    else:
+        listed = ", ".join(map(str, runtime.get("runtimes") or [])) or "none"
+        why = f"Docker does not list the nvidia runtime (it lists {listed})"
+    return (f"{host}: {why}: the refresh would pull the new digests there, fail the host's check and roll it back. "
+            f"Run sparkfleet provision -l {host} first.")
