@@ -113,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     for command in COMMANDS:
         where = sub
         if len(command.words) == 2:
+            if command.words[0] not in GROUPS:  # the table's own mistake: say where to mend it
+                raise LookupError(f"sparkfleet {' '.join(command.words)} is in the group {command.words[0]!r}, "
+                                  "which has no line in GROUPS of src/sparkfleet/command_table.py: add one (its "
+                                  "line in --help and its description)")
             if command.words[0] not in groups:
                 short, description = GROUPS[command.words[0]]
                 groups[command.words[0]] = sub.add_parser(command.words[0], help=short, description=description) \

@@ -92,7 +92,9 @@ FAULTS = {
 def test_every_check_of_the_list_speaks_for_its_fault_alone_and_in_the_lists_order():
     from ansible_collections.sparkfleet.spark.plugins.module_utils.host._doctor import CHECKS
 
-    assert [check.__name__ for check in CHECKS] == list(FAULTS), "each check has its fault here, in order"
+    missing = [check.__name__ for check in CHECKS if check.__name__ not in FAULTS]
+    assert not missing, f"{missing} in CHECKS have no fault in FAULTS of {__file__}: add one, in CHECKS' order"
+    assert [check.__name__ for check in CHECKS] == list(FAULTS), f"FAULTS of {__file__} in CHECKS' order"
     for check in CHECKS:
         report, platform = healthy(**FAULTS[check.__name__])
         spoke = {c.__name__ for c in CHECKS if c(report, platform, LIMITS)}
