@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "collections"))
 
 # Where generated parts may sit: the users' pages and the modules' documentation.
-FILES = ("README.md", "docs/*.md", "plugins/modules/*.py")
+FILES = ("README.md", "docs/*.md", "roles/*/README.md", "plugins/modules/*.py")
 MD = re.compile(r"^<!-- make docs: (?P<name>[a-z-]+) -->\n(?P<body>.*?)^<!-- end make docs -->$", re.M | re.S)
 YAML = re.compile(r"^(?P<indent> *)# make docs: (?P<name>[a-z-]+)\n(?P<body>.*?)^(?P=indent)# end make docs$",
                   re.M | re.S)
@@ -101,11 +101,22 @@ def commands(kind: str) -> str:
     return "\n".join(["| command | runs | does |", "|---|---|---|", *rows])
 
 
+def lock_fields(kind: str) -> str:
+    """The image lock's fields (_lock.ENTRY_FIELDS), in the order the file is written, each with what it holds."""
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.images import _lock
+
+    if kind == "md":
+        return "\n".join(f"- `{f.name}`: {f.meaning}" for f in _lock.ENTRY_FIELDS)
+    fields = "; ".join(f"`{f.name}`, {f.meaning}" for f in _lock.ENTRY_FIELDS)
+    return f"Each entry holds, in this order - {fields}."
+
+
 PARTS: dict[str, Callable[[str], str]] = {
     "frameworks": frameworks,
     "probe-deadline": probe_deadline,
     "doctor-checks": doctor_checks,
     "commands": commands,
+    "lock-fields": lock_fields,
 }
 
 

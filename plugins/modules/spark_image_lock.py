@@ -17,6 +17,18 @@ description:
     digest did not change keeps its C(resolved_at). Each entry's digests are keyed by platform
     (C(digests), e.g. C(linux/arm64)); a lock written with the earlier C(arm64_digest) is rewritten so,
     which RV(changes) says.
+  # make docs: lock-fields
+  - >-
+    Each entry holds, in this order - C(requested), the reference pin asked for, C(registry/repository:tag), before
+    any mirror; C(registry), the registry the tag was resolved at; C(repository), the repository there; C(tag), the
+    blessed tag locked: the newest that resolved; C(index_digest), the digest of the tag's index (or of its one
+    manifest): what every host pulls; C(digests), each platform's manifest digest, C(linux/arm64: sha256:...);
+    C(media_type), the index's media type, as the registry served it; C(platforms), the platforms the index lists;
+    C(sizes), each platform's download size in bytes, checked against a host's free space before a pull; C(fallback),
+    where an older blessed tag was locked: the tag wanted, the one used and why; C(resolved_at), when the digest was
+    resolved, kept while it does not change; C(derived), each derived image built on this entry: its recipe's hash and
+    its tag.
+  # end make docs
   - A lock file that is not one (a malformed entry, a digest that is not C(sha256:) and 64 hex digits)
     fails naming the file and the entry, and is left untouched; so is a resolution that would not pass
     the plan. In check mode it shows the diff and writes nothing.

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections import namedtuple
 
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _validate as validate
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common._files import atomic_write
@@ -40,9 +41,24 @@ VARIABLE = "spark_images_lock"
 # Where the lock file is in an inventory unless spark_images_lock_file says otherwise (the role's default names the
 # same path; tests/unit/roles/test_role_contracts.py holds them together).
 DEFAULT_FILE = "group_vars/all/spark_images_lock.yml"
-# An entry's fields, in the order the file is written (its diff is the review).
-FIELDS = ("requested", "registry", "repository", "tag", "index_digest", "digests", "media_type", "platforms",
-          "sizes", "fallback", "resolved_at", "derived")
+# An entry's field: its name and what it holds, in words (spark_image_lock's documentation, written by make docs).
+Field = namedtuple("Field", ["name", "meaning"])
+# An entry's fields, in the order the file is written (its diff is the review). To add one: CONTRIBUTING.md.
+ENTRY_FIELDS = (
+    Field("requested", "the reference pin asked for, `registry/repository:tag`, before any mirror"),
+    Field("registry", "the registry the tag was resolved at"),
+    Field("repository", "the repository there"),
+    Field("tag", "the blessed tag locked: the newest that resolved"),
+    Field("index_digest", "the digest of the tag's index (or of its one manifest): what every host pulls"),
+    Field("digests", "each platform's manifest digest, `linux/arm64: sha256:...`"),
+    Field("media_type", "the index's media type, as the registry served it"),
+    Field("platforms", "the platforms the index lists"),
+    Field("sizes", "each platform's download size in bytes, checked against a host's free space before a pull"),
+    Field("fallback", "where an older blessed tag was locked: the tag wanted, the one used and why"),
+    Field("resolved_at", "when the digest was resolved, kept while it does not change"),
+    Field("derived", "each derived image built on this entry: its recipe's hash and its tag"),
+)
+FIELDS = tuple(f.name for f in ENTRY_FIELDS)
 REQUIRED = ("registry", "repository", "index_digest", "digests")
 # Fields of earlier locks, each read as today's digests of one platform.
 LEGACY_DIGESTS = {"arm64_digest": "linux/arm64"}
