@@ -183,7 +183,7 @@ def used() -> set[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 where a part differs")
     args = parser.parse_args()
     if args.check:

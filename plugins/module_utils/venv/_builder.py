@@ -37,7 +37,6 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._indexes imp
     plain_http_refused,
     uv_env,
 )
-from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._matrix_module import start
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_commands import display, hashes_file, pip_steps
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._secrets import redact_url
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._stack_matrix import (
