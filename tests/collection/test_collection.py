@@ -38,8 +38,8 @@ SHIPPED = ["meta/runtime.yml", "playbooks/site.yml", "playbooks/pin.yml", "playb
            "plugins/filter/sparkfleet_images.py",
            "plugins/doc_fragments/sparkfleet_docker.py", "matrix/spark-stack.yml", "matrix/advisories.yml",
            "CHANGELOG.md", "changelogs/changelog.yaml", "README.md"]
-NOT_SHIPPED = ("tests/", "testbed/", "inventory/", "molecule/", "src/", "bench/", "collections/", ".venv/", ".cache/",
-               ".ci/", ".git/", "ansible.cfg", "Makefile", "setup.py", "pyproject.toml")
+NOT_SHIPPED = ("tests/", "testbed/", "tools/", "inventory/", "molecule/", "src/", "bench/", "collections/", ".venv/",
+               ".cache/", ".ci/", ".git/", "ansible.cfg", "Makefile", "setup.py", "pyproject.toml")
 
 
 def _run(*argv: str | Path, cwd: Path, **env: str) -> subprocess.CompletedProcess:
