@@ -74,6 +74,13 @@ def units(sparkfleet: Path, inventory: Path, textfile_dir: Path, state_dir: Path
     writable = [str(textfile_dir), str(state_dir)]
     if inventory.is_dir():
         writable.append(f"-{inventory / '.sparkfleet'}")  # the run lock and the hosts' records ("-": may be missing)
+    # PrivateTmp= gives the service a /tmp (and /var/tmp) of its own: what lies there is hidden from it, the
+    # sparkfleet it runs too (a checkout or venv under /tmp: "Unable to locate executable"), and what it writes there
+    # is lost. Left off only where a path the service needs is there, and said in the unit.
+    hidden = [str(p) for p in (sparkfleet, inventory, textfile_dir, state_dir)
+              if any(str(p) == tmp or str(p).startswith(tmp + "/") for tmp in ("/tmp", "/var/tmp"))]
+    private_tmp = ("PrivateTmp=yes" if not hidden else
+                   f"# PrivateTmp= left off: it would hide {', '.join(hidden)} from the service")
     service = f"""[Unit]
 Description=sparkfleet watch: verify the fleet (read-only) and write its metrics for node_exporter
 Wants=network-online.target
@@ -86,7 +93,7 @@ ExecStart={sparkfleet} watch run -i {inventory} --textfile-dir {textfile_dir} --
 Environment=ANSIBLE_LOCAL_TEMP={state_dir}/ansible-tmp ANSIBLE_SSH_CONTROL_PATH_DIR={state_dir}/ssh NO_COLOR=1
 ProtectSystem=strict
 ReadWritePaths={' '.join(writable)}
-PrivateTmp=yes
+{private_tmp}
 NoNewPrivileges=yes
 ProtectKernelTunables=yes
 ProtectKernelModules=yes

@@ -51,7 +51,12 @@ def test_install_writes_units_systemd_accepts_with_the_hardening_and_refuses_wha
     service = (units / "sparkfleet-watch.service").read_text()
     timer = (units / "sparkfleet-watch.timer").read_text()
     assert f"ExecStart={BIN / 'sparkfleet'} watch run -i {place / 'inv'} --textfile-dir {place / 'tf'}" in service
-    for line in ("Type=oneshot", "ProtectSystem=strict", "PrivateTmp=yes", "NoNewPrivileges=yes",
+    # PrivateTmp= hides /tmp from the service: left off, and said, where what it runs or writes lies there
+    hidden = [str(p) for p in (BIN / "sparkfleet", place / "inv", place / "tf", place / "state")
+              if str(p).startswith(("/tmp/", "/var/tmp/"))]
+    private_tmp = f"# PrivateTmp= left off: it would hide {', '.join(hidden)} from the service" if hidden else \
+        "PrivateTmp=yes"
+    for line in ("Type=oneshot", "ProtectSystem=strict", private_tmp, "NoNewPrivileges=yes",
                  f"ReadWritePaths={place / 'tf'} {place / 'state'} -{place / 'inv' / '.sparkfleet'}"):
         assert line in service.splitlines(), line
     assert "OnUnitActiveSec=15min" in timer.splitlines() and "WantedBy=timers.target" in timer
@@ -154,3 +159,19 @@ def _watch_under_systemd(name: str) -> None:
     removed = inside(f"{sparkfleet} watch remove --textfile-dir {textfiles}")
     assert removed.returncode == 0 and "/etc/systemd/system/sparkfleet-watch.timer" in removed.stdout
     assert inside("systemctl is-enabled sparkfleet-watch.timer").stdout.strip() in ("", "not-found")
+
+
+def test_a_sparkfleet_under_tmp_keeps_its_tmp_for_the_service():
+    """A checkout or venv under /tmp (a clean clone there): PrivateTmp=yes hid the sparkfleet the service runs
+    ("Unable to locate executable", status 203/EXEC under the real systemd). Elsewhere the sandbox keeps it."""
+    from pathlib import Path
+
+    from sparkfleet import watch
+
+    away = watch.units(Path("/opt/sf/.venv/bin/sparkfleet"), Path("/srv/inv"), Path("/var/lib/tf"),
+                       Path("/var/lib/sfw"), "15min")["sparkfleet-watch.service"]
+    assert "PrivateTmp=yes" in away.splitlines()
+    under = watch.units(Path("/tmp/clone/.venv/bin/sparkfleet"), Path("/srv/inv"), Path("/var/lib/tf"),
+                        Path("/var/tmp/sfw"), "15min")["sparkfleet-watch.service"]
+    assert "PrivateTmp=yes" not in under and ("# PrivateTmp= left off: it would hide /tmp/clone/.venv/bin/sparkfleet, "
+                                              "/var/tmp/sfw from the service") in under.splitlines()
