@@ -38,7 +38,6 @@ class Host:
     unreachable: str | None = None
     last_task: str | None = None
     finished_tasks: int = 0
-    rescued_failure: str | None = None
     # play -> the batch (1, 2, ...) of a serial play in which this host first had a result
     batches: dict[str, int] = field(default_factory=dict)
     # Each task that changed (or, in check mode, would change) the host: {"task", "diff", "path"}, the diff as text
