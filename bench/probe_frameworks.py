@@ -24,8 +24,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PROBE = (REPO / "plugins" / "module_utils" / "verification" / "_program_gpu_probe.py").read_text()
-SMOKE = (REPO / "plugins" / "module_utils" / "verification" / "_program_smoke.py").read_text()
+# module_utils as the collection sparkfleet.spark (collections/ansible_collections/sparkfleet/spark links here): the
+# programs as the modules send them.
+sys.path.insert(0, str(REPO / "collections"))
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import PROBE  # noqa: E402
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._smoke import SMOKE  # noqa: E402
+
 RUNS = 5
 
 

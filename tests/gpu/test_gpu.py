@@ -21,7 +21,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "collections"))
-from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe  # noqa: E402
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import (  # noqa: E402
+    _program_gpu_probe,
+    _program_probe_base,
+    _program_probe_frameworks,
+)
 
 # The box's Python with its frameworks (torch cu130, jax-cuda13, ...): the one under test.
 PYTHON = os.environ.get("SPARKFLEET_GPU_PYTHON") or shutil.which("python3") or sys.executable
@@ -67,7 +71,7 @@ def cpu_builds() -> dict[str, str]:
     import re
     names = [re.sub(r"[-_.]+", "-", d.split(" ", 1)[0]).lower() for d in json.loads(listing.stdout)]
     found = {}
-    for framework in _program_gpu_probe.FRAMEWORKS:
+    for framework in _program_probe_frameworks.FRAMEWORKS:
         dists = [n for n in names if re.match(framework.pattern, n)]
         sentence = framework.probe and dists and _program_gpu_probe.cpu_build(framework.name, dists)
         if sentence:
@@ -113,7 +117,7 @@ def test_verify_says_true_13_and_every_framework_installed_is_ok_with_its_value(
         assert (results[name]["verdict"], results[name]["cause"]) == ("failed", "cpu build"), results[name]
         assert results[name]["fix"].startswith(sentence), results[name]
     assert_only_expected_failures(proc, verification, cpu_only)
-    probed = {f.name for f in _program_gpu_probe.FRAMEWORKS if f.probe}
+    probed = {f.name for f in _program_probe_frameworks.FRAMEWORKS if f.probe}
     installed = probed & set(results) - set(cpu_only)
     assert installed, "run.sh carries the table's frameworks: none was found"
     for name in sorted(installed):
@@ -124,12 +128,13 @@ def test_verify_says_true_13_and_every_framework_installed_is_ok_with_its_value(
         assert result["verdict"] == "ok", result
         challenge = result["challenge"]  # this run's input, drawn by the module
         if name == "bitsandbytes":
-            lr = _program_gpu_probe.bnb_lr(challenge)
-            assert _program_gpu_probe.BNB_MOVE[0] * lr <= result["moved"] <= _program_gpu_probe.BNB_MOVE[1] * lr
-            expected = _program_gpu_probe.bnb_answer(challenge)
-            assert abs(result["value"] - expected) <= abs(expected) * _program_gpu_probe.BNB_SPREAD, result
+            lr = _program_probe_base.bnb_lr(challenge)
+            low, high = _program_probe_frameworks.BNB_MOVE
+            assert low * lr <= result["moved"] <= high * lr
+            expected = _program_probe_base.bnb_answer(challenge)
+            assert abs(result["value"] - expected) <= abs(expected) * _program_probe_base.BNB_SPREAD, result
         else:
-            assert result["value"] == _program_gpu_probe.squares(challenge), result
+            assert result["value"] == _program_probe_base.squares(challenge), result
     if "jax" in installed and "peak_bytes" in results["jax"]:
         assert results["jax"]["peak_bytes"] < 2 ** 30, "jax ran without preallocating the GPU's memory"
 

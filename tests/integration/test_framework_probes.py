@@ -23,7 +23,12 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import (
+    _gpu_probe,
+    _program_gpu_probe,
+    _program_probe_base,
+    _program_probe_frameworks,
+)
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import (
     framework_line,
     frameworks_probed,
@@ -86,7 +91,7 @@ CASES = {
     "bitsandbytes": ("torch", "device", "torch sees no GPU, so bitsandbytes' optimizer would run on the CPU",
                      "fix torch's GPU line first"),
 }
-PROBED = sorted(f.name for f in _program_gpu_probe.FRAMEWORKS if f.probe)
+PROBED = sorted(f.name for f in _program_probe_frameworks.FRAMEWORKS if f.probe)
 
 
 def case_holds(name: str, result: dict) -> None:
@@ -160,7 +165,7 @@ ON_CPU = {
 NO_CPU_PATH = {"cupy", "cuda-python", "bitsandbytes"}
 _SWITCH = "\nON_CPU = False\n"
 # This test run's input to the probes (the module draws one per run as well).
-CHALLENGE = random.SystemRandom().randint(1, _program_gpu_probe.CHALLENGE_MAX)
+CHALLENGE = random.SystemRandom().randint(1, _program_probe_base.CHALLENGE_MAX)
 
 
 def cpu_exercise(env, name: str) -> dict:
@@ -189,7 +194,7 @@ def test_each_probe_s_own_model_kernel_or_session_computes_its_value_on_the_cpu(
     kind, variables = ON_CPU[name]
     path, environment = venv_of(venvs, kind)
     probed = cpu_exercise((path, {**environment, **variables}), name)
-    assert (probed.get("verdict"), probed.get("value")) == ("cpu exercise", _program_gpu_probe.squares(CHALLENGE)), \
+    assert (probed.get("verdict"), probed.get("value")) == ("cpu exercise", _program_probe_base.squares(CHALLENGE)), \
         probed
     judged = frameworks_probed({"framework:" + name: probed}, CHALLENGE)
     assert "never a verification" in framework_line(judged["results"][0])
@@ -205,9 +210,8 @@ def test_the_probe_reads_no_switch_of_the_cpu_exercise_from_a_host():
 
 
 def inspect_source() -> str:
-    import inspect
 
-    return inspect.getsource(_program_gpu_probe)
+    return _gpu_probe.SOURCE
 
 
 @pytest.mark.parametrize(("variables", "names"), [
@@ -240,9 +244,8 @@ def test_without_frameworks_they_are_listed_not_probed(venvs):
 
 def _stubbed(name: str) -> str:
     """The probe program with `name`'s probe replaced by one that reports success without work."""
-    import inspect
 
-    source = inspect.getsource(_program_gpu_probe)
+    source = _gpu_probe.SOURCE
     answer = "bnb_answer(CHALLENGE)" if name == "bitsandbytes" else "squares(CHALLENGE)"  # the right one, not done
     stub = (f"\nFRAMEWORKS = tuple(f._replace(probe=lambda: {{'value': {answer}}}) if f.name == {name!r} else f\n"
             f"                   for f in FRAMEWORKS)\n")
@@ -277,9 +280,8 @@ def test_the_probe_s_model_is_a_valid_onnx_model_that_onnxruntime_runs(venvs):
         "s = onnxruntime.InferenceSession(g['onnx_square_model'](), providers=['CPUExecutionProvider'])\n"
         "(y,) = s.run(None, {'x': numpy.arange(1, 65, dtype=numpy.float32)})\n"
         "print(json.dumps({'ir': model.ir_version, 'opset': model.opset_import[0].version, 'sum': float(y.sum())}))\n")
-    import inspect
 
-    proc = subprocess.run([str(path / "bin" / "python"), "-c", program], input=inspect.getsource(_program_gpu_probe),
+    proc = subprocess.run([str(path / "bin" / "python"), "-c", program], input=_gpu_probe.SOURCE,
                           capture_output=True, text=True, check=False, cwd="/")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.splitlines()[-1]) == {"ir": 7, "opset": 13, "sum": 89440.0}

@@ -149,6 +149,18 @@ def test_each_module_has_a_test_file_of_its_name():
         assert f"test_{module}" not in named, f"{module} has its own test file now: remove it from TESTED_IN"
 
 
+# The longest a source file of plugins/ or src/ may grow (issue 61): past it, split it by concern, as the GPU probe
+# program was (three parts joined, _gpu_probe.PARTS) and spark_venv's builder (module_utils/venv/_builder.py).
+MOST_LINES = 500
+
+
+def test_no_source_file_of_plugins_or_src_is_over_its_most_lines():
+    found = {str(path.relative_to(REPO)): len(path.read_text().splitlines())
+             for folder in ("plugins", "src") for path in (REPO / folder).rglob("*.py")}
+    over = {path: lines for path, lines in sorted(found.items()) if lines > MOST_LINES}
+    assert over == {}, f"over {MOST_LINES} lines: {over}: split each by concern (CONTRIBUTING.md, the tree's map)"
+
+
 def test_the_files_run_longest_first_exist_and_make_test_keeps_their_order():
     """A file renamed out of conftest.LONGEST_FIRST would start wherever xdist puts it: the fleet last, alone."""
     missing = [path for path in LONGEST_FIRST if not (REPO / path).is_file()]

@@ -2,9 +2,9 @@
 # Apache License 2.0
 """The GPU probe and the ordered diagnosis behind spark_gpu_verify.
 
-PROBE is the self-contained program _program_gpu_probe.py, run by the interpreter under test
-(on the host, or inside a container started with the container-workflow
-flags). It prints one JSON object per line as it goes -- the environment
+PROBE is the self-contained program (the three _program_*probe*.py files
+joined), run by the interpreter under test (on the host, or inside a container
+started with the container-workflow flags). It prints one JSON object per line as it goes -- the environment
 evidence first, then what torch says -- so a probe that hangs in torch still
 leaves the evidence behind. diagnose() turns those lines into a verdict,
 walking the user's hypotheses in their order.
@@ -17,21 +17,29 @@ import json
 import re
 import signal
 
-from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
+from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import (
+    _program_gpu_probe,
+    _program_probe_base,
+    _program_probe_frameworks,
+)
 from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._cuda_majors import (
     SONAME_TABLE,
     cuda_link,
     name_major,
 )
 
-# The program itself is _program_gpu_probe.py; this is what the interpreter under test reads on stdin: its source,
-# kept for the process each framework runs in.
-PROBE = _program_gpu_probe.wrapper(inspect.getsource(_program_gpu_probe))
+# The program's parts in their order: SOURCE joins them, leaving out each part's import of the earlier parts' names
+# (between its two marker lines: in one namespace they are defined already). PROBE is what the interpreter under test
+# reads on stdin: SOURCE, kept for the process each framework runs in.
+PARTS = (_program_probe_base, _program_probe_frameworks, _program_gpu_probe)
+_PARTS_IMPORT = re.compile(r"^# program parts: begin\n.*?^# program parts: end\n", re.M | re.S)
+SOURCE = "\n\n".join(_PARTS_IMPORT.sub("", inspect.getsource(part)) for part in PARTS)
+PROBE = _program_gpu_probe.wrapper(SOURCE)
 # Seconds of the module's timeout kept back from the program's own bound on its frameworks (starting the
 # interpreter or the container, torch's part, reading the result).
 MARGIN_SECONDS = 20
-_INSTALL = {f.name: f.fix for f in _program_gpu_probe.FRAMEWORKS}
-_MODULES = {f.name: f.module for f in _program_gpu_probe.FRAMEWORKS}
+_INSTALL = {f.name: f.fix for f in _program_probe_frameworks.FRAMEWORKS}
+_MODULES = {f.name: f.module for f in _program_probe_frameworks.FRAMEWORKS}
 _MISSING = re.compile(r"(lib[A-Za-z0-9_+-]+\.so(?:\.\d+)*): cannot open shared object file")
 
 RUNTIME_FLAGS = "runtime/flags"
@@ -45,7 +53,7 @@ FRAMEWORK = "a GPU framework failed"
 UNKNOWN = "unexplained"
 
 
-# The verdict of a probe run as the tests' CPU exercise (_program_gpu_probe.ON_CPU, which nothing on a host sets):
+# The verdict of a probe run as the tests' CPU exercise (_program_probe_base.ON_CPU, which nothing on a host sets):
 # never verified, whatever it computed - a host whose probe says it fails, naming it.
 CPU_EXERCISE = "cpu exercise"
 CPU_EXERCISE_SAID = ("a CPU exercise, the tests' own run of the probe without a GPU, which is never a verification "
@@ -188,7 +196,7 @@ def framework_advice(result: dict, expected_cuda_major: int = 13) -> str | None:
                     f"(pip check lists what each package needs and lacks)")
         return install
     if cause == "ptxas":
-        return (f"set TRITON_PTXAS_PATH={_program_gpu_probe.SYSTEM_PTXAS} (the CUDA {expected_cuda_major} ptxas, "
+        return (f"set TRITON_PTXAS_PATH={_program_probe_base.SYSTEM_PTXAS} (the CUDA {expected_cuda_major} ptxas, "
                 f"which knows sm_121) and retry")
     if stage == "device":
         built = [d for d in result.get("distributions") or [] if name_major(*(d.partition(" ")[::2]))]
@@ -211,20 +219,20 @@ def answer_problem(result: dict, challenge: int) -> str | None:
     """Why a result that says it worked did not answer this run's challenge (None: it did)."""
     value = result.get("value")
     if result.get("name") == "bitsandbytes":
-        expected = _program_gpu_probe.bnb_answer(challenge)
-        spread = abs(expected) * _program_gpu_probe.BNB_SPREAD
+        expected = _program_probe_base.bnb_answer(challenge)
+        spread = abs(expected) * _program_probe_base.BNB_SPREAD
         what = (f"the sum of its Adam8bit step's moves at this run's learning rate "
-                f"{_program_gpu_probe.bnb_lr(challenge)} and gradient ({expected:.4g} within {spread:.3g})")
+                f"{_program_probe_base.bnb_lr(challenge)} and gradient ({expected:.4g} within {spread:.3g})")
     else:
-        expected, spread = _program_gpu_probe.squares(challenge), 0.0
+        expected, spread = _program_probe_base.squares(challenge), 0.0
         what = f"the squares of this run's input {challenge + 1} .. {challenge + 64}, summed ({expected!r})"
     if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value - expected) <= spread:
         return None
     return f"it answered {value!r} where the work gives {what}: the probe did not do the work it reports"
 
 
-CHALLENGE_MAX = _program_gpu_probe.CHALLENGE_MAX
-_ANSWERING = {f.name for f in _program_gpu_probe.FRAMEWORKS if f.probe}
+CHALLENGE_MAX = _program_probe_base.CHALLENGE_MAX
+_ANSWERING = {f.name for f in _program_probe_frameworks.FRAMEWORKS if f.probe}
 
 
 def frameworks_probed(probe: dict[str, dict], challenge: int | None = None) -> dict:

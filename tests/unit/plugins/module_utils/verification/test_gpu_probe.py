@@ -205,14 +205,16 @@ _STUBS = {
 
 
 def _stubbed_run(name: str, stub: str, challenge: int) -> dict:
-    import inspect
     import json
     import subprocess
     import sys
 
-    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import (
+    _gpu_probe,
+    _program_gpu_probe,
+)
 
-    source = inspect.getsource(_program_gpu_probe)
+    source = _gpu_probe.SOURCE
     swap = (f"\nFRAMEWORKS = tuple(f._replace(module='json', probe=lambda: {stub}) if f.name == {name!r} else f"
             f" for f in FRAMEWORKS)\n")
     head, tail = source.split('\nif __name__ == "__main__":', 1)
@@ -229,11 +231,14 @@ def _stubbed_run(name: str, stub: str, challenge: int) -> dict:
 def test_a_probe_that_does_not_do_its_work_fails_whatever_it_reports(stub):
     import random
 
-    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import (
+    _program_probe_base,
+    _program_probe_frameworks,
+)
     from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import frameworks_probed
 
-    challenge = random.SystemRandom().randint(1, _program_gpu_probe.CHALLENGE_MAX)
-    probed = [f.name for f in _program_gpu_probe.FRAMEWORKS if f.probe]
+    challenge = random.SystemRandom().randint(1, _program_probe_base.CHALLENGE_MAX)
+    probed = [f.name for f in _program_probe_frameworks.FRAMEWORKS if f.probe]
     assert len(probed) >= 7, probed
     for name in probed:
         said = _stubbed_run(name, _STUBS[stub], challenge)
@@ -248,27 +253,31 @@ def test_the_real_work_answers_every_challenge_exactly():
     """The answers are exact in float32 for every challenge the module draws (a GPU's sum is not rounded away)."""
     import struct
 
-    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import (
+    _program_probe_base,
+)
 
-    for k in range(1, _program_gpu_probe.CHALLENGE_MAX + 1):
+    for k in range(1, _program_probe_base.CHALLENGE_MAX + 1):
         total = 0.0
         for i in range(1, 65):
             total = struct.unpack("f", struct.pack("f", total + (i + k) * (i + k)))[0]
-        assert total == _program_gpu_probe.squares(k), k
+        assert total == _program_probe_base.squares(k), k
 
 
 def test_a_framework_whose_child_leaves_its_session_is_killed_whole_at_its_deadline(tmp_path):
     """Issue 57, item 6: a framework that starts `setsid sleep` before it hangs was reported at stage start with no
     stderr, ran past its deadline, and left the child running. The real probe program, one framework's work
     replaced by that hang (its import made to succeed), its deadline 4 s."""
-    import inspect
     import json
     import os
     import subprocess
     import sys
     import time
 
-    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import (
+    _gpu_probe,
+    _program_gpu_probe,
+)
     from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import (
         frameworks_probed,
         parse_probe_output,
@@ -282,7 +291,7 @@ def test_a_framework_whose_child_leaves_its_session_is_killed_whole_at_its_deadl
             f" for f in FRAMEWORKS)\n"
             f"installed_frameworks = lambda: [{{'framework': 'jax', 'distributions': ['jax 0.10.2']}}]\n"
             f"FRAMEWORK_SECONDS = 4\n")
-    source = inspect.getsource(_program_gpu_probe)
+    source = _gpu_probe.SOURCE
     head, tail = source.split('\nif __name__ == "__main__":', 1)
     started = time.monotonic()
     run = subprocess.run([sys.executable, "-", "--frameworks", "--seconds", "60", "--challenge", "7"],
@@ -327,3 +336,34 @@ def test_a_release_that_calls_what_numpy_removed_is_named_with_the_numpy_it_met(
     assert framework_advice({**result, "distributions": ["numba-cuda 0.30.4"]}).startswith(
         'numba-cuda 0.30.4 calls numpy.row_stack, which numpy 2.5.2 here no longer has: install the numpy it was '
         'released for (pip install "numpy<2.5")')
+
+
+def test_the_probe_program_is_its_parts_joined_each_name_defined_once_and_no_part_imports_another():
+    """The program is three files sent as one source (_gpu_probe.SOURCE): each later part's import of the earlier
+    parts' names is left out of it (on the interpreter under test no sparkfleet is importable), so a name defined
+    in two parts would silently take the later one's meaning, and a name a part imports that an earlier part does
+    not define would fail only on a host."""
+    import ast
+    import inspect
+
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _gpu_probe
+
+    assert "ansible_collections" not in _gpu_probe.SOURCE and "program parts" not in _gpu_probe.SOURCE
+    defined_by = {}
+    for part in _gpu_probe.PARTS:
+        tree = ast.parse(inspect.getsource(part))
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ansible_collections"):
+                earlier = node.module.rsplit(".", 1)[1]
+                for alias in node.names:
+                    assert defined_by.get(alias.name) == earlier, \
+                        f"{part.__name__} imports {alias.name} from {earlier}, which does not define it"
+                continue
+            names = [t.id for n in ([node] if isinstance(node, (ast.Assign, ast.AnnAssign)) else [])
+                     for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)]
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names = [node.name]
+            for name in names:
+                here = part.__name__.rsplit(".", 1)[1]
+                assert defined_by.setdefault(name, here) == here, f"{name} is defined in {defined_by[name]} and {here}"
+    assert {"FRAMEWORKS", "main", "squares", "emit"} <= set(defined_by)
