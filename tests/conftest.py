@@ -186,6 +186,20 @@ def run_module(module: str, args: dict, *flags: str, **env: str) -> dict:
     return result
 
 
+# What spark_image_pull takes of one image (an entry of its option images); the rest holds for every image.
+PULL_ENTRY = ("repository", "digest", "platforms", "size", "local_blessed")
+
+
+def pull_one(args: dict, *flags: str) -> dict:
+    """spark_image_pull of one image, as an entry of `images` (the module's one input shape; its single-image options
+    are deprecated): the whole result with that entry's fields beside it (ref, pulled, repo_digests, msg)."""
+    entry = {"name": "img", **{k: v for k, v in args.items() if k in PULL_ENTRY}}
+    result = run_module("spark_image_pull", {**{k: v for k, v in args.items() if k not in PULL_ENTRY},
+                                             "images": [entry]}, *flags)
+    (image,) = result.get("images") or [{}]
+    return {**result, **{k: v for k, v in image.items() if k != "failed"}}
+
+
 def record(report_dir: Path, fixture: str) -> None:
     """SPARKFLEET_RECORD_EVENTS=1: a real run's events become tests/fixtures/events/<fixture>, trimmed (trim.py),
     for the CLI's tests to replay."""

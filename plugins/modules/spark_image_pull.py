@@ -10,8 +10,10 @@ DOCUMENTATION = r"""
 module: spark_image_pull
 short_description: Pull images by digest for the host's platform, only those it does not have, and verify them
 description:
-  - One image (O(repository), O(digest)) or all of a host's (O(images)) in one module call, so a converged host
-    asks Docker once per image within a single call, not one module call per image.
+  - All of a host's images (O(images)) in one module call, so a converged host asks Docker once per image within a
+    single call, not one module call per image.
+  - The single-image options (O(repository), O(digest), O(platforms), O(size), O(local_blessed)) are deprecated
+    (removed in 1.0.0); they run as O(images) of one entry, their result also at the top level.
   - Looks the digest up in the local engine first; a host that has it pulls
     nothing (C(changed=false), no byte fetched).
   - Otherwise runs C(docker pull --platform linux/arm64 REPO@DIGEST) and then
@@ -42,10 +44,12 @@ options:
     type: list
     elements: dict
   repository:
-    description: The image's name as locked, e.g. C(nvcr.io/nvidia/pytorch), or its mirror's.
+    description:
+      - Deprecated (removed in 1.0.0; give O(images) one entry with C(repository)). The image's name as locked, e.g.
+        C(nvcr.io/nvidia/pytorch), or its mirror's.
     type: str
   digest:
-    description: The locked index digest.
+    description: Deprecated (removed in 1.0.0; C(digest) of an entry of O(images)). The locked index digest.
     type: str
   platform:
     description: The platform to pull (the host's own; C(linux/arm64) on a Spark).
@@ -53,14 +57,15 @@ options:
     default: linux/arm64
   platforms:
     description:
+      - Deprecated (removed in 1.0.0; C(platforms) of an entry of O(images)).
       - The platforms the locked index offers (the lock's C(platforms)). When given and O(platform) is not
         among them, nothing is pulled and the module fails, since Docker would otherwise fall back to another
         platform's image and run it under emulation, or not at all.
     type: list
     elements: str
-    default: []
   size:
     description:
+      - Deprecated (removed in 1.0.0; C(size) of an entry of O(images)).
       - Bytes the image is for O(platform) in the registry (config and compressed layers, the lock's C(sizes)).
         When given, the free space on Docker's data root is checked before pulling; an image that would not fit
         is refused, nothing pulled.
@@ -72,6 +77,7 @@ options:
     default: 0
   local_blessed:
     description:
+      - Deprecated (removed in 1.0.0; C(local_blessed) of an entry of O(images)).
       - Blessed tags (C(REPO:TAG), newest first) to use when the pull fails, because the registry cannot be
         reached or no longer has the locked digest, and the host already has one of them for O(platform) (a
         local blessed tag).
@@ -80,7 +86,6 @@ options:
       - C(local_fallback), its old name, is a deprecated alias (removed in 1.0.0).
     type: list
     elements: str
-    default: []
     aliases: [local_fallback]
     version_added: 0.2.0
   docker_data_root:
@@ -121,8 +126,11 @@ attributes:
 EXAMPLES = r"""
 - name: Pull the pinned NGC image
   sparkfleet.spark.spark_image_pull:
-    repository: nvcr.io/nvidia/pytorch
-    digest: "{{ spark_images_lock.ngc.index_digest }}"
+    images:
+      - name: ngc
+        repository: nvcr.io/nvidia/pytorch
+        digest: "{{ spark_images_lock.ngc.index_digest }}"
+        platforms: "{{ spark_images_lock.ngc.platforms }}"
 """
 
 RETURN = r"""
@@ -131,36 +139,39 @@ images:
     C(present_before) (the host had the locked digest before this call; in check mode, whether it has it now),
     C(local_blessed) when used (and C(local_fallback), its deprecated old key, until 1.0.0), and C(failed) and
     C(msg) for one that failed.
-  returned: with O(images)
+  returned: always
   type: list
   elements: dict
 pinned:
   description:
     - With O(images), what the host runs (module_utils/images/_pinned.py's record), one per image pulled or present, in
       order; an image that failed has none. The role keeps it in C(spark_images_pinned).
-  returned: with O(images)
+  returned: always
   type: list
   elements: dict
 ref:
-  description: What the host runs, C(REPO@DIGEST).
+  description: Deprecated (removed in 1.0.0, with O(repository)); the entry's C(ref) in RV(images). What the host runs,
+    C(REPO@DIGEST).
   returned: success, with O(repository)
   type: str
 pulled:
-  description: Whether the image was pulled in this run.
-  returned: success
+  description: Deprecated (removed in 1.0.0, with O(repository)); the entry's C(pulled). Whether the image was pulled.
+  returned: success, with O(repository)
   type: bool
 local_blessed:
-  description: When a blessed tag already on the host was used instead, C(wanted), C(used), C(image_id) and C(reason).
-  returned: when used
+  description: Deprecated (removed in 1.0.0, with O(repository)); the entry's C(local_blessed). When a blessed tag
+    already on the host was used instead, C(wanted), C(used), C(image_id) and C(reason).
+  returned: when used, with O(repository)
   type: dict
   version_added: 0.2.0
 local_fallback:
   description: Deprecated, the same as RV(local_blessed) (removed in 1.0.0).
-  returned: when used
+  returned: when used, with O(repository)
   type: dict
 repo_digests:
-  description: The image's RepoDigests after the run.
-  returned: success
+  description: Deprecated (removed in 1.0.0, with O(repository)); the entry's C(repo_digests). The image's RepoDigests
+    after the run.
+  returned: success, with O(repository)
   type: list
   elements: str
 """
@@ -332,20 +343,23 @@ class Puller:
 
 
 NAME = "spark_image_pull"
+# The single-image options: deprecated, removed in 1.0.0 (one input shape: images).
+SINGLE_REMOVED = {"removed_in_version": "1.0.0", "removed_from_collection": "sparkfleet.spark"}
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "images": {"type": "list", "elements": "dict"},
-            "repository": {"type": "str"},
-            "digest": {"type": "str"},
+            # The single-image form, deprecated: one entry of images, its result also at the top level.
+            "repository": {"type": "str", **SINGLE_REMOVED},
+            "digest": {"type": "str", **SINGLE_REMOVED},
             "platform": {"type": "str", "default": "linux/arm64"},
-            "platforms": {"type": "list", "elements": "str", "default": []},
-            "local_blessed": {"type": "list", "elements": "str", "default": [], "aliases": ["local_fallback"],
+            "platforms": {"type": "list", "elements": "str", **SINGLE_REMOVED},
+            "local_blessed": {"type": "list", "elements": "str", "aliases": ["local_fallback"], **SINGLE_REMOVED,
                               "deprecated_aliases": [{"name": "local_fallback", "version": "1.0.0",
                                                       "collection_name": "sparkfleet.spark"}]},
-            "size": {"type": "int"},
+            "size": {"type": "int", **SINGLE_REMOVED},
             "headroom_bytes": {"type": "int", "default": 0},
             "record": {"type": "path", "default": "/var/lib/sparkfleet/pulled-images.json"},
             "docker_config": {"type": "path"},
@@ -363,22 +377,18 @@ def main() -> None:
     if not module.check_mode:
         converged.forget(NAME, module.params["converged_key"])
     puller = Puller(module)
-    if params["images"] is None:  # one image, its result at the top level
-        try:
-            result = puller.pull({"repository": params["repository"], "digest": params["digest"],
-                                  "platforms": params["platforms"], "size": params["size"],
-                                  "local_blessed": params["local_blessed"]})
-        except PullFailed as exc:
-            module.fail_json(msg=exc.msg, **exc.extra)
-        module.exit_json(**result)
+    single = params["images"] is None  # the deprecated single-image form: one entry of images
+    images = params["images"] if not single else [
+        {"repository": params["repository"], "digest": params["digest"], "platforms": params["platforms"] or [],
+         "size": params["size"], "local_blessed": params["local_blessed"] or []}]
     results, failed, records = [], [], []
-    for image in params["images"]:
+    for image in images:
         try:
             entry = puller.pull(image)
             records.append(pinned(image, entry))
         except PullFailed as exc:
             entry = {"failed": True, "msg": exc.msg, **{k: v for k, v in exc.extra.items() if k in ("rc", "cmd")}}
-            failed.append(f"{image.get('name') or image.get('repository')}: {exc.msg}" if len(params["images"]) > 1
+            failed.append(f"{image.get('name') or image.get('repository')}: {exc.msg}" if len(images) > 1
                           else exc.msg)
         results.append({"name": image.get("name"), **entry})
     changed = any(entry.get("changed") for entry in results)
@@ -386,8 +396,10 @@ def main() -> None:
         if not entry.get("failed"):  # whether the host had the image before this call (check mode: has it now)
             entry["present_before"] = not entry.get("changed") or bool(entry.get("local_blessed"))
         entry.pop("changed", None)
+    # The deprecated single-image form's result: its one entry at the top level too (until 1.0.0).
+    top = {k: v for k, v in results[0].items() if k not in ("name", "failed", "msg")} if single else {}
     if failed:
-        module.fail_json(msg="; ".join(failed), changed=changed, images=results, pinned=records)
+        module.fail_json(msg="; ".join(failed), changed=changed, images=results, pinned=records, **top)
     # The one file Docker rewrites on every pull, tag and removal, for the store the engine says it uses (a glob of
     # image/*/ took a stale overlay2 file on a host moved to the containerd image store, and skipped the pull).
     watched = docker_api.store_file(params["docker_data_root"], params["docker_image_store"])
@@ -399,7 +411,7 @@ def main() -> None:
         converged.remember(NAME, params["converged_key"], store,
                            {"changed": False, "pinned": records,
                             "images": [{**entry, "pulled": False, "present_before": True} for entry in results]})
-    module.exit_json(changed=changed, images=results, pinned=records)
+    module.exit_json(changed=changed, images=results, pinned=records, **top)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import pytest
 from oci_push import push
 from registries import Registry, free_port
 
-from conftest import run_module
+from conftest import pull_one
 
 pytestmark = pytest.mark.testbed
 HOSTS = 3
@@ -49,8 +49,8 @@ def test_n_hosts_through_the_mirror_fetch_each_layer_from_upstream_once(upstream
         for host in range(HOSTS):
             subprocess.run(["docker", "image", "rm", "-f", f"{repository}@{pushed['digest']}"], capture_output=True,
                            check=False)
-            result = run_module("spark_image_pull", {"repository": repository, "digest": pushed["digest"],
-                                                     "record": str(tmp_path / "pulled-images.json")})
+            result = pull_one({"repository": repository, "digest": pushed["digest"],
+                               "record": str(tmp_path / "pulled-images.json")})
             assert not result["failed"], result.get("msg")
             assert result["pulled"] is True, f"host {host} pulled nothing"
             assert result["ref"] == f"{repository}@{pushed['digest']}"

@@ -21,7 +21,7 @@ import pytest
 from fake_http import FakeHTTP
 from oci_push import push
 
-from conftest import BIN, REPO, ansible_env, run_module
+from conftest import BIN, REPO, ansible_env, pull_one, run_module
 
 pytestmark = pytest.mark.testbed
 
@@ -92,8 +92,8 @@ def test_a_rate_limited_pull_says_why_and_what_to_do(anon, tmp_path):
                   seed="rate-limit")
     limiter = Limiter(anon.url, limited=100, retry_after="60")
     try:
-        result = run_module("spark_image_pull", {"repository": f"{limiter.host}/unsloth/unsloth",
-                                                 "digest": pushed["digest"], "record": str(tmp_path / "r.json")})
+        result = pull_one({"repository": f"{limiter.host}/unsloth/unsloth",
+                           "digest": pushed["digest"], "record": str(tmp_path / "r.json")})
         assert result["failed"]
         assert "the registry rate-limits pulls (HTTP 429" in result["msg"]
         assert "spark_images_registry_credentials" in result["msg"] and "spark_images_mirrors" in result["msg"]
@@ -111,7 +111,9 @@ def test_a_pull_cut_off_half_way_leaves_nothing_half_pulled_and_the_next_run_com
     ref = f"{slow.host}/cutoff/img@{pushed['digest']}"
     try:
         run = subprocess.Popen([str(BIN / "ansible"), "localhost", "-c", "local", "-i", "localhost,", "-m",
-                                "sparkfleet.spark.spark_image_pull", "-a", json.dumps(args),
+                                "sparkfleet.spark.spark_image_pull", "-a",
+                                json.dumps({"images": [{"name": "img", "repository": args["repository"],
+                                                        "digest": args["digest"]}], "record": args["record"]}),
                                 "-e", f"ansible_python_interpreter={sys.executable}"],
                                cwd=REPO, env=ansible_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)
@@ -129,10 +131,10 @@ def test_a_pull_cut_off_half_way_leaves_nothing_half_pulled_and_the_next_run_com
             "no half-pulled image under the locked digest"
         assert not record.exists(), "not recorded as pulled"
         slow.blob_delay = 0  # the link is back
-        again = run_module("spark_image_pull", args)
+        again = pull_one(args)
         assert again["pulled"] is True and again["ref"] == ref
         assert json.loads(record.read_text()) == [ref]
-        assert run_module("spark_image_pull", args)["changed"] is False, "complete: the next run pulls nothing"
+        assert pull_one(args)["changed"] is False, "complete: the next run pulls nothing"
     finally:
         slow.close()
         subprocess.run(["docker", "image", "rm", ref], capture_output=True, check=False)

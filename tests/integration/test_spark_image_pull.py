@@ -13,7 +13,7 @@ from ansible_collections.sparkfleet.spark.plugins.module_utils.common._yaml impo
 from ansible_collections.sparkfleet.spark.plugins.module_utils.images._pinned import pull_requests
 from oci_push import push
 
-from conftest import run_module
+from conftest import pull_one, run_module
 
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 CATALOG = [{"name": "ngc", "registry": "nvcr.io", "repository": "nvidia/pytorch", "tags": ["25.11-py3", "25.09-py3"]},
@@ -92,15 +92,15 @@ def test_pull_by_digest_once_and_verify(anon, tmp_path):
     ref = f"{anon.host}/pulltest/img@{pushed['digest']}"
     subprocess.run(["docker", "image", "rm", "-f", ref], capture_output=True, check=False)
     try:
-        check = run_module("spark_image_pull", args, "--check")
+        check = pull_one(args, "--check")
         assert (check["changed"], check["pulled"]) == (True, False)
-        first = run_module("spark_image_pull", args)
+        first = pull_one(args)
         assert (first["changed"], first["pulled"]) == (True, True)
         assert ref in first["repo_digests"]
         arch = subprocess.run(["docker", "image", "inspect", "--format", "{{.Architecture}}", ref],
                               capture_output=True, text=True, check=True).stdout.strip()
         assert arch == "arm64"
-        second = run_module("spark_image_pull", args)
+        second = pull_one(args)
         assert (second["changed"], second["pulled"]) == (False, False)
         assert json.loads(record.read_text()) == [ref]
     finally:
@@ -152,8 +152,8 @@ def test_all_of_a_hosts_images_in_one_call_each_reported_and_a_failure_named(ano
 @pytest.mark.testbed
 def test_a_digest_the_registry_does_not_serve_fails_closed(anon, tmp_path):
     missing = "sha256:" + "3" * 64
-    result = run_module("spark_image_pull", {"repository": f"{anon.host}/pulltest/img", "digest": missing,
-                                             "record": str(tmp_path / "pulled.json")})
+    result = pull_one({"repository": f"{anon.host}/pulltest/img", "digest": missing,
+                       "record": str(tmp_path / "pulled.json")})
     assert result["failed"] is True
     assert f"docker pull {anon.host}/pulltest/img@{missing} failed" in result["msg"]
     assert not (tmp_path / "pulled.json").exists()
@@ -188,12 +188,27 @@ def test_a_derived_image_is_locked_beside_its_base_and_moves_with_the_base_diges
 
 
 def test_an_image_locked_without_the_hosts_platform_is_refused_before_pulling():
-    result = run_module("spark_image_pull", {"repository": "nvcr.io/nvidia/pytorch", "digest": D1,
-                                             "platform": "linux/amd64", "platforms": ["linux/arm64"],
-                                             "docker": "/nonexistent/docker"})
+    result = pull_one({"repository": "nvcr.io/nvidia/pytorch", "digest": D1,
+                       "platform": "linux/amd64", "platforms": ["linux/arm64"],
+                       "docker": "/nonexistent/docker"})
     assert result["failed"]
     assert result["msg"].startswith(f"nvcr.io/nvidia/pytorch@{D1} is locked for linux/arm64; this host is "
                                     "linux/amd64. Nothing was pulled")
+
+
+def test_the_deprecated_single_image_options_run_as_one_entry_of_images_and_say_they_go_in_1_0_0():
+    """Issue 61: one input shape. repository/digest/platforms/size/local_blessed given alone (0.1.0's form) still
+    work until 1.0.0, as an entry of images (the same checks, the same words) with its result at the top level too,
+    and Ansible says each is deprecated."""
+    args = {"repository": "nvcr.io/nvidia/pytorch", "digest": D1, "platform": "linux/amd64",
+            "platforms": ["linux/arm64"], "docker": "/nonexistent/docker"}
+    old = run_module("spark_image_pull", args)
+    new = pull_one(args)
+    assert old["failed"] and new["failed"] and old["msg"] == new["msg"], (old["msg"], new["msg"])
+    assert [i["msg"] for i in old["images"]] == [old["msg"]]
+    for option in ("repository", "digest", "platforms"):  # Ansible's own words, on stderr
+        assert f"Param '{option}' is deprecated" in old["_stderr"] and "version 1.0.0" in old["_stderr"], option
+        assert f"Param '{option}'" not in new["_stderr"], option
 
 
 def test_an_image_that_would_not_fit_is_refused_before_any_byte_is_pulled(anon, tmp_path):
@@ -208,7 +223,7 @@ def test_an_image_that_would_not_fit_is_refused_before_any_byte_is_pulled(anon, 
     free = shutil.disk_usage("/var/lib/docker").free
     args = {"repository": f"{anon.host}/disktest/img", "digest": pushed["digest"], "size": size,
             "record": str(tmp_path / "pulled.json")}
-    refused = run_module("spark_image_pull", {**args, "headroom_bytes": free + 10 * 1024 ** 3})
+    refused = pull_one({**args, "headroom_bytes": free + 10 * 1024 ** 3})
     assert refused["failed"]
     assert refused["msg"].startswith(f"not enough disk for {anon.host}/disktest/img@{pushed['digest']}: ")
     assert "Docker's data root /var/lib/docker has" in refused["msg"] and "Nothing was pulled" in refused["msg"]
@@ -217,7 +232,7 @@ def test_an_image_that_would_not_fit_is_refused_before_any_byte_is_pulled(anon, 
     assert anon.requests("GET", f"/v2/disktest/img/blobs/{manifest['layers'][0]['digest']}") == 0, "no byte fetched"
     assert not (tmp_path / "pulled.json").exists()
     try:
-        assert run_module("spark_image_pull", {**args, "headroom_bytes": 0})["pulled"] is True
+        assert pull_one({**args, "headroom_bytes": 0})["pulled"] is True
     finally:
         subprocess.run(["docker", "image", "rm", ref], capture_output=True, check=False)
 
@@ -246,9 +261,9 @@ def test_a_host_logged_in_at_a_path_of_its_own_pulls_with_that_login(tmp_path):
                 "record": str(tmp_path / "pulled.json")}
         ref = f"{args['repository']}@{pushed['digest']}"
         try:
-            refused = run_module("spark_image_pull", args)
+            refused = pull_one(args)
             assert refused.get("failed") and "auth" in refused["msg"].lower(), refused
-            pulled = run_module("spark_image_pull", {**args, "docker_config": str(config)})
+            pulled = pull_one({**args, "docker_config": str(config)})
             assert (pulled["changed"], pulled["pulled"]) == (True, True), pulled
             assert ref in pulled["repo_digests"]
         finally:
