@@ -132,8 +132,6 @@ def test_no_two_test_files_share_a_name():
 
 # Modules whose tests live in a file of another name, each with why (issue 61, item 6): keep it short.
 TESTED_IN = {
-    "spark_wheelhouse": ("tests/integration/test_spark_venv.py", "the wheelhouse is proved by the venv it builds, "
-                         "with that file's index and hash lock"),
     "spark_cx7_netplan": ("tests/cluster/test_cluster_lab.py", "a netplan applied and rolled back needs the lab "
                           "cluster's nodes"),
 }

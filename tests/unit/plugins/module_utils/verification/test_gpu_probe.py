@@ -210,9 +210,9 @@ def _stubbed_run(name: str, stub: str, challenge: int) -> dict:
     import sys
 
     from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import (
-    _gpu_probe,
-    _program_gpu_probe,
-)
+        _gpu_probe,
+        _program_gpu_probe,
+    )
 
     source = _gpu_probe.SOURCE
     swap = (f"\nFRAMEWORKS = tuple(f._replace(module='json', probe=lambda: {stub}) if f.name == {name!r} else f"
@@ -232,9 +232,9 @@ def test_a_probe_that_does_not_do_its_work_fails_whatever_it_reports(stub):
     import random
 
     from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import (
-    _program_probe_base,
-    _program_probe_frameworks,
-)
+        _program_probe_base,
+        _program_probe_frameworks,
+    )
     from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import frameworks_probed
 
     challenge = random.SystemRandom().randint(1, _program_probe_base.CHALLENGE_MAX)
@@ -254,8 +254,8 @@ def test_the_real_work_answers_every_challenge_exactly():
     import struct
 
     from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import (
-    _program_probe_base,
-)
+        _program_probe_base,
+    )
 
     for k in range(1, _program_probe_base.CHALLENGE_MAX + 1):
         total = 0.0
@@ -275,9 +275,9 @@ def test_a_framework_whose_child_leaves_its_session_is_killed_whole_at_its_deadl
     import time
 
     from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import (
-    _gpu_probe,
-    _program_gpu_probe,
-)
+        _gpu_probe,
+        _program_gpu_probe,
+    )
     from ansible_collections.sparkfleet.spark.plugins.module_utils.verification._gpu_probe import (
         frameworks_probed,
         parse_probe_output,
