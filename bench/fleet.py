@@ -9,9 +9,11 @@
    (sparkfleet/host-spark, a simulated Spark under qemu-user) and a native
    x86_64 host of the same recipe (sparkfleet/host-spark-amd64, provisioned
    through the override path, spark_preflight_require_spark=false), so that
-   emulation cost and round trips are told apart. Then the default
-   strategy's converged run with 1, 2 and 4 images in the catalog: its ratio
-   and the task results per host (PLAY RECAP), which must not grow with the
+   emulation cost and round trips are told apart. Then the floor: a play of
+   as many task results as the converged run's that do nothing (set_fact,
+   skipped tasks, one command) against the same facts-only play, what any
+   play of that many tasks costs; the default strategy's converged run with
+   1, 2 and 4 images in the catalog: its ratio and the task results per host (PLAY RECAP), which must not grow with the
    images and launchers; a verify of the converged host against the same
    play (what a watch timer runs every half hour); and the converged fleet of
    2 and 4 native hosts against one. Each comparison is timed as interleaved
@@ -251,6 +253,20 @@ def noop_part(results: dict, kind: str, lab: dict, work: Path, fast: dict, pairs
         row[label] = {**found, "task_results": sum(counts.values()), **counts}
         print(f"converged site.yml on the {kind} host ({label}): ratio {found['ratio']} {found['spread']}; {counts}",
               flush=True)
+    # The floor: a play of as many task results as the converged site.yml's (its ok and skipped counts) that does
+    # nothing - set_fact and skipped tasks, one command - on the same host: what any play of that many tasks costs
+    # against a facts-only play, whatever its tasks do.
+    plain = row["plain"]
+    floor = work / "floor.yml"
+    floor.write_text(json.dumps([{"name": "Floor", "hosts": "sparks", "gather_facts": False, "tasks": [
+        *[{"name": f"Skipped {n}", "ansible.builtin.debug": {"msg": "-"}, "when": False}
+          for n in range(plain["skipped"])],
+        *[{"name": f"Kept {n}", "ansible.builtin.set_fact": {f"floor_{n}": n}} for n in range(plain["ok"] - 1)],
+        {"name": "One command", "ansible.builtin.command": "true", "changed_when": False}]}]))
+    row["floor"] = {**interleaved(facts, lambda: sh(str(BIN / "ansible-playbook"), str(floor), *inv, "--limit", host),
+                                  pairs, f"{kind} floor"), "task_results": plain["task_results"]}
+    print(f"a play of {plain['task_results']} trivial task results on the {kind} host: ratio {row['floor']['ratio']} "
+          f"{row['floor']['spread']}", flush=True)
     row["verify"] = interleaved(facts, lambda: sh(str(BIN / "ansible-playbook"), "playbooks/verify.yml", *inv,
                                                   "--limit", host), pairs, f"{kind} verify")
     print(f"verify of the converged {kind} host: ratio {row['verify']['ratio']} {row['verify']['spread']}",
