@@ -36,9 +36,17 @@ YAML_WIDTH = 118
 
 
 def _probe():
+    """The GPU probe program's part that holds its deadline (FRAMEWORK_SECONDS, MIN_SECONDS)."""
     from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_gpu_probe
 
     return _program_gpu_probe
+
+
+def _frameworks():
+    """The GPU probe program's part that holds FRAMEWORKS."""
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.verification import _program_probe_frameworks
+
+    return _program_probe_frameworks
 
 
 def _verify_timeout() -> int:
@@ -54,9 +62,9 @@ def _paragraph(text: str) -> str:
 
 def frameworks(kind: str) -> str:
     """FRAMEWORKS: each probed framework with what its probe does on the GPU, then the ones only imported."""
-    probe = _probe()
-    probed = ", ".join(f"{f.name} ({f.exercise})" for f in probe.FRAMEWORKS if f.probe)
-    imported = ", ".join(f.name for f in probe.FRAMEWORKS if not f.probe)
+    table = _frameworks().FRAMEWORKS
+    probed = ", ".join(f"{f.name} ({f.exercise})" for f in table if f.probe)
+    imported = ", ".join(f.name for f in table if not f.probe)
     text = (f"Beside torch's line, each GPU framework the image or venv holds runs its own smallest real GPU "
             f"operation on the run's input, in a process of its own: {probed}. The others it knows ({imported}) "
             f"are imported and listed as not exercised, with why.")

@@ -91,6 +91,12 @@ Type=oneshot
 ExecStart={sparkfleet} watch run -i {inventory} --textfile-dir {textfile_dir} --state-dir {state_dir}
 # Ansible's own temporary and SSH control folders, inside what the service may write.
 Environment=ANSIBLE_LOCAL_TEMP={state_dir}/ansible-tmp ANSIBLE_SSH_CONTROL_PATH_DIR={state_dir}/ssh NO_COLOR=1
+# Every other temporary file (Python's tempfile: the runner's private folder) in a folder of the run's own, which
+# systemd makes writable under ProtectSystem=strict and removes when the run ends: /tmp is read-only there where
+# PrivateTmp= is left off.
+RuntimeDirectory=sparkfleet-watch
+RuntimeDirectoryMode=0700
+Environment=TMPDIR=%t/sparkfleet-watch
 ProtectSystem=strict
 ReadWritePaths={' '.join(writable)}
 {private_tmp}

@@ -360,7 +360,7 @@ def test_a_framework_added_to_the_table_is_drift_in_every_file_that_lists_them(m
     """The failure a contributor meets who adds a framework and forgets `make docs`: each file and part named; and
     `make docs` writes the new framework with what its probe does, in both files."""
     generator = _generator()
-    probe = generator._probe()
+    probe = generator._frameworks()
     warp = probe.Framework(name="warp", pattern=r"^warp-lang$", module="warp", probe=lambda: {},
                            exercise="a `wp.launch` of a kernel on the GPU", fix="install warp-lang")
     monkeypatch.setattr(probe, "FRAMEWORKS", (*probe.FRAMEWORKS, warp))

@@ -57,6 +57,7 @@ def test_install_writes_units_systemd_accepts_with_the_hardening_and_refuses_wha
     private_tmp = f"# PrivateTmp= left off: it would hide {', '.join(hidden)} from the service" if hidden else \
         "PrivateTmp=yes"
     for line in ("Type=oneshot", "ProtectSystem=strict", private_tmp, "NoNewPrivileges=yes",
+                 "RuntimeDirectory=sparkfleet-watch", "Environment=TMPDIR=%t/sparkfleet-watch",
                  f"ReadWritePaths={place / 'tf'} {place / 'state'} -{place / 'inv' / '.sparkfleet'}"):
         assert line in service.splitlines(), line
     assert "OnUnitActiveSec=15min" in timer.splitlines() and "WantedBy=timers.target" in timer
@@ -154,6 +155,7 @@ def _watch_under_systemd(name: str) -> None:
     assert 'sparkfleet_host_up{host="spark-01",simulated="false"} 0.0' in written
     report = json.loads(inside("cat /var/lib/sparkfleet-watch/run/report.json").stdout)
     assert report["exit_code"] == 3 and "Traceback" not in journal
+    assert inside("test -e /run/sparkfleet-watch").returncode != 0, "the run's temporary folder goes with it"
     status = inside(f"{sparkfleet} watch status --textfile-dir {textfiles}").stdout
     assert "sparkfleet-watch.timer" in status and "spark-01: NOT reached" in status, status
     removed = inside(f"{sparkfleet} watch remove --textfile-dir {textfiles}")
