@@ -161,17 +161,18 @@ def fqcn(module: str) -> str:
     return module if "." in module else f"{COLLECTION}.{module}"
 
 
-def run_module(module: str, args: dict, *flags: str, **env: str) -> dict:
+def run_module(module: str, args: dict, *flags: str, python: str = sys.executable, **env: str) -> dict:
     """Run one module natively on localhost through real `ansible` and return its whole result.
 
     The tree callback keeps what the one-line output drops (the diff); the
-    exit status says whether the module failed.
+    exit status says whether the module failed. `python`: the interpreter the module runs under (a wrapper that
+    gives it a host folder of its own: own_records()).
     """
     with tempfile.TemporaryDirectory() as tree:
         proc = subprocess.run(
             [str(BIN / "ansible"), "localhost", "-c", "local", "-i", "localhost,", "-m", fqcn(module),
              "-a", json.dumps(args), *flags,
-             "-e", f"ansible_python_interpreter={sys.executable}"],
+             "-e", f"ansible_python_interpreter={python}"],
             cwd=REPO, capture_output=True, text=True, check=False,
             env=ansible_env(ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.tree",
                             ANSIBLE_CALLBACK_TREE_DIR=tree, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", **env),

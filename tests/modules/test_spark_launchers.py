@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
+import sys
+
+import pytest
 
 from conftest import run_module
 
@@ -102,56 +107,56 @@ def test_a_bad_value_writes_no_launcher_and_names_what_was_wrong(tmp_path):
         assert not (tmp_path / "bin").exists(), "not even the good launcher"
 
 
-def test_a_converged_run_is_recorded_and_the_preflight_returns_it_until_a_launcher_is_edited_by_hand(tmp_path):
+@pytest.fixture
+def own_records(tmp_path):
+    """An interpreter under which a module sees a /var/lib/sparkfleet of this test's own (a folder under tmp_path,
+    bound over it in a mount namespace of the module's process alone): the converged records live one a module, so
+    a site.yml another test runs on this machine at the same time would replace this test's record (CI saw it), and
+    this test's records touch no other run's. Returns (interpreter, the records' folder as this test sees it)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("a mount namespace of the module's own needs root and util-linux's unshare")
+    host = tmp_path / "var-lib-sparkfleet"
+    host.mkdir(mode=0o755)
+    os.makedirs("/var/lib/sparkfleet", mode=0o755, exist_ok=True)  # the mount point; what a run makes anyway
+    wrapper = tmp_path / "python-own-records"
+    wrapper.write_text("#!/bin/sh\n"
+                       "exec unshare --mount --propagation private -- sh -c "
+                       "'mount --bind \"$1\" /var/lib/sparkfleet && shift && exec \"$@\"' "
+                       f"sh {shlex.quote(str(host))} {shlex.quote(sys.executable)} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return str(wrapper), host / "converged"
+
+
+def test_a_converged_run_is_recorded_and_the_preflight_returns_it_until_a_launcher_is_edited_by_hand(tmp_path,
+                                                                                                  own_records):
     """Issue 49: a converged host is asked once. With its arguments' key, a run records what a converged re-run
     returns; the preflight facts (the one call a run makes anyway) return the record while each launcher is as the
     run left it, and the role then skips the module. An edit by hand ends that: the next run asks the host again
     and writes the launcher back."""
     import secrets
 
-    key = secrets.token_hex(32)  # a key of this test's own: another test's runs touch no record of it
-    first = run_module("spark_launchers", {"dir": str(tmp_path / "bin"), "images": [NGC], "workdir": "finetuning",
-                                           "converged_key": key})
+    python, records = own_records
+    key = secrets.token_hex(32)
+    args = {"dir": str(tmp_path / "bin"), "images": [NGC], "workdir": "finetuning", "converged_key": key}
+    first = run_module("spark_launchers", args, python=python)
     assert not first["failed"] and first["changed"] is True, first.get("msg")
-    record = f"/var/lib/sparkfleet/converged/spark_launchers.{key}.json"
-    try:
-        assert oct(os.stat(record).st_mode & 0o777) == "0o600"
+    record = records / f"spark_launchers.{key}.json"
+    assert oct(record.stat().st_mode & 0o777) == "0o600"
+    assert oct(records.stat().st_mode & 0o777) == "0o700", "the records are closed to others"
 
-        def recorded() -> dict | None:
-            facts = run_module("spark_preflight_facts", {"simulated": True})["ansible_facts"]["spark_preflight"]
-            return facts["converged"].get(key)
+    def recorded() -> dict | None:
+        facts = run_module("spark_preflight_facts", {"simulated": True}, python=python)
+        return facts["ansible_facts"]["spark_preflight"]["converged"].get(key)
 
-        said = recorded()
-        assert said["module"] == "spark_launchers"
-        assert said["result"]["changed"] is False
-        assert [(e["name"], e["present"], e["running"]) for e in said["result"]["launchers"]] == [
-            ("spark-ngc", True, NGC["ref"])], "what a converged re-run returns"
-        with open(tmp_path / "bin" / "spark-ngc", "a") as handle:
-            handle.write("# edited by hand\n")
-        assert recorded() is None, "an edited launcher: the host is asked again"
-        again = run_module("spark_launchers", {"dir": str(tmp_path / "bin"), "images": [NGC],
-                                               "workdir": "finetuning", "converged_key": key})
-        assert again["changed"] is True and "# edited by hand" not in (tmp_path / "bin" / "spark-ngc").read_text()
-        assert recorded() is not None
-    finally:
-        if os.path.exists(record):
-            os.unlink(record)
-
-
-def test_a_link_or_a_fifo_planted_as_a_launcher_is_named_not_read_and_replaced(tmp_path):
-    """Issue 56, item 5: the old launcher was read with a plain open before the folder was checked: a link planted
-    there showed its target's bytes in the diff (--diff, report.md), a FIFO hung the module. Proved, fixed."""
-    secret = tmp_path / "secret"
-    secret.write_text("root:$6$the-hash-of-roots-password:19000:0:99999:7:::\n")
-    (tmp_path / "bin").mkdir()
-    (tmp_path / "bin" / "spark-ngc").symlink_to(secret)
-    os.mkfifo(tmp_path / "bin" / "spark-ngc-tools")
-    result = install(tmp_path, [NGC, DERIVED], "--check", "--diff")
-    assert not result["failed"], result.get("msg")
-    assert "the-hash-of-roots-password" not in json.dumps(result), "the link's target was read"
-    assert f"(a symbolic link to {secret}: not read, replaced by the launcher)" in result["_stdout"]
-    assert "(not a regular file: not read, replaced by the launcher)" in result["_stdout"]
-    written = install(tmp_path, [NGC, DERIVED])
-    assert not written["failed"], written.get("msg")
-    assert not (tmp_path / "bin" / "spark-ngc").is_symlink() and secret.read_text().startswith("root:$6$"), \
-        "the link was replaced, its target untouched"
+    said = recorded()
+    assert said["module"] == "spark_launchers"
+    assert said["result"]["changed"] is False
+    assert [(e["name"], e["present"], e["running"]) for e in said["result"]["launchers"]] == [
+        ("spark-ngc", True, NGC["ref"])], "what a converged re-run returns"
+    with open(tmp_path / "bin" / "spark-ngc", "a") as handle:
+        handle.write("# edited by hand\n")
+    assert recorded() is None, "an edited launcher: the host is asked again"
+    again = run_module("spark_launchers", args, python=python)
+    assert again["changed"] is True and "# edited by hand" not in (tmp_path / "bin" / "spark-ngc").read_text()
+    assert recorded() is not None
+    assert [p.name for p in records.iterdir()] == [record.name], "one record a module, and no other run's"
