@@ -65,7 +65,8 @@ SMOKE = Option(("--smoke",), {"action": "store_true", "help": "also prove each i
 
 # The groups of subcommands: name -> (a line in `sparkfleet --help`, the group's description).
 GROUPS = {
-    "matrix": ("the bare-pip stack matrix", "The bare-pip stack matrix (matrix/spark-stack.yml)."),
+    "matrix": ("the bare-pip stack matrix", "The bare-pip stack matrix: the inventory's spark_venv_matrix_file, "
+               "else matrix/spark-stack.yml."),
     "advisories": ("upstream advisories (matrix/advisories.yml)",
                    "Upstream advisories: known problems with images, pins and playbooks, dated "
                    "(matrix/advisories.yml)."),

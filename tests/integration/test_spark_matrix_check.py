@@ -6,6 +6,7 @@ import copy
 import hashlib
 import re
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -200,6 +201,32 @@ def test_matrix_lock_records_every_resolved_wheel_with_the_sha256_of_its_bytes(p
     again = _lock_run(pyindex, candidate, inventory=inventory)
     assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-2000:]
     assert f"is unchanged in {written}" in again.stdout
+
+
+def test_matrix_lock_locks_the_matrix_the_inventory_builds_its_venvs_from(pyindex, tmp_path):
+    """The renewal as docs/venv-and-matrix.md and `matrix propose` tell it: set spark_venv_matrix_file to the new
+    matrix in group_vars/all, `sparkfleet matrix lock -i INVENTORY`, provision. The lock was of sparkfleet's own
+    matrix whatever the inventory named, so the provision refused it ("the lock was written for another matrix ...
+    run sparkfleet matrix lock") and running that again changed nothing. The lock is now of the inventory's
+    matrix, and spark_venv takes it."""
+    matrix = {**copy.deepcopy(MATRIX), "name": "spark-stack-2026-12-01"}
+    renewed = tmp_path / "inventory-matrix" / "spark-stack-2026-12-01.yml"
+    renewed.parent.mkdir()
+    renewed.write_text(yaml.safe_dump(matrix))
+    inventory = _inventory(tmp_path, pyindex)
+    (inventory / "group_vars" / "all" / "venv.yml").write_text(yaml.safe_dump({"spark_venv_matrix_file": str(renewed)}))
+    proc = subprocess.run([str(BIN / "sparkfleet"), "matrix", "lock", "-i", str(inventory), "--plain",
+                           "--report-dir", str(tmp_path / "report")], cwd=tmp_path, capture_output=True, text=True,
+                          env=ansible_env(), check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    written = inventory / "group_vars" / "all" / "spark_venv_lock.yml"
+    assert f"wrote: {written}" in proc.stdout, proc.stdout[-3000:]
+    lock = inert_load(written.read_text())["spark_venv_lock"]
+    assert lock["matrix"] == matrix["name"]
+    taken = run_module("spark_venv", {"matrix": matrix, "lock": lock, "root": str(tmp_path / "venvs"),
+                                      "link": str(tmp_path / "venv"), "python": sys.executable,
+                                      "index_mirrors": pyindex.overrides}, "--check")
+    assert not taken["failed"] and taken["changed"] is True, taken.get("msg")
 
 
 def test_no_lock_is_written_when_a_step_does_not_resolve_and_the_old_one_stays(pyindex, tmp_path):
