@@ -12,7 +12,16 @@ writes). What
 sparkfleet does beyond it (preflight, the checks, the state and the controller's record, the verification) is the
 difference; where its time goes is the restore's task times (the runner's job events, as bench/profile.py reads
 them). Both end states are compared: the toolkit's packages and holds, Docker's runtimes, the images by digest
-and the launchers, byte for byte. Without the venv (LAB_VENV_HOST=0); the venv's hand sequence is not written yet.
+and the launchers, byte for byte.
+
+With --venv, the bare-pip venv too, on the first host (LAB_VENV_HOST=1): the repository's stack matrix retargeted at
+the host's own Python, architecture and glibc (the test bed's stand-in wheels are pure Python, so the same pins
+install on a native host), its hash lock written by `sparkfleet matrix lock`, and the lock's wheels in a wheelhouse
+of this run's own on the controller, filled by the first provision (not timed), as a fleet's first host fills it.
+The hand sequence then copies those wheels to the host (`docker cp`, as an owner would scp them), makes the
+installer's venv and installs uv into it from them with pip, makes the venv, installs the lock's whole set into it
+with uv (`--no-index --find-links --require-hashes --no-deps`, one call) and points the link at it; both end states
+also compare the venv's installed distributions, by name and version.
 
 A reinstall is the lab host destroyed with its Docker volume and created again (bench/profile.py's), done before
 each timed half and not timed. Not a test: read the ratios and their spread, not the seconds. Needs the test bed
@@ -94,9 +103,68 @@ def hand_script(images: list[dict], launchers: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def end_state(host: str, images: list[dict], launchers: dict[str, str]) -> dict:
+VENV_LINK = "/opt/sparkfleet/venv"  # roles/spark_venv/defaults/main.yml: spark_venv_link
+VENV_ROOT = "/opt/sparkfleet/venvs"  # spark_venv_root
+DISTRIBUTIONS = ("import importlib.metadata as m, json; print(json.dumps(sorted("
+                 "{d.metadata['Name'].lower().replace('_', '-'): d.version for d in m.distributions()}.items())))")
+
+
+def venv_setup(host: str, inventory: Path, inv: list[str], work: Path) -> None:
+    """The venv's inputs on the controller: the stack matrix retargeted at the host's Python, architecture and
+    glibc, a wheelhouse cache of this run's own, and the hash lock `sparkfleet matrix lock` writes, which the venv
+    is built from (spark_venv_require_hashes: the test bed's index is on the loopback, which alone would not ask
+    for it): its wheels fetched once into the controller's cache and sent to the host in one archive."""
+    import yaml
+
+    python, arch, glibc = sh("docker", "exec", host, "python3", "-c", "import platform, sys; print('%d.%d' % "
+                             "sys.version_info[:2], platform.machine(), platform.libc_ver()[1])").stdout.split()
+    matrix = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())
+    matrix["target"] = {"python": python, "arch": arch, "glibc": glibc}
+    (work / "matrix-venv.yml").write_text(yaml.safe_dump(matrix, sort_keys=False))
+    (inventory / "group_vars" / "all" / "venv.yml").write_text(yaml.safe_dump({
+        "spark_venv_matrix_file": str(work / "matrix-venv.yml"), "spark_venv_require_hashes": True,
+        "spark_venv_wheelhouse_cache": str(work / "controller-cache")}))
+    sh(str(BIN / "sparkfleet"), "matrix", "lock", *inv, "--plain", "--report-dir", str(work / "reports" / "lock"))
+
+
+def venv_hand_script(inventory: Path, work: Path) -> str:
+    """What an owner types for the venv, from the wheels copied to /root/wheels: uv installed by pip into a venv
+    of its own, then the lock's whole set (each package as the last step that installs it has it) in one uv call,
+    hashes required, and the link pointed at the new venv."""
+    import yaml
+
+    lock = yaml.safe_load((inventory / "group_vars" / "all" / "spark_venv_lock.yml").read_text())["spark_venv_lock"]
+    matrix = yaml.safe_load((work / "matrix-venv.yml").read_text())
+    final: dict[str, dict] = {}
+    tool: list[dict] = []
+    for step in matrix["steps"]:
+        for entry in lock["steps"][step["id"]]:
+            if step.get("installer"):
+                tool.append(entry)
+            else:
+                final[entry["name"]] = entry
+
+    def requirements(entries) -> str:
+        return "".join(f"{e['name']}=={e['version']} --hash=sha256:{e['sha256']}\n" for e in entries)
+
+    uv, venv, wheels = f"{VENV_ROOT}/.by-hand-uv", f"{VENV_ROOT}/by-hand", "/root/wheels"
+    return "\n".join([
+        "set -eu",
+        f"mkdir -p {VENV_ROOT}",
+        f"cat > /root/uv.txt <<'SPARKFLEET_EOF'\n{requirements(tool)}SPARKFLEET_EOF",
+        f"cat > /root/venv.txt <<'SPARKFLEET_EOF'\n{requirements(final.values())}SPARKFLEET_EOF",
+        f"python3 -m venv {uv}",
+        f"{uv}/bin/pip install -q --no-index --find-links {wheels} --require-hashes --no-deps -r /root/uv.txt",
+        f"python3 -m venv {venv}",
+        f"{uv}/bin/uv pip install -q --python {venv}/bin/python --no-index --find-links {wheels} --require-hashes "
+        "--no-deps -r /root/venv.txt",
+        f"ln -sfn {venv} {VENV_LINK}",
+    ]) + "\n"
+
+
+def end_state(host: str, images: list[dict], launchers: dict[str, str], venv: bool = False) -> dict:
     """What both ways must leave: the toolkit's packages (version and hold), Docker's runtimes, the images by
-    digest, the launchers' text."""
+    digest, the launchers' text; with the venv, the distributions installed in the venv the link names."""
     packages, _version = toolkit()
     query = sh("docker", "exec", host, "dpkg-query", "--show",
                "--showformat=${Package} ${Version} ${db:Status-Abbrev}\n", *packages).stdout
@@ -105,17 +173,20 @@ def end_state(host: str, images: list[dict], launchers: dict[str, str]) -> dict:
                         "{{.Repository}}@{{.Digest}}").stdout.split())
     return {"packages": sorted(query.split("\n")), "runtimes": sorted(runtimes),
             "images": [d for d in digests if any(d == i["ref"] for i in images)],
-            "launchers": {path: sh("docker", "exec", host, "cat", path).stdout for path in launchers}}
+            "launchers": {path: sh("docker", "exec", host, "cat", path).stdout for path in launchers},
+            **({"venv": json.loads(sh("docker", "exec", host, f"{VENV_LINK}/bin/python", "-c", DISTRIBUTIONS).stdout)}
+               if venv else {})}
 
 
-def measure(kind: str, pairs: int, work: Path, fast: bool = False) -> dict:
+def measure(kind: str, pairs: int, work: Path, fast: bool = False, venv: bool = False) -> dict:
     spec = KINDS[kind]
     prefix = f"sparkfleet-restore{'-native' if kind == 'native' else ''}"
     host = f"{prefix}-1"
     inventory = work / f"inventory-{kind}"
     (inventory / "group_vars" / "all").mkdir(parents=True)
     shutil.copy(REPO / "inventory" / "lab" / "group_vars" / "all" / "main.yml", inventory / "group_vars" / "all")
-    env = {"LAB_PREFIX": prefix, "LAB_INVENTORY": str(inventory), "LAB_VENV_HOST": "0", "LAB_ARCH": spec["arch"]}
+    env = {"LAB_PREFIX": prefix, "LAB_INVENTORY": str(inventory), "LAB_VENV_HOST": "1" if venv else "0",
+           "LAB_ARCH": spec["arch"]}
     inv = ["-i", str(inventory), *spec["extra"]]
 
     def reinstall():
@@ -138,6 +209,8 @@ def measure(kind: str, pairs: int, work: Path, fast: bool = False) -> dict:
 
     try:
         sh("testbed/lab.sh", "up", "1", env=env)
+        if venv:
+            venv_setup(host, inventory, inv, work)
         sh(str(BIN / "sparkfleet"), "pin", *inv, "--plain", "--report-dir", str(work / "reports" / f"{kind}-pin"))
         first = work / "reports" / f"{kind}-first"
         sh(str(BIN / "sparkfleet"), "provision", *inv, "--plain", "--report-dir", str(first))
@@ -146,10 +219,19 @@ def measure(kind: str, pairs: int, work: Path, fast: bool = False) -> dict:
         paths = [line.split(None, 1)[0] for line in sh("docker", "exec", host, "sh", "-c",
                                                        "ls /usr/local/bin/spark-*").stdout.split()]
         launchers = {path: sh("docker", "exec", host, "cat", path).stdout for path in paths}
-        script = hand_script(images, launchers)
-        expected = end_state(host, images, launchers)
+        script = hand_script(images, launchers) + (venv_hand_script(inventory, work) if venv else "")
+        expected = end_state(host, images, launchers, venv)
+        wheels = work / "wheels"
+        if venv:  # the lock's wheels, as the first provision left them in the controller's cache
+            wheels.mkdir(exist_ok=True)
+            for wheel in (work / "controller-cache").glob("*/*.whl"):
+                shutil.copy2(wheel, wheels / wheel.name)
+            if not any(wheels.iterdir()):
+                sys.exit(f"the first provision left no wheel in {work / 'controller-cache'}")
 
         def hand():
+            if venv:
+                sh("docker", "cp", f"{wheels}/.", f"{host}:/root/wheels")
             sh("docker", "exec", "-i", host, "sh", "-s", stdin=script)
 
         states = []
@@ -157,11 +239,11 @@ def measure(kind: str, pairs: int, work: Path, fast: bool = False) -> dict:
         def checked(way, name):
             def run():
                 way()
-                states.append((name, end_state(host, images, launchers)))
+                states.append((name, end_state(host, images, launchers, venv)))
             return run
 
-        found = interleaved(checked(hand, "hand"), checked(restore, "restore"), pairs, f"{kind} restore",
-                            before=reinstall)
+        found = interleaved(checked(hand, "hand"), checked(restore, "restore"), pairs,
+                            f"{kind} restore{' with the venv' if venv else ''}", before=reinstall)
         wrong = [name for name, state in states if state != expected]
         if wrong:
             sys.exit(f"the end state differs after {', '.join(wrong)}: {json.dumps(states, indent=1)[-4000:]}")
@@ -171,7 +253,8 @@ def measure(kind: str, pairs: int, work: Path, fast: bool = False) -> dict:
                 spent[task] = spent.get(task, 0.0) + seconds / len(runs)
         total = sum(spent.values()) or 1.0
         return {"host": {"emulated": "aarch64 under qemu-user", "native": "x86_64, native"}[kind],
-                "images": [i["name"] for i in images], **found,
+                "images": [i["name"] for i in images], "venv": venv,
+                **({"venv_packages": len(expected["venv"])} if venv else {}), **found,
                 "restore_longest_tasks": [{"task": t, "s": round(s, 1), "share": round(s / total, 3)}
                                           for t, s in sorted(spent.items(), key=lambda kv: -kv[1])[:10]]}
     finally:
@@ -187,23 +270,27 @@ def main() -> None:
     parser.add_argument("--fast", action="store_true",
                         help="restore with `sparkfleet provision --fast` (Mitogen); kept as KIND-fast in --out, "
                              "beside the plain figures already there")
+    parser.add_argument("--venv", action="store_true",
+                        help="the venv too, on both sides; kept as KIND-venv in --out, beside the figures there")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sparkfleet-restore-"))
     results: dict = {"run": commit(), "baseline": "the hand sequence", "measured": "sparkfleet provision -l HOST"}
     try:
-        for script in (["testbed/aptrepo.sh", "start"], ["testbed/registry.sh", "start"], ["testbed/standins.sh"]):
+        for script in (["testbed/aptrepo.sh", "start"], ["testbed/registry.sh", "start"],
+                       ["testbed/pyindex.sh", "start"], ["testbed/standins.sh"]):
             sh(*script)
+        suffix = "".join(part for part, on in (("-fast", args.fast), ("-venv", args.venv)) if on)
         started = time.monotonic()
         for kind in (k for k in args.kinds.split(",") if k):
-            key = f"{kind}-fast" if args.fast else kind
-            results[key] = measure(kind, args.pairs, work, args.fast)
+            key = f"{kind}{suffix}"
+            results[key] = measure(kind, args.pairs, work, args.fast, args.venv)
             print(f"{key}: restore / hand {results[key]['ratio']} {results[key]['spread']}", flush=True)
         results["took_s"] = round(time.monotonic() - started)
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        if args.fast and args.out.exists():  # beside the plain figures: each kind keeps its own run's commit
+        if suffix and args.out.exists():  # beside the plain figures: each kind keeps its own run's commit
             earlier = json.loads(args.out.read_text())
             results = {**earlier, **{k: {**v, "run": results["run"]} for k, v in results.items()
-                                     if k.endswith("-fast")}}
+                                     if k.endswith(suffix)}}
         args.out.write_text(json.dumps(results, indent=2) + "\n")
         print(json.dumps({k: v for k, v in results.items()}, indent=2)[-3000:])
         print(f"written to {args.out}")
