@@ -168,9 +168,12 @@ def _inventory(tmp_path, pyindex):
 
 
 def _lock_run(pyindex, candidate, *flags: str, inventory=None) -> subprocess.CompletedProcess:
+    """The lock of `candidate` (-e matrix_check_file), or, where it is None, of the matrix the inventory's
+    group_vars/all name (spark_venv_matrix_file)."""
     inventory = inventory or _inventory(candidate.parent, pyindex)
+    named = ["-e", f"matrix_check_file={candidate}"] if candidate else []
     return subprocess.run([str(BIN / "ansible-playbook"), "playbooks/matrix_check.yml", "-i", str(inventory),
-                           *flags, "-e", f"matrix_check_file={candidate}", "-e", '{"matrix_lock": true}'],
+                           *flags, *named, "-e", '{"matrix_lock": true}'],
                           cwd=REPO, capture_output=True, text=True, env=ansible_env(), check=False)
 
 
@@ -178,55 +181,42 @@ def test_matrix_lock_records_every_resolved_wheel_with_the_sha256_of_its_bytes(p
     """`sparkfleet matrix lock` = the playbook with matrix_lock: the lock, written with the inventory (never into
     sparkfleet's own matrix/, shared by every inventory and read-only in a pip install), holds each step's resolved
     set through the inventory's mirrors, each sha256 that of the wheel file the index serves; a second run changes
-    nothing."""
-    candidate = tmp_path / "spark-stack.yml"
-    candidate.write_text(yaml.safe_dump(MATRIX))
-    inventory = _inventory(tmp_path, pyindex)
-    written = inventory / "group_vars" / "all" / "spark_venv_lock.yml"
-    ours = sorted(p.name for p in (REPO / "matrix").iterdir())
-    checked = _lock_run(pyindex, candidate, "--check", inventory=inventory)
-    assert checked.returncode == 0, checked.stdout[-3000:]
-    assert not written.exists(), "check mode wrote the lock"
-    first = _lock_run(pyindex, candidate, inventory=inventory)
-    assert first.returncode == 0, first.stdout[-3000:]
-    assert f"The hash lock of {MATRIX['name']} is changed in {written}" in first.stdout
-    assert sorted(p.name for p in (REPO / "matrix").iterdir()) == ours, "the lock went into sparkfleet's matrix/"
-    lock = inert_load(written.read_text())["spark_venv_lock"]
-    assert sorted(lock["steps"]) == ["stack", "torch", "torchao", "unsloth", "unsloth_deps", "uv"]
-    files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in pyindex.root.rglob("*.whl")}
-    for entries in lock["steps"].values():
-        for entry in entries:
-            assert files[entry["wheel"]] == entry["sha256"], entry
-    assert {e["name"] for e in lock["steps"]["stack"]} >= {"transformers", "peft", "trl", "torch"}
-    again = _lock_run(pyindex, candidate, inventory=inventory)
-    assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-2000:]
-    assert f"is unchanged in {written}" in again.stdout
+    nothing.
 
-
-def test_matrix_lock_locks_the_matrix_the_inventory_builds_its_venvs_from(pyindex, tmp_path):
-    """The renewal as docs/venv-and-matrix.md and `matrix propose` tell it: set spark_venv_matrix_file to the new
-    matrix in group_vars/all, `sparkfleet matrix lock -i INVENTORY`, provision. The lock was of sparkfleet's own
-    matrix whatever the inventory named, so the provision refused it ("the lock was written for another matrix ...
-    run sparkfleet matrix lock") and running that again changed nothing. The lock is now of the inventory's
-    matrix, and spark_venv takes it."""
-    matrix = {**copy.deepcopy(MATRIX), "name": "spark-stack-2026-12-01"}
-    renewed = tmp_path / "inventory-matrix" / "spark-stack-2026-12-01.yml"
+    The matrix locked is the one the inventory's venvs are built from (spark_venv_matrix_file in group_vars/all, as
+    the renewal after `matrix propose` sets it), and spark_venv takes the lock. It was sparkfleet's own matrix
+    whatever the inventory named: the provision refused the lock ("written for another matrix ... run sparkfleet
+    matrix lock") and running that again changed nothing."""
+    matrix = {**MATRIX, "name": "spark-stack-2026-12-01"}
+    renewed = tmp_path / "matrix" / "spark-stack-2026-12-01.yml"
     renewed.parent.mkdir()
     renewed.write_text(yaml.safe_dump(matrix))
     inventory = _inventory(tmp_path, pyindex)
     (inventory / "group_vars" / "all" / "venv.yml").write_text(yaml.safe_dump({"spark_venv_matrix_file": str(renewed)}))
-    proc = subprocess.run([str(BIN / "sparkfleet"), "matrix", "lock", "-i", str(inventory), "--plain",
-                           "--report-dir", str(tmp_path / "report")], cwd=tmp_path, capture_output=True, text=True,
-                          env=ansible_env(), check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:]
     written = inventory / "group_vars" / "all" / "spark_venv_lock.yml"
-    assert f"wrote: {written}" in proc.stdout, proc.stdout[-3000:]
+    ours = sorted(p.name for p in (REPO / "matrix").iterdir())
+    checked = _lock_run(pyindex, None, "--check", inventory=inventory)
+    assert checked.returncode == 0, checked.stdout[-3000:]
+    assert not written.exists(), "check mode wrote the lock"
+    first = _lock_run(pyindex, None, inventory=inventory)
+    assert first.returncode == 0, first.stdout[-3000:]
+    assert f"The hash lock of {matrix['name']} is changed in {written}" in first.stdout
+    assert sorted(p.name for p in (REPO / "matrix").iterdir()) == ours, "the lock went into sparkfleet's matrix/"
     lock = inert_load(written.read_text())["spark_venv_lock"]
     assert lock["matrix"] == matrix["name"]
     taken = run_module("spark_venv", {"matrix": matrix, "lock": lock, "root": str(tmp_path / "venvs"),
                                       "link": str(tmp_path / "venv"), "python": sys.executable,
                                       "index_mirrors": pyindex.overrides}, "--check")
     assert not taken["failed"] and taken["changed"] is True, taken.get("msg")
+    assert sorted(lock["steps"]) == ["stack", "torch", "torchao", "unsloth", "unsloth_deps", "uv"]
+    files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in pyindex.root.rglob("*.whl")}
+    for entries in lock["steps"].values():
+        for entry in entries:
+            assert files[entry["wheel"]] == entry["sha256"], entry
+    assert {e["name"] for e in lock["steps"]["stack"]} >= {"transformers", "peft", "trl", "torch"}
+    again = _lock_run(pyindex, None, inventory=inventory)
+    assert again.returncode == 0 and "changed=0" in again.stdout, again.stdout[-2000:]
+    assert f"is unchanged in {written}" in again.stdout
 
 
 def test_no_lock_is_written_when_a_step_does_not_resolve_and_the_old_one_stays(pyindex, tmp_path):
