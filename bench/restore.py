@@ -45,6 +45,7 @@ from fleet import KINDS, commit  # bench/, the folder of this script
 from pairs import PAIRS, interleaved
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "collections"))  # the collection's own helpers (the hash lock's)
 BIN = REPO / ".venv" / "bin"
 APT = "http://127.0.0.1:5080"
 
@@ -103,10 +104,16 @@ def hand_script(images: list[dict], launchers: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-VENV_LINK = "/opt/sparkfleet/venv"  # roles/spark_venv/defaults/main.yml: spark_venv_link
-VENV_ROOT = "/opt/sparkfleet/venvs"  # spark_venv_root
 DISTRIBUTIONS = ("import importlib.metadata as m, json; print(json.dumps(sorted("
                  "{d.metadata['Name'].lower().replace('_', '-'): d.version for d in m.distributions()}.items())))")
+
+
+def venv_places() -> tuple[str, str]:
+    """The venvs' root and the active venv's link, from the role's defaults (one place)."""
+    import yaml
+
+    defaults = yaml.safe_load((REPO / "roles" / "spark_venv" / "defaults" / "main.yml").read_text())
+    return defaults["spark_venv_root"], defaults["spark_venv_link"]
 
 
 def venv_setup(host: str, inventory: Path, inv: list[str], work: Path) -> None:
@@ -127,14 +134,23 @@ def venv_setup(host: str, inventory: Path, inv: list[str], work: Path) -> None:
     sh(str(BIN / "sparkfleet"), "matrix", "lock", *inv, "--plain", "--report-dir", str(work / "reports" / "lock"))
 
 
-def venv_hand_script(inventory: Path, work: Path) -> str:
-    """What an owner types for the venv, from the wheels copied to /root/wheels: uv installed by pip into a venv
-    of its own, then the lock's whole set (each package as the last step that installs it has it) in one uv call,
-    hashes required, and the link pointed at the new venv."""
+def venv_hand(inventory: Path, work: Path, wheels: Path) -> str:
+    """What an owner types for the venv, with the lock's wheels and two requirements files (uv.txt: the installer;
+    venv.txt: the lock's whole set, each package as the last step that installs it has it) in `wheels`, which the
+    hand sequence copies to /root/wheels: uv installed by pip into a venv of its own, the set in one uv call, hashes
+    required, and the link pointed at the new venv. The lock is read back as spark_venv reads it (validate_lock):
+    what reaches the requirements files is checked first."""
     import yaml
+    from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._hash_lock import (
+        hashed_requirements,
+        validate_lock,
+    )
 
     lock = yaml.safe_load((inventory / "group_vars" / "all" / "spark_venv_lock.yml").read_text())["spark_venv_lock"]
     matrix = yaml.safe_load((work / "matrix-venv.yml").read_text())
+    problems = validate_lock(lock, matrix)
+    if problems:
+        sys.exit("the hash lock sparkfleet matrix lock wrote is refused: " + "; ".join(problems))
     final: dict[str, dict] = {}
     tool: list[dict] = []
     for step in matrix["steps"]:
@@ -143,22 +159,18 @@ def venv_hand_script(inventory: Path, work: Path) -> str:
                 tool.append(entry)
             else:
                 final[entry["name"]] = entry
-
-    def requirements(entries) -> str:
-        return "".join(f"{e['name']}=={e['version']} --hash=sha256:{e['sha256']}\n" for e in entries)
-
-    uv, venv, wheels = f"{VENV_ROOT}/.by-hand-uv", f"{VENV_ROOT}/by-hand", "/root/wheels"
+    (wheels / "uv.txt").write_text(hashed_requirements(tool))
+    (wheels / "venv.txt").write_text(hashed_requirements(list(final.values())))
+    root, link = venv_places()
+    uv, venv, here = f"{root}/.by-hand-uv", f"{root}/by-hand", "/root/wheels"
     return "\n".join([
-        "set -eu",
-        f"mkdir -p {VENV_ROOT}",
-        f"cat > /root/uv.txt <<'SPARKFLEET_EOF'\n{requirements(tool)}SPARKFLEET_EOF",
-        f"cat > /root/venv.txt <<'SPARKFLEET_EOF'\n{requirements(final.values())}SPARKFLEET_EOF",
+        f"mkdir -p {root}",
         f"python3 -m venv {uv}",
-        f"{uv}/bin/pip install -q --no-index --find-links {wheels} --require-hashes --no-deps -r /root/uv.txt",
+        f"{uv}/bin/pip install -q --no-index --find-links {here} --require-hashes --no-deps -r {here}/uv.txt",
         f"python3 -m venv {venv}",
-        f"{uv}/bin/uv pip install -q --python {venv}/bin/python --no-index --find-links {wheels} --require-hashes "
-        "--no-deps -r /root/venv.txt",
-        f"ln -sfn {venv} {VENV_LINK}",
+        f"{uv}/bin/uv pip install -q --python {venv}/bin/python --no-index --find-links {here} --require-hashes "
+        f"--no-deps -r {here}/venv.txt",
+        f"ln -sfn {venv} {link}",
     ]) + "\n"
 
 
@@ -174,8 +186,8 @@ def end_state(host: str, images: list[dict], launchers: dict[str, str], venv: bo
     return {"packages": sorted(query.split("\n")), "runtimes": sorted(runtimes),
             "images": [d for d in digests if any(d == i["ref"] for i in images)],
             "launchers": {path: sh("docker", "exec", host, "cat", path).stdout for path in launchers},
-            **({"venv": json.loads(sh("docker", "exec", host, f"{VENV_LINK}/bin/python", "-c", DISTRIBUTIONS).stdout)}
-               if venv else {})}
+            **({"venv": json.loads(sh("docker", "exec", host, f"{venv_places()[1]}/bin/python", "-c",
+                                      DISTRIBUTIONS).stdout)} if venv else {})}
 
 
 def measure(kind: str, pairs: int, work: Path, fast: bool = False, venv: bool = False) -> dict:
@@ -219,8 +231,6 @@ def measure(kind: str, pairs: int, work: Path, fast: bool = False, venv: bool = 
         paths = [line.split(None, 1)[0] for line in sh("docker", "exec", host, "sh", "-c",
                                                        "ls /usr/local/bin/spark-*").stdout.split()]
         launchers = {path: sh("docker", "exec", host, "cat", path).stdout for path in paths}
-        script = hand_script(images, launchers) + (venv_hand_script(inventory, work) if venv else "")
-        expected = end_state(host, images, launchers, venv)
         wheels = work / "wheels"
         if venv:  # the lock's wheels, as the first provision left them in the controller's cache
             wheels.mkdir(exist_ok=True)
@@ -228,6 +238,8 @@ def measure(kind: str, pairs: int, work: Path, fast: bool = False, venv: bool = 
                 shutil.copy2(wheel, wheels / wheel.name)
             if not any(wheels.iterdir()):
                 sys.exit(f"the first provision left no wheel in {work / 'controller-cache'}")
+        script = hand_script(images, launchers) + (venv_hand(inventory, work, wheels) if venv else "")
+        expected = end_state(host, images, launchers, venv)
 
         def hand():
             if venv:
