@@ -219,6 +219,23 @@ def test_matrix_lock_records_every_resolved_wheel_with_the_sha256_of_its_bytes(p
     assert f"is unchanged in {written}" in again.stdout
 
 
+def test_a_matrix_file_the_inventory_names_that_is_not_there_is_refused_before_any_index_is_asked(pyindex,
+                                                                                                   tmp_path):
+    """A spark_venv_matrix_file mistyped in group_vars/all: the check says which setting names which path, before
+    any index is asked, and writes no lock (it failed inside the advisories' argument check, naming no setting)."""
+    inventory = _inventory(tmp_path, pyindex)
+    missing = tmp_path / "matrix" / "spark-stack-2026-12-01.yml"
+    (inventory / "group_vars" / "all" / "venv.yml").write_text(yaml.safe_dump({"spark_venv_matrix_file": str(missing)}))
+    before = len(pyindex.requests)
+    proc = _lock_run(pyindex, None, inventory=inventory)
+    said = " ".join(proc.stdout.split())
+    assert proc.returncode == 2, said[-2000:]
+    assert (f"The stack matrix {missing} does not exist on this machine; it is the inventory's "
+            "spark_venv_matrix_file (group_vars/all)") in said, said[-2000:]
+    assert len(pyindex.requests) == before, "no index was asked"
+    assert not (inventory / "group_vars" / "all" / "spark_venv_lock.yml").exists()
+
+
 def test_no_lock_is_written_when_a_step_does_not_resolve_and_the_old_one_stays(pyindex, tmp_path):
     matrix = copy.deepcopy(MATRIX)
     matrix["steps"][3]["packages"] = ["torchao==0.99.0"]
