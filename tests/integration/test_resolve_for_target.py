@@ -69,14 +69,13 @@ def test_a_failure_of_uv_is_told_as_missing_conflict_or_unreachable_with_no_cred
 
 
 @pytest.mark.network
-def test_torch_on_real_pypi_resolves_for_the_spark_with_no_cuda12_or_x86_only_package():
+def test_torch_on_real_pypi_resolves_for_the_spark_with_no_cuda12_or_x86_only_package(shipped_for_the_spark):
     """The torch step of the shipped matrix, resolved by spark_matrix_check against pypi.org's real metadata for the
     matrix's target: its resolution, its hash lock entries (what `sparkfleet matrix lock` writes) and the closure
     judged on it name no nvidia-*-cu12, cuda-bindings or triton wheel, and every wheel is aarch64's or pure."""
-    matrix = _torch_from_pypi()
-    result = run_module("spark_matrix_check", {"matrix": matrix, "step": "torch", "timeout": 60})
-    [step] = result["sequence"]
-    assert step["status"] == "resolves", step
+    matrix, result = shipped_for_the_spark
+    step = result["sequence"][0]
+    assert (step["step"], step["status"]) == ("torch", "resolves"), step
     names = [spec.split("==")[0] for spec in step["installs"]]
     assert {"torch", "torchvision", "numpy", "sympy"} <= set(names), names
     assert not [n for n in names if n.startswith(X86_ONLY)], step["installs"]
@@ -85,7 +84,7 @@ def test_torch_on_real_pypi_resolves_for_the_spark_with_no_cuda12_or_x86_only_pa
     assert all(len(e["sha256"]) == 64 for e in step["locked"]), "PyPI gives each wheel's sha256: the lock has it"
     torch = next(d for d in step["declared"] if d["name"] == "torch")
     assert any(r.startswith("nvidia-cublas-cu12") for r in torch["requires_dist"]), "torch declares them, for x86_64"
-    judged = closure.judge(closure_steps(matrix, result["sequence"]), matrix["target"], matrix.get("accepted"))
+    judged = closure.judge(closure_steps(matrix, [step]), matrix["target"], matrix.get("accepted"))
     assert not [line for line in judged["lines"] if any(x in line for x in X86_ONLY)], judged["lines"]
     if platform.machine() == "x86_64":
         # What the old way (pip's --platform, markers evaluated here) makes of the same step: it asks for the x86_64
@@ -95,6 +94,14 @@ def test_torch_on_real_pypi_resolves_for_the_spark_with_no_cuda12_or_x86_only_pa
                               "manylinux_2_28_aarch64", "--target", str(CACHE / "unused"), "torch==2.10.0"],
                              capture_output=True, text=True, check=False)
         assert old.returncode != 0 and "nvidia-" in old.stderr + old.stdout, old.stderr[-800:]
+
+
+@pytest.fixture(scope="module")
+def shipped_for_the_spark() -> tuple[dict, dict]:
+    """The shipped matrix, its torch step from pypi.org, resolved for the Spark once for the tests that read it (the
+    torch step's resolution, and the closure on the set the steps end with): the matrix and the module's result."""
+    matrix = _torch_from_pypi()
+    return matrix, run_module("spark_matrix_check", {"matrix": matrix, "timeout": 60})
 
 
 def _pip_wheel() -> str:
@@ -137,14 +144,14 @@ def test_the_same_set_as_pip_resolves_on_the_emulated_aarch64_lab_host_itself():
 
 
 @pytest.mark.network
-def test_the_closure_is_judged_on_the_set_the_steps_end_with_and_a_step_that_did_not_resolve_makes_it_provisional():
+def test_the_closure_is_judged_on_the_set_the_steps_end_with_and_a_step_that_did_not_resolve_makes_it_provisional(
+        shipped_for_the_spark):
     """Issue 57, item 5, against PyPI's real metadata, the torch step resolved for the Spark: with the shipped
     datasets 4.3.0 the stack step does not resolve (trl 1.8.0 asks for datasets>=4.7.0), so datasets' fsspec<=2025.9.0
     against the fsspec torch's step brings is provisional (pip, resolving the stack, would move fsspec; no step pins
     it) and fails nothing, while trl's datasets>=4.7.0 against the pinned datasets does. With datasets 4.7.0 every
     step resolves and the closure, judged on the set the steps end with, has no fsspec finding at all."""
-    shipped = _torch_from_pypi()
-    result = run_module("spark_matrix_check", {"matrix": shipped, "timeout": 60})
+    shipped, result = shipped_for_the_spark
     assert {s["step"]: s["status"] for s in result["sequence"]}["stack"] == "conflict"
     judged = closure.judge(closure_steps(shipped, result["sequence"]), shipped["target"], shipped.get("accepted"))
     fsspec = [line for line in judged["lines"] if "fsspec" in line]

@@ -19,6 +19,14 @@ from conftest import BIN, REPO, ansible_env, run_module
 MATRIX = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())
 
 
+@pytest.fixture(scope="module")
+def shipped_on_pypi():
+    """The shipped matrix asked of pypi.org once for the tests that read it (each pin, the sequence, the closure's
+    input): the cu130 torch index is download.pytorch.org, which this machine cannot reach, so its step is skipped
+    here and checked on a Spark."""
+    return run_module("spark_matrix_check", {"matrix": MATRIX, "skip_steps": ["torch"], "timeout": 60})
+
+
 
 
 def test_every_pin_of_the_matrix_is_on_the_test_beds_index(pyindex):
@@ -127,10 +135,9 @@ def test_the_playbook_fails_on_a_missing_pin_and_says_which(pyindex, tmp_path):
 
 
 @pytest.mark.network
-def test_the_real_pins_exist_on_real_pypi_for_cp312_aarch64():
-    """The matrix's PyPI pins, asked of pypi.org (metadata only). The cu130 torch index is
-    download.pytorch.org, which this machine cannot reach: skipped here, checked on a Spark."""
-    result = run_module("spark_matrix_check", {"matrix": MATRIX, "skip_steps": ["torch"], "timeout": 30})
+def test_the_real_pins_exist_on_real_pypi_for_cp312_aarch64(shipped_on_pypi):
+    """The matrix's PyPI pins, asked of pypi.org (metadata only)."""
+    result = shipped_on_pypi
     rows = {r["package"]: r for r in result["rows"]}
     assert result["missing"] == [] and result["unasked_indexes"] == [], result["table"]
     assert rows["torch"]["status"] == "skipped"
@@ -141,11 +148,11 @@ def test_the_real_pins_exist_on_real_pypi_for_cp312_aarch64():
 
 
 @pytest.mark.network
-def test_the_real_sequence_against_real_pypi():
+def test_the_real_sequence_against_real_pypi(shipped_on_pypi):
     """Each pin exists, but the stack step as written does not resolve on real PyPI: trl 1.8.0's
     published metadata asks for datasets>=4.7.0 and the matrix pins datasets==4.3.0 (a release's
     metadata never changes). The steps after it resolve with the earlier pins held."""
-    result = run_module("spark_matrix_check", {"matrix": MATRIX, "skip_steps": ["torch"], "timeout": 30})
+    result = shipped_on_pypi
     steps = {s["step"]: s for s in result["sequence"]}
     assert steps["torch"]["status"] == "skipped"
     assert steps["stack"]["status"] == "conflict", result["table"]
@@ -250,12 +257,13 @@ def test_no_lock_is_written_when_a_step_does_not_resolve_and_the_old_one_stays(p
 
 
 @pytest.mark.network
-def test_the_shipped_matrix_on_real_pypi_lists_its_closure_accepted_deviations_and_the_trl_datasets_pair():
+def test_the_shipped_matrix_on_real_pypi_lists_its_closure_accepted_deviations_and_the_trl_datasets_pair(
+        shipped_on_pypi):
     """Issue 48's done-when: the shipped matrix asked of pypi.org (the cu130 torch index skipped: this machine
     cannot reach it) - the stack step does not resolve (trl 1.8.0 asks for datasets>=4.7.0), and the closure,
     from each pin's own metadata there, names Unsloth's transformers and trl ranges as accepted deviations and
     trl's datasets as the one the matrix does not accept."""
-    result = run_module("spark_matrix_check", {"matrix": MATRIX, "skip_steps": ["torch"], "timeout": 60})
+    result = shipped_on_pypi
     steps = {s["step"]: s for s in result["sequence"]}
     assert steps["stack"]["status"] == "conflict", steps["stack"]
     judged = run_module("spark_matrix_check", {"matrix": MATRIX, "closure_of": result["sequence"]})
