@@ -533,96 +533,77 @@ def watch_cycle(fleet, name: str, textfiles: Path) -> dict:
     return data
 
 
-def test_5f_a_drifted_lab_host_raises_its_alert_in_prometheus_and_a_provision_clears_it(fleet, tmp_path):
-    """Issue 59, proved with the real parts: a lab host made to drift (its ngc launcher removed), one watch cycle
-    (`sparkfleet verify`, then `sparkfleet report --metrics` into node_exporter's textfile folder), Debian's
-    node_exporter serving it and Debian's Prometheus scraping it with the shipped rules: Prometheus' API has
-    SparkDrift and SparkVerifyFailing for that host and none for the others; `sparkfleet provision -l HOST` and
-    the next cycle clear them."""
-    from prometheus_stack import running
-
-    path = launcher(HOSTS[0], "spark-ngc")
-    kept = cat(HOSTS[0], path)
-    textfiles = tmp_path / "textfile"
-    textfiles.mkdir(mode=0o755)
-
-    def cycle(name: str) -> dict:
-        return watch_cycle(fleet, name, textfiles)
-
-    sh("docker", "exec", HOSTS[0], "rm", path)
-    try:
-        data = cycle("watch-drift")
-        assert data["exit_code"] == 2 and data["hosts"][HOSTS[0]]["verification"]["drift_items"][0]["kind"] == \
-            "launcher", data["hosts"][HOSTS[0]]["verification"]
-        with running(textfiles, tmp_path) as stack:
-            def raised():
-                found = {(a["alertname"], a.get("host")) for a in stack.alerts()}
-                return found if {("SparkDrift", HOSTS[0]), ("SparkVerifyFailing", HOSTS[0])} <= found else None
-
-            found = stack.wait_for("the drifted host's alerts in Prometheus", raised)
-            # (The lab's hosts share this machine's memory, and the lab pins an image an advisory is about: those
-            # alerts may be there for every host; the drift's are for the drifted host alone.)
-            assert {host for alert, host in found if alert in DRIFT_ALERTS} == {HOSTS[0]}, \
-                f"alerts for another host: {found}"
-            repaired, _, _ = cli(fleet, "watch-repair", "provision", "--limit", HOSTS[0])
-            assert repaired.returncode == 0, repaired.stdout[-3000:]
-            # Issue 58, item 2: the repair is said on the screen, a line a change, under the host's name.
-            assert f"{HOSTS[0]}: changed: Install a launcher per image that runs exactly the pinned digest" \
-                in repaired.stdout, repaired.stdout[-3000:]
-            assert cycle("watch-clean")["hosts"][HOSTS[0]]["verification"]["drift"] == []
-            stack.wait_for("the alerts cleared", lambda: not [a for a in stack.alerts()
-                                                               if a.get("host") and a["alertname"] in DRIFT_ALERTS])
-    finally:
-        restore = f"test -e {path} || {{ cat > {path} && chmod 755 {path}; }}"
-        subprocess.run(["docker", "exec", "-i", HOSTS[0], "sh", "-c", restore], input=kept, text=True, check=True)
-
-
 DRIFT_ALERTS = ("SparkDrift", "SparkVerifyFailing")
 # Where the lab's stand-in nvidia-smi reads a GB10's answers (testbed/doubles/nvidia-smi/README.md).
 LAB_HEALTH = "/usr/share/sparkfleet-lab/nvidia-smi/gb10/health.csv"
+# A hot GB10's answer (hw_slowdown and hw_thermal_slowdown active, 94 C), as the stand-in reads it.
+HOT = "0x0000000000000048, Active, Not Active, Not Active, Not Active, 94, [N/A]\n"
 
 
-def test_5h_a_lab_host_whose_gpu_slows_down_raises_its_alert_in_prometheus_and_no_other(fleet, tmp_path):
-    """Issue 59: a slowdown reason in one host's nvidia-smi (the stand-in's answer, written as a hot GB10's would
-    read: hw_slowdown and hw_thermal_slowdown, 94 C), one watch cycle (`sparkfleet verify`, then `sparkfleet
-    report --metrics`), node_exporter and Prometheus with the shipped rules: SparkThermalSlowdown is pending for
-    that host's GPU and for no other host; the GPU cooled, the next cycle clears it."""
+def test_5f_a_drifted_host_and_a_hot_host_each_raise_their_own_alert_in_prometheus_and_both_clear(fleet, tmp_path):
+    """Issue 59, proved with the real parts, two faults at once on two hosts: host 1 drifted (its ngc launcher
+    removed), host 2's GPU slowing down (the stand-in nvidia-smi's answer written as a hot GB10's would read). One
+    watch cycle (`sparkfleet verify`, then `sparkfleet report --metrics` into node_exporter's textfile folder),
+    Debian's node_exporter serving it and Debian's Prometheus scraping it with the shipped rules: Prometheus' API
+    has SparkDrift and SparkVerifyFailing for host 1 alone and SparkThermalSlowdown for host 2's two reasons alone
+    (each fault raises its own alert on its own host, and no other). `sparkfleet provision -l HOST` repairs host 1,
+    host 2 cools, and the next cycle clears both."""
     from prometheus_stack import running
 
-    kept = cat(HOSTS[1], LAB_HEALTH)
+    path = launcher(HOSTS[0], "spark-ngc")
+    kept = {"launcher": cat(HOSTS[0], path), "health": cat(HOSTS[1], LAB_HEALTH)}
     textfiles = tmp_path / "textfile"
     textfiles.mkdir(mode=0o755)
 
     def cycle(name: str) -> dict:
         return watch_cycle(fleet, name, textfiles)
 
-    hot = "0x0000000000000048, Active, Not Active, Not Active, Not Active, 94, [N/A]\n"
-    subprocess.run(["docker", "exec", "-i", HOSTS[1], "sh", "-c", f"cat > {LAB_HEALTH}"], input=hot, text=True,
-                   check=True)
+    def health(text: str) -> None:
+        subprocess.run(["docker", "exec", "-i", HOSTS[1], "sh", "-c", f"cat > {LAB_HEALTH}"], input=text, text=True,
+                       check=True)
+
+    sh("docker", "exec", HOSTS[0], "rm", path)
+    health(HOT)
     try:
-        data = cycle("watch-hot")
+        data = cycle("watch-faults")
+        assert data["exit_code"] == 2 and data["hosts"][HOSTS[0]]["verification"]["drift_items"][0]["kind"] == \
+            "launcher", data["hosts"][HOSTS[0]]["verification"]
         assert data["hosts"][HOSTS[1]]["health"]["gpus"] == [{
             "index": 0, "temperature_c": 94, "memory_temperature_c": None,
             "clock_event_reasons": ["hw_slowdown", "hw_thermal_slowdown"]}], data["hosts"][HOSTS[1]]["health"]
         assert data["hosts"][HOSTS[0]]["health"]["gpus"][0]["clock_event_reasons"] == ["gpu_idle"]
         with running(textfiles, tmp_path) as stack:
             def raised():
-                found = {(a.get("host"), a.get("reason")) for a in stack.alerts()
-                         if a["alertname"] == "SparkThermalSlowdown"}
-                return found if (HOSTS[1], "hw_thermal_slowdown") in found else None
+                found = {(a["alertname"], a.get("host"), a.get("reason")) for a in stack.alerts()}
+                drifted = {("SparkDrift", HOSTS[0]), ("SparkVerifyFailing", HOSTS[0])} <= {
+                    (alert, host) for alert, host, _ in found}
+                return found if drifted and ("SparkThermalSlowdown", HOSTS[1], "hw_thermal_slowdown") in found \
+                    else None
 
-            found = stack.wait_for("the hot host's SparkThermalSlowdown in Prometheus", raised)
-            assert found == {(HOSTS[1], "hw_slowdown"), (HOSTS[1], "hw_thermal_slowdown")}, found
+            found = stack.wait_for("the drifted host's and the hot host's alerts in Prometheus", raised)
+            # (The lab's hosts share this machine's memory, and the lab pins an image an advisory is about: those
+            # alerts may be there for every host; the drift's are for the drifted host alone.)
+            assert {host for alert, host, _ in found if alert in DRIFT_ALERTS} == {HOSTS[0]}, \
+                f"drift alerts for another host: {found}"
+            assert {(host, reason) for alert, host, reason in found if alert == "SparkThermalSlowdown"} == \
+                {(HOSTS[1], "hw_slowdown"), (HOSTS[1], "hw_thermal_slowdown")}, found
             [series] = stack.query(f'sparkfleet_gpu_temperature_celsius{{host="{HOSTS[1]}"}}')
             assert series["value"][1] == "94", series
-            subprocess.run(["docker", "exec", "-i", HOSTS[1], "sh", "-c", f"cat > {LAB_HEALTH}"], input=kept,
-                           text=True, check=True)
-            cycle("watch-cooled")
-            stack.wait_for("the slowdown cleared", lambda: not [a for a in stack.alerts()
-                                                                 if a["alertname"] == "SparkThermalSlowdown"])
+            repaired, _, _ = cli(fleet, "watch-repair", "provision", "--limit", HOSTS[0])
+            assert repaired.returncode == 0, repaired.stdout[-3000:]
+            # Issue 58, item 2: the repair is said on the screen, a line a change, under the host's name.
+            assert f"{HOSTS[0]}: changed: Install a launcher per image that runs exactly the pinned digest" \
+                in repaired.stdout, repaired.stdout[-3000:]
+            health(kept["health"])
+            assert cycle("watch-clean")["hosts"][HOSTS[0]]["verification"]["drift"] == []
+            stack.wait_for("the alerts cleared", lambda: not [
+                a for a in stack.alerts()
+                if a.get("host") and a["alertname"] in (*DRIFT_ALERTS, "SparkThermalSlowdown")])
     finally:
-        subprocess.run(["docker", "exec", "-i", HOSTS[1], "sh", "-c", f"cat > {LAB_HEALTH}"], input=kept, text=True,
+        restore = f"test -e {path} || {{ cat > {path} && chmod 755 {path}; }}"
+        subprocess.run(["docker", "exec", "-i", HOSTS[0], "sh", "-c", restore], input=kept["launcher"], text=True,
                        check=True)
+        health(kept["health"])
 
 
 def test_5g_a_lock_entry_renamed_is_bad_input_before_any_host_is_asked(fleet, tmp_path):
