@@ -27,8 +27,6 @@ def shipped_on_pypi():
     return run_module("spark_matrix_check", {"matrix": MATRIX, "skip_steps": ["torch"], "timeout": 60})
 
 
-
-
 def test_every_pin_of_the_matrix_is_on_the_test_beds_index(pyindex):
     result = run_module("spark_matrix_check", {"matrix": MATRIX, "index_mirrors": pyindex.overrides,
                                                "today": "2026-08-01"})
