@@ -24,11 +24,15 @@ def test_each_column_has_its_own_place_in_the_order_a_narrow_terminal_keeps_them
 
 
 def test_a_host_row_is_its_columns_cells_by_name():
-    row = table.row("spark-01", ENTRY)
-    assert dict(zip(table.HEADERS, row, strict=True)) == {
+    row = dict(zip(table.HEADERS, table.row("spark-01", ENTRY), strict=True))
+    expected = {
         "host": "spark-01", "class": "spark (simulated)", "history": "converged", "runtime": "registered",
         "images (digest)": "ngc@abababababab", "venv": "unsloth-2026.7.2 verified", "verdict": "ok",
         "line": "True 13.0", "ABI findings": "0", "changed": "2", "failed": "0"}
+    assert sorted(row) == sorted(expected), (
+        f"COLUMNS of _fleet_table.py and the cells expected in {__file__} differ in "
+        f"{sorted(set(row) ^ set(expected))}: give each column its expected cell here")
+    assert row == expected
     assert table.cell("spark-01", ENTRY, "verdict") == "ok"
     assert table.priority(table.COLUMNS)[:4] == ("host", "verdict", "changed", "failed"), (
         "what an Ansible user reads first stays at any width")
