@@ -4,8 +4,11 @@ ansible-runner starts ansible-playbook in a session of its own (a pty) and,
 when cancelled, kills only that process group. A module that started a
 session of its own (the local connection does) is left running, reparented
 to init, after the lock is freed. So before that: the run's whole tree, and
-every process in the sessions its members lead, get SIGTERM, then SIGKILL
-after a grace period. Linux's /proc is read; elsewhere this ends nothing.
+every process in the sessions its members lead, get SIGINT (as Ctrl-C at a
+terminal would reach them, so Python's processes run their cleanup: Ansible's
+module wrapper removes its payload folder from the temporary directory,
+ansible-playbook its ansible-local-* folders), then SIGTERM, then SIGKILL,
+each after a grace period. Linux's /proc is read; elsewhere this ends nothing.
 """
 
 from __future__ import annotations
@@ -50,11 +53,14 @@ def run_processes(root: int, sessions: set[int] | None = None) -> tuple[set[int]
     return found, led
 
 
-def end_run(root: int, grace: float = 5.0) -> set[int]:
-    """SIGTERM every process of the run below root, SIGKILL what is left after `grace` s; the pids ended."""
+def end_run(root: int, grace: float = 5.0, interrupt: float = 2.0) -> set[int]:
+    """SIGINT every process of the run below root, SIGTERM what is left after `interrupt` s, SIGKILL what is left
+    after `grace` s more; the pids ended. (SIGTERM alone ended the modules before their cleanup: each cancel left
+    their payload folders in /tmp and ansible-local-* in ~/.ansible/tmp. A process that ignores SIGINT, as one
+    started in a script's background inherits it, meets SIGTERM after `interrupt` s.)"""
     pids, sessions = run_processes(root)
     ended = set(pids)
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+    for sig, wait in ((signal.SIGINT, interrupt), (signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)

@@ -241,12 +241,23 @@ def test_bad_input_quotes_the_file_line_and_column(home):
 
 @pytest.mark.parametrize("how", ["ctrl-c at the terminal", "SIGTERM"])
 def test_cancelling_ends_every_process_of_the_run_before_the_lock_is_freed(home, how):
+    """Ended, and cleaned up after: the module's payload folder (Ansible's wrapper makes it in the temporary
+    directory) and ansible-playbook's ansible-local-* folders are gone, as after a run to its end. Every cancel left
+    them behind while the run's processes got SIGTERM first."""
     registry = SilentRegistry()
+    temporary, local_temp = home / f"tmp-{how[:3]}", home / f"ansible-tmp-{how[:3]}"
+    temporary.mkdir()
+    local_temp.mkdir()
     try:
         inventory = unreachable_registry_inventory(home, registry.address)
         mark = f"sparkfleet-test-{uuid.uuid4().hex}"
-        screen = Screen(["pin", "-i", "inv"], home, SPARKFLEET_TEST_RUN=mark)
+        screen = Screen(["pin", "-i", "inv"], home, SPARKFLEET_TEST_RUN=mark, TMPDIR=str(temporary),
+                        ANSIBLE_LOCAL_TEMP=str(local_temp))
         started(mark)
+        end = time.monotonic() + 60
+        while not list(temporary.glob("ansible_*_payload_*")):  # the module that waits on the registry has begun
+            assert time.monotonic() < end, f"no module's payload folder in {temporary}: {list(temporary.iterdir())}"
+            time.sleep(0.2)
         if how == "SIGTERM":
             os.kill(screen.child.pid, signal.SIGTERM)
         else:
@@ -257,6 +268,8 @@ def test_cancelling_ends_every_process_of_the_run_before_the_lock_is_freed(home,
         assert time.monotonic() - began < 30
         assert processes_marked(mark) == [], "a process of the run outlived it"
         assert "cancelling" in screen.text
+        left = sorted(p.name for folder in (temporary, local_temp) for p in folder.iterdir())
+        assert left == [], f"the cancelled run left {left} behind"
         import fcntl
 
         with open(inventory / ".sparkfleet" / "run.lock", "a+") as lock:
