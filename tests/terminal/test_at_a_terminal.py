@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import uuid
 import xml.etree.ElementTree as ET
@@ -245,9 +247,9 @@ def test_cancelling_ends_every_process_of_the_run_before_the_lock_is_freed(home,
     directory) and ansible-playbook's ansible-local-* folders are gone, as after a run to its end. Every cancel left
     them behind while the run's processes got SIGTERM first."""
     registry = SilentRegistry()
-    temporary, local_temp = home / f"tmp-{how[:3]}", home / f"ansible-tmp-{how[:3]}"
-    temporary.mkdir()
-    local_temp.mkdir()
+    # Folders of the test's own with short paths: Python's multiprocessing puts its sockets in the temporary
+    # directory, and a path under pytest's tmp_path can pass the 107 characters a socket's path may have.
+    temporary, local_temp = (Path(tempfile.mkdtemp(prefix=f"sf-{part}-")) for part in ("tmp", "local"))
     try:
         inventory = unreachable_registry_inventory(home, registry.address)
         mark = f"sparkfleet-test-{uuid.uuid4().hex}"
@@ -282,6 +284,8 @@ def test_cancelling_ends_every_process_of_the_run_before_the_lock_is_freed(home,
                                "run was ended"), said
     finally:
         registry.close()
+        shutil.rmtree(temporary, ignore_errors=True)
+        shutil.rmtree(local_temp, ignore_errors=True)
 
 
 @pytest.mark.parametrize("how", ["ctrl-c at the terminal", "SIGTERM", "SIGHUP"])
