@@ -1,9 +1,11 @@
 """Where `make test`'s time went: the table CI's log ends with (issue 37).
 
 Reads what the run wrote under SPARKFLEET_TIMINGS (default .cache/timings): stages.tsv (testbed/timed.sh: the
-venv, lint, each part of the test bed, pytest, each Molecule scenario) and pytest.json (tests/conftest.py: each
-test file's wall time in the worker that ran it, and ansible-test's sanity per ansible-core). Prints the table
-and writes it beside them as table.md; bench/results/suite-timings.md keeps the last clean clone's.
+venv, lint, each part of the test bed, pytest, each Molecule scenario, each with the share of the machine's cores
+that worked while it ran; a line without that share, as timed.sh wrote before, shows none) and pytest.json
+(tests/conftest.py: each test file's wall time in the worker that ran it, and ansible-test's sanity per
+ansible-core). Prints the table and writes it beside them as table.md; bench/results/suite-timings.md keeps the
+last clean clone's.
 
     python bench/suite_timings.py [FOLDER]
 """
@@ -18,35 +20,37 @@ from pathlib import Path
 def table(folder: Path) -> list[str]:
     stages = []
     tsv = folder / "stages.tsv"
+    busy: dict[str, str] = {}
     for line in tsv.read_text().splitlines() if tsv.is_file() else []:
-        stage, seconds, rc = line.split("\t")
+        stage, seconds, rc, *cpu = line.split("\t")
         stages.append((stage, float(seconds), int(rc)))
+        busy[stage] = f"{cpu[0]}%" if cpu else ""
     found = json.loads((folder / "pytest.json").read_text()) if (folder / "pytest.json").is_file() else {}
     files, tests = found.get("files") or {}, found.get("tests") or {}
     # A part of a stage that ran beside others ("+ molecule: default", testbed/molecule.sh) is shown under it and
     # left out of the sum: the stage is timed whole.
     total = sum(seconds for stage, seconds, _rc in stages if not stage.startswith("+ "))
-    out = ["| where | seconds | share |", "|---|---:|---:|"]
+    out = ["| where | seconds | share | CPU busy |", "|---|---:|---:|---:|"]
     parts = [s for s in stages if s[0].startswith("+ ")]
     for stage, seconds, rc in stages:
         if stage.startswith("+ "):
             continue
         out.append(f"| {stage}{'' if rc == 0 else f' (exit {rc})'} | {seconds:.0f} | "
-                   f"{seconds / total:.0%} |" if total else f"| {stage} | {seconds:.0f} | |")
+                   f"{seconds / total:.0%} | {busy[stage]} |" if total else f"| {stage} | {seconds:.0f} | | |")
         if stage.startswith("molecule"):
-            out += [f"| &nbsp;&nbsp;{part[2:]}{'' if code == 0 else f' (exit {code})'} | {took:.0f} | |"
+            out += [f"| &nbsp;&nbsp;{part[2:]}{'' if code == 0 else f' (exit {code})'} | {took:.0f} | | |"
                     for part, took, code in parts]
         if stage == "pytest":
             for path, span in sorted(files.items(), key=lambda item: (item[1]["worker"], item[1]["start"])):
                 if span["seconds"] >= 10:
-                    out.append(f"| &nbsp;&nbsp;{span['worker']}: {path} | {span['seconds']:.0f} | |")
+                    out.append(f"| &nbsp;&nbsp;{span['worker']}: {path} | {span['seconds']:.0f} | | |")
             quick = [s for s in files.values() if s["seconds"] < 10]
             if quick:
                 out.append(f"| &nbsp;&nbsp;{len(quick)} files under 10 s each | "
-                           f"{sum(s['seconds'] for s in quick):.0f} | |")
+                           f"{sum(s['seconds'] for s in quick):.0f} | | |")
             for nodeid, seconds in sorted(tests.items()):
-                out.append(f"| &nbsp;&nbsp;&nbsp;&nbsp;{nodeid.split('::', 1)[1]} | {seconds:.0f} | |")
-    out.append(f"| **all stages** | **{total:.0f}** | |")
+                out.append(f"| &nbsp;&nbsp;&nbsp;&nbsp;{nodeid.split('::', 1)[1]} | {seconds:.0f} | | |")
+    out.append(f"| **all stages** | **{total:.0f}** | | |")
     return out
 
 
@@ -70,7 +74,8 @@ def main() -> int:
     sys.path.insert(0, str(repo / "bench"))
     from content_key import content_key
 
-    lines = ["where make test's time went (wall seconds; a pytest file's in its worker, both workers at once):",
+    lines = ["where make test's time went (wall seconds; a pytest file's in its worker, both workers at once; CPU busy:"
+             " the share of all cores that worked while the stage ran):",
              "", *table(folder)]
     notes = stale_benchmarks(repo / "bench" / "results", content_key(repo))
     lines += ["", *notes] if notes else []

@@ -8,13 +8,36 @@ from conftest import REPO, bench_module
 
 def test_scenarios_run_at_once_are_shown_under_their_stage_and_counted_once(tmp_path):
     suite_timings = _suite_timings()
-    stages = [("lint: ruff", "10.0", "0"), ("+ molecule: venv", "250.2", "0"), ("+ molecule: default", "280.4", "1"),
-              ("molecule: default and venv, at once", "290.0", "1")]
+    # a line as timed.sh wrote before it measured the CPU (no fourth field) beside today's lines
+    stages = [("lint: ruff", "10.0", "0"), ("+ molecule: venv", "250.2", "0", "51"),
+              ("+ molecule: default", "280.4", "1", "48"), ("molecule: default and venv, at once", "290.0", "1", "97")]
     (tmp_path / "stages.tsv").write_text("".join("\t".join(s) + "\n" for s in stages))
     rows = suite_timings.table(tmp_path)
-    assert rows[2:] == ["| lint: ruff | 10 | 3% |", "| molecule: default and venv, at once (exit 1) | 290 | 97% |",
-                        "| &nbsp;&nbsp;molecule: venv | 250 | |", "| &nbsp;&nbsp;molecule: default (exit 1) | 280 | |",
-                        "| **all stages** | **300** | |"]
+    assert rows[2:] == ["| lint: ruff | 10 | 3% |  |",
+                        "| molecule: default and venv, at once (exit 1) | 290 | 97% | 97% |",
+                        "| &nbsp;&nbsp;molecule: venv | 250 | | |",
+                        "| &nbsp;&nbsp;molecule: default (exit 1) | 280 | | |",
+                        "| **all stages** | **300** | | |"]
+
+
+def test_timed_sh_says_how_busy_the_cpu_was_while_a_stage_ran(tmp_path):
+    """testbed/timed.sh's fourth field: near 100 % for a stage that keeps every core working (a share of idle time,
+    or of one core, would be far under it). A stage that waits is judged only against it: the rest of the suite
+    runs beside this test and keeps the cores busy while it sleeps."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SPARKFLEET_TIMINGS": str(tmp_path)}
+    spin = "import multiprocessing as m, time\ndef f(_):\n t = time.time()\n while time.time() - t < 2: pass\n" \
+           "if __name__ == '__main__':\n with m.Pool(os.cpu_count()) as p: p.map(f, range(os.cpu_count()))\n"
+    subprocess.run([str(REPO / "testbed" / "timed.sh"), "waits", "sleep", "2"], env=env, check=True)
+    subprocess.run([str(REPO / "testbed" / "timed.sh"), "works", sys.executable, "-c", "import os\n" + spin],
+                   env=env, check=True)
+    lines = [line.split("\t") for line in (tmp_path / "stages.tsv").read_text().splitlines()]
+    assert [(stage, rc) for stage, _s, rc, _cpu in lines] == [("waits", "0"), ("works", "0")]
+    waits, works = (int(cpu) for *_rest, cpu in lines)
+    assert works >= 80 and 0 <= waits <= works, lines
 
 
 def _suite_timings():
