@@ -66,17 +66,13 @@ lint: venv
 # -n auto: one worker per core, a test file per worker at a time, the longest first (tests/conftest.py LONGEST_FIRST;
 # xdist would order them by their count of tests); tests/conftest.py makes the files that share
 # this machine's Docker images take turns.
-XDIST := --dist loadfile --no-loadscope-reorder
-# The whole suite (make pytest) with one worker more than cores: with one per core the CPU was busy 91 % of pytest's
-# time (testbed/timed.sh's CPU busy column; the tests wait on pip's downloads, a Prometheus scrape, a host's boot),
-# and a third worker's files fill that wait.
-PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+XDIST := -n auto --dist loadfile --no-loadscope-reorder
 
 unit: venv
-	pytest -n auto $(XDIST) -m "not testbed and not network" tests
+	pytest $(XDIST) -m "not testbed and not network" tests
 
 pytest: testbed registry aptrepo
-	$(TIMED) "pytest" pytest -n $(PYTEST_WORKERS) $(XDIST) tests
+	$(TIMED) "pytest" pytest $(XDIST) tests
 
 molecule: testbed aptrepo registry pyindex
 	@testbed/standins.sh
@@ -93,7 +89,7 @@ test: timings-reset lint pytest molecule
 
 # The inner loop: lint, the pure tests, the modules natively and the CLI at a pty; no test bed, no network.
 test-quick: lint
-	pytest -n auto $(XDIST) -m "not testbed and not network" tests/unit tests/cli tests/modules tests/terminal
+	pytest $(XDIST) -m "not testbed and not network" tests/unit tests/cli tests/modules tests/terminal
 
 # The documentation's generated parts written anew from their tables (tools/docs.py; tests/modules/test_docs.py
 # fails while one differs).
