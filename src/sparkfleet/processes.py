@@ -3,14 +3,12 @@
 ansible-runner starts ansible-playbook in a session of its own (a pty) and,
 when cancelled, kills only that process group. A module that started a
 session of its own (the local connection does) is left running, reparented
-to init, after the lock is freed. So before that: ansible-playbook gets
-SIGINT, as Ctrl-C at a terminal gives it, and passes it on as it does there
-(to each worker, which passes it to the process group of the module it
-runs), so Python's processes run their cleanup: Ansible's module wrapper
-removes its payload folder from the temporary directory, ansible-playbook
-its ansible-local-* folders. Then the run's whole tree, and every process in
-the sessions its members lead, gets SIGTERM, then SIGKILL, each after a grace
-period. Linux's /proc is read; elsewhere this ends nothing.
+to init, after the lock is freed. So before that: the run's whole tree, and
+every process in the sessions its members lead, get SIGINT (as Ctrl-C at a
+terminal would reach them, so Python's processes run their cleanup: Ansible's
+module wrapper removes its payload folder from the temporary directory,
+ansible-playbook its ansible-local-* folders), then SIGTERM, then SIGKILL,
+each after a grace period. Linux's /proc is read; elsewhere this ends nothing.
 """
 
 from __future__ import annotations
@@ -55,22 +53,15 @@ def run_processes(root: int, sessions: set[int] | None = None) -> tuple[set[int]
     return found, led
 
 
-def end_run(root: int, grace: float = 5.0, interrupt: float = 5.0) -> set[int]:
-    """SIGINT root's children (ansible-playbook), SIGTERM every process of the run below root that is left after
-    `interrupt` s, SIGKILL what is left after `grace` s more; the pids ended. Each waits only as long as a process
-    is left.
-
-    SIGTERM alone ended the modules before their cleanup: each cancel left their payload folders in /tmp and
-    ansible-local-* in ~/.ansible/tmp. SIGINT to every process of the run reached a module twice, from here and
-    from its worker, and on a busy machine the second came while the first's cleanup ran and cut it short (CI met
-    it with three test workers on two cores). A process that ignores SIGINT, as one started in a script's
-    background inherits it, meets SIGTERM after `interrupt` s."""
+def end_run(root: int, grace: float = 5.0, interrupt: float = 2.0) -> set[int]:
+    """SIGINT every process of the run below root, SIGTERM what is left after `interrupt` s, SIGKILL what is left
+    after `grace` s more; the pids ended. (SIGTERM alone ended the modules before their cleanup: each cancel left
+    their payload folders in /tmp and ansible-local-* in ~/.ansible/tmp. A process that ignores SIGINT, as one
+    started in a script's background inherits it, meets SIGTERM after `interrupt` s.)"""
     pids, sessions = run_processes(root)
     ended = set(pids)
-    table = _table()
-    top = {pid for pid in pids if table.get(pid, (None,))[0] == root}
     for sig, wait in ((signal.SIGINT, interrupt), (signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
-        for pid in top if sig == signal.SIGINT else pids:
+        for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + wait
