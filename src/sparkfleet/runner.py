@@ -85,6 +85,11 @@ class Run:
         clock = time.monotonic()
         private = Path(tempfile.mkdtemp(prefix="sparkfleet-run-"))
         private.chmod(0o700)
+        # The run's own temporary directory, removed with the private one whatever ended the run: a module's
+        # payload folder (Ansible's wrapper makes it there) cannot outlive a cancel that cut the module's own
+        # cleanup short, as a busy machine did to a second SIGINT (its worker passes one on too).
+        scratch = private / "tmp"
+        scratch.mkdir(mode=0o700)
         # The report directory was claimed (reportdir.py): sparkfleet's own, never a link, the earlier run's
         # events gone. ansible-runner rotates nothing there: the folder holds this run alone.
         artifacts = self.report_dir / "artifacts"
@@ -115,6 +120,7 @@ class Run:
             "ANSIBLE_FORCE_COLOR": "0",
             "ANSIBLE_NOCOLOR": "1",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            "TMPDIR": str(scratch),
             **fast_env,
         }
         for sig in CANCEL_SIGNALS:

@@ -245,7 +245,9 @@ def test_bad_input_quotes_the_file_line_and_column(home):
 def test_cancelling_ends_every_process_of_the_run_before_the_lock_is_freed(home, how):
     """Ended, and cleaned up after: the module's payload folder (Ansible's wrapper makes it in the temporary
     directory) and ansible-playbook's ansible-local-* folders are gone, as after a run to its end. Every cancel left
-    them behind while the run's processes got SIGTERM first."""
+    them behind while the run's processes got SIGTERM first; with SIGINT first, a busy machine still left the
+    payload folder now and then (the module got a second SIGINT from its worker during its cleanup), until the run
+    was given a temporary directory of its own that sparkfleet removes."""
     registry = SilentRegistry()
     # Folders of the test's own with short paths: Python's multiprocessing puts its sockets in the temporary
     # directory, and a path under pytest's tmp_path can pass the 107 characters a socket's path may have.
@@ -257,8 +259,10 @@ def test_cancelling_ends_every_process_of_the_run_before_the_lock_is_freed(home,
                         ANSIBLE_LOCAL_TEMP=str(local_temp))
         started(mark)
         end = time.monotonic() + 60
-        while not list(temporary.glob("ansible_*_payload_*")):  # the module that waits on the registry has begun
-            assert time.monotonic() < end, f"no module's payload folder in {temporary}: {list(temporary.iterdir())}"
+        # The module that waits on the registry has begun: its payload folder is in the run's own temporary
+        # directory, below the user's (sparkfleet-run-*/tmp), which the run removes whatever ends it.
+        while not list(temporary.glob("sparkfleet-run-*/tmp/ansible_*_payload_*")):
+            assert time.monotonic() < end, f"no module's payload folder below {temporary}: {list(temporary.rglob('*'))}"
             time.sleep(0.2)
         if how == "SIGTERM":
             os.kill(screen.child.pid, signal.SIGTERM)
