@@ -22,7 +22,7 @@ from sparkfleet.command_table import CONFIGURED, Command, extra_vars
 from sparkfleet.events import Fleet
 from sparkfleet.outcome import EXIT_BAD_INPUT, EXIT_BUSY, EXIT_OK
 from sparkfleet.run_lock import InventoryBusy, run_lock
-from sparkfleet.runner import Run, ansible_config
+from sparkfleet.runner import Run, ansible_config, temporary_directory_problem
 from sparkfleet.terminal import make_console, print_summary
 
 
@@ -106,6 +106,9 @@ def problems_before_run(record: Command, args: argparse.Namespace, inventory: st
     """What makes the run bad input, found before anything runs, as (heading, one line each) groups: variables
     named or typed wrong, a broken image lock, a --limit or a tag that matches nothing. What is not bad input but
     should change (a variable set under its old name) is added to `notes`."""
+    unusable = temporary_directory_problem()
+    if unusable:
+        return [("the temporary directory cannot be used (nothing was run)", [unusable])]
     unsafe = inventory_folders_problems(inventory)
     if unsafe:  # before ansible-inventory reads a group_vars file another user put there
         return [("the inventory is in a folder other users can write to (nothing was run)", unsafe)]

@@ -49,6 +49,37 @@ def ansible_config(cwd: Path | None = None) -> AnsibleConfig:
     return _config.resolve(cwd or Path.cwd(), os.environ, ANSIBLE_CFG, COLLECTIONS_DIR)
 
 
+# The longest path a Unix socket may have on Linux (sun_path, 108 bytes with its NUL), and what Python's
+# multiprocessing adds below the temporary directory for the socket of ansible-core's in-process manager.
+SOCKET_PATH_MAX = 107
+SOCKET_BELOW_TMPDIR = len("/pymp-xxxxxxxx/listener-xxxxxxxx")
+
+
+def temporary_directory_problem() -> str | None:
+    """Why no run can start with this temporary directory, or None: ansible-core's manager would find no socket
+    path below it, and every run stop with 'Local RPC server did not start' and no other word."""
+    tmp = tempfile.gettempdir()
+    if len(tmp) + SOCKET_BELOW_TMPDIR <= SOCKET_PATH_MAX:
+        return None
+    return (f"the temporary directory {tmp} (TMPDIR) is {len(tmp)} characters long: ansible-core listens on a Unix "
+            f"socket {SOCKET_BELOW_TMPDIR} characters below it, and a socket's path may have {SOCKET_PATH_MAX} at "
+            "most, so ansible-playbook would stop with 'Local RPC server did not start'. Set TMPDIR to a folder of "
+            f"at most {SOCKET_PATH_MAX - SOCKET_BELOW_TMPDIR} characters (TMPDIR=/tmp), then run again")
+
+
+def run_tmpdir() -> Path | None:
+    """The run's own temporary directory (TMPDIR of ansible-playbook and the modules run on the controller), made in
+    the user's and removed with the run, whatever ended it: a module's payload folder (Ansible's wrapper makes it
+    there) cannot outlive a cancel that cut the module's own cleanup short, as a busy machine did to a second
+    SIGINT (its worker passes one on too). Its name is short, and None (the user's own, as before) where the user's
+    is so long that a socket below it would pass SOCKET_PATH_MAX: ansible-core's manager listens there."""
+    scratch = Path(tempfile.mkdtemp(prefix="sf-"))
+    if len(str(scratch)) + SOCKET_BELOW_TMPDIR > SOCKET_PATH_MAX:
+        scratch.rmdir()
+        return None
+    return scratch
+
+
 @dataclass
 class Run:
     playbook: str
@@ -85,11 +116,7 @@ class Run:
         clock = time.monotonic()
         private = Path(tempfile.mkdtemp(prefix="sparkfleet-run-"))
         private.chmod(0o700)
-        # The run's own temporary directory, removed with the private one whatever ended the run: a module's
-        # payload folder (Ansible's wrapper makes it there) cannot outlive a cancel that cut the module's own
-        # cleanup short, as a busy machine did to a second SIGINT (its worker passes one on too).
-        scratch = private / "tmp"
-        scratch.mkdir(mode=0o700)
+        scratch = run_tmpdir()
         # The report directory was claimed (reportdir.py): sparkfleet's own, never a link, the earlier run's
         # events gone. ansible-runner rotates nothing there: the folder holds this run alone.
         artifacts = self.report_dir / "artifacts"
@@ -120,7 +147,7 @@ class Run:
             "ANSIBLE_FORCE_COLOR": "0",
             "ANSIBLE_NOCOLOR": "1",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-            "TMPDIR": str(scratch),
+            **({"TMPDIR": str(scratch)} if scratch else {}),
             **fast_env,
         }
         for sig in CANCEL_SIGNALS:
@@ -155,6 +182,8 @@ class Run:
             for sig, handler in previous_handlers.items():
                 signal.signal(sig, handler)
             shutil.rmtree(private, ignore_errors=True)
+            if scratch:
+                shutil.rmtree(scratch, ignore_errors=True)
             scrub_artifacts(artifacts)
         if outcome.status == "canceled" and not outcome.errors:
             outcome.errors = [f"cancelled ({cancelled.get('by', 'SIGINT')}): every process of the run was ended; "

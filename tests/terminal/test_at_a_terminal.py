@@ -260,8 +260,8 @@ def test_cancelling_ends_every_process_of_the_run_before_the_lock_is_freed(home,
         started(mark)
         end = time.monotonic() + 60
         # The module that waits on the registry has begun: its payload folder is in the run's own temporary
-        # directory, below the user's (sparkfleet-run-*/tmp), which the run removes whatever ends it.
-        while not list(temporary.glob("sparkfleet-run-*/tmp/ansible_*_payload_*")):
+        # directory, below the user's (sf-*), which the run removes whatever ends it.
+        while not list(temporary.glob("sf-*/ansible_*_payload_*")):
             assert time.monotonic() < end, f"no module's payload folder below {temporary}: {list(temporary.rglob('*'))}"
             time.sleep(0.2)
         if how == "SIGTERM":
@@ -290,6 +290,48 @@ def test_cancelling_ends_every_process_of_the_run_before_the_lock_is_freed(home,
         registry.close()
         shutil.rmtree(temporary, ignore_errors=True)
         shutil.rmtree(local_temp, ignore_errors=True)
+
+
+def test_a_long_temporary_directory_still_runs_where_the_runs_own_would_be_too_long_for_a_socket(home):
+    """The run's own temporary directory (sf-*) is made in the user's, and ansible-core's manager listens on a socket
+    below it (pymp-*/listener-*): where the user's TMPDIR is so long that the run's would pass the 107 characters of
+    a socket's path, the run keeps the user's, as before it had one of its own, and runs. (With sf-* regardless, it
+    failed at once: "AF_UNIX path too long".)"""
+    unreachable_registry_inventory(home)
+    temporary = Path(tempfile.mkdtemp(prefix="sf-long-"))
+    try:
+        # 70 characters: a socket 32 below it fits, below an sf-XXXXXXXX in it (12 more) it would not.
+        long = temporary / ("t" * (70 - len(str(temporary)) - 1))
+        long.mkdir()
+        assert len(str(long)) == 70
+        screen = Screen(["pin", "-i", "inv", "--check"], home, TMPDIR=str(long)).wait()
+        assert "AF_UNIX" not in screen.text and "Traceback" not in screen.text, screen.text[-3000:]
+        assert screen.rc == 2, screen.text[-3000:]
+        assert any("cannot reach http://127.0.0.1:9" in line for line in screen.lines()), screen.text[-3000:]
+        assert sorted(p.name for p in long.iterdir()) == [], "the run left its files in the user's TMPDIR"
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+def test_a_temporary_directory_too_long_for_ansibles_socket_is_refused_before_anything_runs(home):
+    """A TMPDIR whose socket path would pass 107 characters stopped every run in ansible-core's manager with
+    "Local RPC server did not start" and nothing else (exit 2, no error in the report); now it is bad input,
+    named with its length and what to set instead."""
+    unreachable_registry_inventory(home)
+    temporary = Path(tempfile.mkdtemp(prefix="sf-long-"))
+    try:
+        long = temporary / ("t" * (80 - len(str(temporary)) - 1))
+        long.mkdir()
+        screen = Screen(["pin", "-i", "inv", "--check"], home, TMPDIR=str(long)).wait()
+        assert screen.rc == 4, screen.text[-3000:]
+        text = " ".join(screen.text.split())
+        assert f"the temporary directory {long} (TMPDIR) is 80 characters long" in text, screen.text[-3000:]
+        assert "Set TMPDIR to a folder of at most 75 characters" in text
+        data = json.loads((home / "reports" / "latest" / "report.json").read_text())
+        assert data["exit_code"] == 4 and "is 80 characters long" in data["errors"][0]
+        assert list(long.iterdir()) == []
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
 
 
 @pytest.mark.parametrize("how", ["ctrl-c at the terminal", "SIGTERM", "SIGHUP"])
