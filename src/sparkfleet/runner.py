@@ -55,11 +55,16 @@ SOCKET_PATH_MAX = 107
 SOCKET_BELOW_TMPDIR = len("/pymp-xxxxxxxx/listener-xxxxxxxx")
 
 
+def socket_fits_below(folder: str | Path) -> bool:
+    """Whether ansible-core's manager can make its socket below `folder` as the temporary directory."""
+    return len(str(folder)) + SOCKET_BELOW_TMPDIR <= SOCKET_PATH_MAX
+
+
 def temporary_directory_problem() -> str | None:
     """Why no run can start with this temporary directory, or None: ansible-core's manager would find no socket
     path below it, and every run stop with 'Local RPC server did not start' and no other word."""
     tmp = tempfile.gettempdir()
-    if len(tmp) + SOCKET_BELOW_TMPDIR <= SOCKET_PATH_MAX:
+    if socket_fits_below(tmp):
         return None
     return (f"the temporary directory {tmp} (TMPDIR) is {len(tmp)} characters long: ansible-core listens on a Unix "
             f"socket {SOCKET_BELOW_TMPDIR} characters below it, and a socket's path may have {SOCKET_PATH_MAX} at "
@@ -74,7 +79,7 @@ def run_tmpdir() -> Path | None:
     SIGINT (its worker passes one on too). Its name is short, and None (the user's own, as before) where the user's
     is so long that a socket below it would pass SOCKET_PATH_MAX: ansible-core's manager listens there."""
     scratch = Path(tempfile.mkdtemp(prefix="sf-"))
-    if len(str(scratch)) + SOCKET_BELOW_TMPDIR > SOCKET_PATH_MAX:
+    if not socket_fits_below(scratch):
         scratch.rmdir()
         return None
     return scratch
