@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparkfleet.collection_home import collection_module
+
 # The settings sparkfleet itself needs, as (environment variable, value).
 REQUIRED = {"ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True"}
 # An inventory's files/ folder holds the files roles copy (derived images), its matrix/ folder the stack matrices
@@ -86,6 +88,14 @@ def _paths(value: str, base: Path) -> list[str]:
 
 def resolve(cwd: Path, environ: Mapping[str, str], own_config: Path, own_collections: Path) -> AnsibleConfig:
     user = find_user_config(cwd, environ)
+    if user:
+        # Its settings name the code Ansible loads (library, roles_path, plugins) as the user running sparkfleet:
+        # judged by the one rule as every file root reads (module_utils/common/_trusted.py).
+        trusted = collection_module("common._trusted")
+        try:
+            trusted.check_path(str(user), "the ansible.cfg in use", "file")
+        except trusted.Untrusted as exc:
+            raise ValueError(f"{exc}; it names the code Ansible loads, so sparkfleet does not run with it") from None
     path = user or own_config
     parser = _read(path) if user else configparser.ConfigParser()
     env = dict(REQUIRED)

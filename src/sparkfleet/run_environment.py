@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import os
 import site
-import stat
-from pathlib import Path
 
 from sparkfleet.collection_home import collection_module
 
@@ -33,21 +31,13 @@ TRUST = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"
 
 
 def untrusted(path: str) -> str | None:
-    """Why `path` (and its folder) cannot be trusted by root's processes, or None: by the rule of every folder
-    sparkfleet trusts (module_utils/common/_trusted.py), it must exist, not be a link, be owned by root or the user
-    running sparkfleet, and be writable by nobody else; the same of its folder."""
-    target = Path(path)
-    for place in (target, target.parent):
-        try:
-            info = os.lstat(place)
-        except OSError:
-            return f"{place} does not exist"
-        if stat.S_ISLNK(info.st_mode):
-            return f"{place} is a symbolic link"
-        if info.st_uid not in _trusted.trusted_owners():
-            return f"{place} belongs to uid {info.st_uid}"
-        if _trusted.writable_by_others(info):  # a folder too: /tmp's sticky bit still lets anyone add a file there
-            return f"{place} is writable by others (mode {stat.S_IMODE(info.st_mode):o})"
+    """Why `path` cannot be trusted by root's processes, or None: the one rule of module_utils/common/_trusted.py,
+    over its whole path (each folder and link on the way root's or the user's, none writable by another user but
+    with the sticky bit), and the file or folder itself writable by nobody else."""
+    try:
+        _trusted.check_path(path, "the file", "any")
+    except _trusted.Untrusted as exc:
+        return str(exc)
     return None
 
 

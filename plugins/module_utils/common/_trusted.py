@@ -1,16 +1,20 @@
 # Copyright: sparkfleet contributors
 # Apache License 2.0
-"""The one rule for every file sparkfleet creates, truncates, locks or replaces in a folder it did not make itself
-(the inventory's .sparkfleet/, the wheel cache, the report root, the venv root and its installer, a launcher's
-working folder): the folder is trusted, and the file is opened without following a link.
+"""The one rule for every path root reads or writes (check_path), and the ways sparkfleet writes and reads files
+by it: every path from the CLI, a module or the watch is judged here, over its whole length.
 
-sparkfleet often runs as root, from or into folders other users may write to. A folder is trusted when it is a real
-directory (never a link), owned by root or by the user running sparkfleet, and writable by nobody else - its group
-only where the group is its owner's own private group (Ubuntu's and DGX OS's default: user alice, group alice, no
-other member) - and when no folder above it can be written by another user without the sticky bit (else the
-folder itself could be renamed away and replaced). A file in it is created with O_EXCL or opened with O_NOFOLLOW,
-and must be a regular file of root's or the user's. Every refusal is Untrusted, whose text names the path, what
-was found (owner, mode) and what to do; nothing is touched before it.
+sparkfleet often runs as root, from or into folders other users may write to. A path is trusted when every entry
+on it from / down - each folder, each link and each link's own target, judged the same way - belongs to root, the
+user running sparkfleet or the user who typed sudo, and no folder on it can be written by another user (its group
+counts as another user unless it is its owner's own private group: Ubuntu's and DGX OS's default, user alice,
+group alice, no other member), except a folder with the sticky bit (/tmp), below which nobody but its owner can
+rename the next entry, itself a trusted owner's. Else a stranger could rename a folder on the way and put their
+own in its place between sparkfleet's check and its read. A folder sparkfleet writes into is never a link itself
+(check_dir), and neither it nor a file it reads (read_file) is writable by others. A file in such a folder is
+created with O_EXCL or opened with O_NOFOLLOW, and must be a regular file of root's or the user's (open_file).
+Every refusal is Untrusted, whose text names the path, the entry that failed, what was found (owner, mode) and
+what to do; nothing is touched before it. SECURITY.md says the same; tests/unit/.../test_trusted.py holds each
+case, and tests/unit/.../test_one_trust_rule.py fails on a place that judges a path another way.
 """
 
 from __future__ import annotations
@@ -57,40 +61,125 @@ def trusted_owners() -> tuple[int, ...]:
     return tuple(owners)
 
 
-def check_dir(path: str, what: str = "the folder", sticky_ok: bool = False) -> None:
-    """Refuse (Untrusted) a folder that is not trusted (see the module's text); nothing is made or touched. The
-    folder is named as given. `sticky_ok`: a folder others can write with the sticky bit is taken too, where each
-    file or folder sparkfleet puts in it is made exclusively and read back as its own (the report root)."""
-    shown, path = path, os.path.abspath(path)
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        raise Untrusted(f"{what} {shown} does not exist") from None
-    if stat.S_ISLNK(info.st_mode):
-        raise Untrusted(f"{what} {shown} is a symbolic link (to {os.readlink(path)}); sparkfleet writes only into "
-                        "a real folder, never through a link: remove the link, or point sparkfleet at the folder "
-                        "itself")
-    if not stat.S_ISDIR(info.st_mode):
-        raise Untrusted(f"{what} {shown} is not a folder")
-    mode = f"mode {stat.S_IMODE(info.st_mode):04o}"
+def _judge(what: str, shown: str, place: str, info: os.stat_result, last: bool, sticky_ok: bool) -> None:
+    """One entry on the way to `shown` judged by check_path's rule; `last`: the entry `shown` names itself."""
+    link = stat.S_ISLNK(info.st_mode)
+    owner, mode = _owner(info.st_uid), f"mode {stat.S_IMODE(info.st_mode):04o}"
+    if last and not link:
+        subject = f"{what} {shown}"
+    elif link:
+        subject = f"{what} {shown} is reached through the link {place} (to {os.readlink(place)}), which"
+    else:
+        subject = f"{what} {shown} is inside {place}, which"
     if info.st_uid not in trusted_owners():
-        raise Untrusted(f"{what} {shown} belongs to {_owner(info.st_uid)}, not to root or the user running "
-                        f"sparkfleet ({_owner(os.geteuid())}); its owner could swap what sparkfleet writes there for "
-                        f"a link to another file. Nothing was written: use a folder of your own, or have it "
-                        f"removed (sparkfleet makes it anew)")
-    if writable_by_others(info) and not (sticky_ok and info.st_mode & stat.S_ISVTX):
-        raise Untrusted(f"{what} {shown} ({_owner(info.st_uid)}, {mode}) can be written by other users, who could "
-                        f"put links or files of their own into it. Nothing was written: chmod go-w {shown}, or use "
-                        "another folder")
-    parent = os.path.dirname(path)
-    while parent and parent != path:
-        above = os.stat(parent)
-        if above.st_mode & stat.S_IWOTH and not above.st_mode & stat.S_ISVTX:
-            raise Untrusted(f"{what} {path} is inside {parent} ({_owner(above.st_uid)}, mode "
-                            f"{stat.S_IMODE(above.st_mode):04o}), which any user can write without the sticky bit: "
-                            f"they could rename {path} away and put a folder of their own in its place. Nothing was "
-                            "written: use a folder elsewhere, or chmod +t or o-w the folder above")
-        path, parent = parent, os.path.dirname(parent)
+        raise Untrusted(f"{subject} belongs to {owner}, not to root or the user running sparkfleet "
+                        f"({_owner(os.geteuid())}); its owner could swap "
+                        f"{'what sparkfleet reads or writes there' if last and not link else 'what lies below it'}"
+                        " for a link or a file of their own. Nothing was read or written: use a path whose every "
+                        "folder is root's or yours, or have it made anew by root or you")
+    if link or not writable_by_others(info):
+        return  # a link's own mode means nothing: who may change it is its folder's say, judged one step before
+    if stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX and (not last or sticky_ok):
+        return  # /tmp: nobody but its owner renames or removes the entry below, which is judged next
+    if last and stat.S_ISDIR(info.st_mode):
+        raise Untrusted(f"{subject} ({owner}, {mode}) can be written by other users, who could put links or files "
+                        f"of their own into it. Nothing was read or written: chmod go-w {shown}, or use another "
+                        "folder")
+    if last:
+        raise Untrusted(f"{subject} ({owner}, {mode}) can be written by other users, who could change what it "
+                        f"says. Nothing was read: chmod go-w {shown}")
+    raise Untrusted(f"{what} {shown} is inside {place} ({owner}, {mode}), which other users can write without the "
+                    "sticky bit: they could rename what lies below it away and put their own in its place. Nothing was "
+                    f"read or written: use a path elsewhere, or chmod +t or go-w {place}")
+
+
+def check_path(path: str, what: str = "the path", kind: str = "any", sticky_ok: bool = False) -> str:
+    """The one rule for every path root reads or writes, over the whole path; returns the path with every link
+    followed (what a later open of it reaches), or raises Untrusted saying which entry failed, whose it is and what
+    to do. Nothing is made or touched.
+
+    From / down, every folder on the way and every link (a link's target is judged the same way, from / again where
+    it is absolute) belongs to root, the user running sparkfleet or the user who typed sudo (trusted_owners), and no
+    folder can be written by another user (a group counts as other users unless it is its owner's private group),
+    except where the folder has the sticky bit (/tmp): then nobody can rename or remove the entry below it, which is
+    itself a trusted owner's. The entry `path` names: `kind` "dir" a folder, "file" a regular file, "any" either;
+    a folder as the last entry must not be writable by others even with the sticky bit unless `sticky_ok` (the
+    report root, whose entries sparkfleet makes exclusively and reads back as its own); a file never."""
+    shown = path
+    pending = [p for p in os.path.abspath(path).split("/") if p]
+    current, hops = "/", 0
+    _judge(what, shown, "/", os.lstat("/"), not pending, sticky_ok)
+    while pending:
+        name = pending.pop(0)
+        if name == ".":
+            continue
+        if name == "..":
+            current = os.path.dirname(current)
+            continue
+        place = os.path.join(current, name)
+        try:
+            info = os.lstat(place)
+        except FileNotFoundError:
+            raise Untrusted(f"{what} {shown} does not exist" + (f" ({place} is missing)" if place != shown else "")
+                            ) from None
+        except NotADirectoryError:
+            raise Untrusted(f"{what} {shown} is not there: {current} is not a folder") from None
+        _judge(what, shown, place, info, not pending, sticky_ok)
+        if stat.S_ISLNK(info.st_mode):
+            hops += 1
+            if hops > 40:
+                raise Untrusted(f"{what} {shown} goes through more than 40 links (a loop at {place}?)")
+            target = os.readlink(place)
+            pending = [p for p in target.split("/") if p] + pending
+            if target.startswith("/"):
+                current = "/"
+            continue
+        if pending and not stat.S_ISDIR(info.st_mode):
+            raise Untrusted(f"{what} {shown} is not there: {place} is not a folder")
+        current = place
+    final = os.lstat(current)
+    if kind == "dir" and not stat.S_ISDIR(final.st_mode):
+        raise Untrusted(f"{what} {shown} is not a folder")
+    if kind == "file" and not stat.S_ISREG(final.st_mode):
+        raise Untrusted(f"{what} {shown} is not a regular file")
+    if kind == "any" and not (stat.S_ISDIR(final.st_mode) or stat.S_ISREG(final.st_mode)):
+        raise Untrusted(f"{what} {shown} is neither a folder nor a regular file")
+    return current
+
+
+def check_dir(path: str, what: str = "the folder", sticky_ok: bool = False) -> None:
+    """Refuse (Untrusted) a folder that is not trusted: a link itself (sparkfleet writes into a real folder, never
+    through a link at its end), or one check_path refuses; nothing is made or touched. The folder is named as given.
+    `sticky_ok`: a folder others can write with the sticky bit is taken too, where each file or folder sparkfleet
+    puts in it is made exclusively and read back as its own (the report root)."""
+    try:
+        info = os.lstat(os.path.abspath(path))
+    except FileNotFoundError:
+        raise Untrusted(f"{what} {path} does not exist") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise Untrusted(f"{what} {path} is a symbolic link (to {os.readlink(os.path.abspath(path))}); sparkfleet "
+                        "writes only into a real folder, never through a link: remove the link, or point sparkfleet "
+                        "at the folder itself")
+    check_path(path, what, "dir", sticky_ok)
+
+
+def read_file(path: str, what: str = "the file") -> bytes:
+    """What a file says, read once through the descriptor of the file check_path judged (O_NOFOLLOW at its end,
+    a regular file of a trusted owner's that nobody else may write): never opened again by name."""
+    real = check_path(path, what, "file")
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid not in trusted_owners() or writable_by_others(info):
+            raise Untrusted(f"{what} {path} changed while it was read; nothing was read: run again")
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def make_dir(path: str, mode: int = 0o700, what: str = "the folder") -> None:

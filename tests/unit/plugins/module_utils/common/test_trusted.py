@@ -6,6 +6,7 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import re
 
 import pytest
 from ansible_collections.sparkfleet.spark.plugins.module_utils.common import _isolated as isolated
@@ -97,4 +98,82 @@ def test_a_module_that_starts_python_works_in_root_s_folder_without_the_callers_
     finally:
         os.chdir(here)
     assert sorted(left) == ["HF_HOME", "PYTHONPATH", "PYTHONSTARTUP", "TRITON_CACHE_DIR"]
+    caches = {name: environ.pop(name) for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
     assert environ == {"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "PYTHONSAFEPATH": "1"}
+    # Issue 70, finding 7: the compilers' caches are a folder of the module's own, never /tmp/torchinductor_root
+    # (Inductor's default without the variable), which another user could make first.
+    own = {os.path.dirname(path) for path in caches.values()}
+    assert len(own) == 1, caches
+    info = os.stat(own.pop())
+    assert (info.st_uid, oct(info.st_mode & 0o777)) == (os.getuid(), "0o700"), caches
+    assert "torchinductor_" not in caches["TORCHINDUCTOR_CACHE_DIR"]
+
+
+# Issue 70, finding 1: the rule over the whole path. Each case is a path whose last folder is root's and tight, with
+# something on the way another user can change; each was accepted before (only the last folder and world-writable
+# folders above it without the sticky bit were judged).
+@pytest.mark.parametrize("above_mode, above_uid, above_gid, said", [
+    (0o755, OTHER, 0, f"is inside {{above}}, which belongs to uid {OTHER}"),
+    (0o2775, 0, OTHER, "is inside {above} (root (uid 0), mode 2775), which other users can write"),  # /srv/lab
+    (0o775, 0, 0, None),  # root's group root: root's own
+    (0o1777, 0, 0, None),  # sticky: the folder below is root's, nobody renames it
+])
+def test_every_folder_above_is_judged_not_only_the_last(tmp_path, above_mode, above_uid, above_gid, said):
+    above = folder(tmp_path, "lab", above_mode, above_uid, above_gid)
+    inventory = folder(above, "inv", 0o755)
+    if said is None:
+        trusted.check_dir(str(inventory))
+        assert trusted.check_path(str(inventory / "."), kind="dir") == str(inventory)
+        return
+    for judge in (lambda: trusted.check_dir(str(inventory)), lambda: trusted.check_path(str(inventory))):
+        with pytest.raises(trusted.Untrusted, match=re.escape(said.format(above=above))):
+            judge()
+
+
+def test_below_a_sticky_folder_the_next_entry_must_be_a_trusted_owners(tmp_path):
+    shared = folder(tmp_path, "tmp", 0o1777)
+    theirs = folder(shared, "w", 0o755, OTHER, OTHER)  # what another user made first in /tmp
+    mine = folder(theirs, "inv", 0o755)
+    with pytest.raises(trusted.Untrusted, match=f"is inside {theirs}, which belongs to uid {OTHER}"):
+        trusted.check_path(str(mine))
+
+
+def test_every_link_on_the_way_is_judged_and_so_is_its_target(tmp_path):
+    """An -i through a link was judged at its target only: a stranger's link, or a root link into a stranger's
+    folder, now fails on the link or on the folder it leads through; root's link to root's folder is followed and
+    the path it reaches is what check_path returns."""
+    real = folder(tmp_path, "real", 0o755)
+    (real / "hosts.yml").write_text("all: {}\n")
+    (tmp_path / "ours").symlink_to(real)
+    assert trusted.check_path(str(tmp_path / "ours" / "hosts.yml"), kind="file") == str(real / "hosts.yml")
+    (tmp_path / "theirs").symlink_to(real)
+    os.chown(tmp_path / "theirs", OTHER, OTHER, follow_symlinks=False)
+    with pytest.raises(trusted.Untrusted, match=f"through the link {tmp_path}/theirs .* belongs to uid {OTHER}"):
+        trusted.check_path(str(tmp_path / "theirs" / "hosts.yml"))
+    stranger = folder(tmp_path, "home", 0o755, OTHER, OTHER)
+    folder(stranger, "inv", 0o755)
+    (tmp_path / "relative").symlink_to("home/inv")
+    with pytest.raises(trusted.Untrusted, match=f"is inside {stranger}, which belongs to uid {OTHER}"):
+        trusted.check_path(str(tmp_path / "relative"))
+    (tmp_path / "loop").symlink_to("loop")
+    with pytest.raises(trusted.Untrusted, match="more than 40 links"):
+        trusted.check_path(str(tmp_path / "loop"))
+
+
+def test_a_file_root_reads_is_read_once_and_only_when_nobody_else_may_change_it(tmp_path):
+    base = folder(tmp_path, "base", 0o755)
+    lock = base / "lock.yml"
+    lock.write_text("images: {}\n")
+    assert trusted.read_file(str(lock)) == b"images: {}\n"
+    lock.chmod(0o666)
+    with pytest.raises(trusted.Untrusted, match=r"mode 0666\) can be written by other users, who could change"):
+        trusted.read_file(str(lock))
+    lock.chmod(0o644)
+    os.chown(lock, OTHER, OTHER)
+    with pytest.raises(trusted.Untrusted, match=f"belongs to uid {OTHER}"):
+        trusted.read_file(str(lock))
+    os.mkfifo(base / "fifo")
+    with pytest.raises(trusted.Untrusted, match="is not a regular file"):
+        trusted.read_file(str(base / "fifo"))
+    with pytest.raises(trusted.Untrusted, match="does not exist"):
+        trusted.read_file(str(base / "gone" / "lock.yml"))
