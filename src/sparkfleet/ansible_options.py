@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from sparkfleet.collection_home import collection_module
+
 
 @dataclass
 class AnsibleOptions:
@@ -66,6 +68,13 @@ class AnsibleOptions:
             cmd.append("-" + "v" * self.verbose)
         return cmd
 
+    def files(self) -> list[tuple[str, str]]:
+        """(what, path) of each file these options make Ansible read or run as the user running sparkfleet: a vault
+        password file (run where it is executable), each --vault-id's source, the SSH key; for the trust rule."""
+        named = [("the vault password file", self.vault_password_file), ("the SSH key", self.private_key)]
+        named += [("the vault id's password file", value.rpartition("@")[2]) for value in self.vault_ids]
+        return [(what, str(Path(path).expanduser())) for what, path in named if path and path != "prompt"]
+
     def prompts(self) -> list[tuple[str, str]]:
         """(what to ask the user, the regex of ansible-playbook's own prompt) for each password it will ask."""
         asked = []
@@ -90,7 +99,14 @@ def extra_vars_files(values: list[str], directory: Path) -> list[str]:
             if not source.is_file():
                 raise ValueError(f"extra-variables file {value[1:]} not found; expected -e @FILE to name a "
                                  "YAML or JSON file")
-            args += ["--extra-vars", f"@{source.absolute()}"]
+            # Judged by the one rule and copied once (a vaulted file stays vaulted): Ansible reads the copy, never
+            # the user's file by name again (issue 70). Untrusted is a ValueError: the run is refused, naming it.
+            data = collection_module("common._trusted").read_file(str(source), "the extra-variables file")
+            copied = directory / f"extra-vars-{index}-{source.name}"
+            fd = os.open(copied, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            args += ["--extra-vars", f"@{copied}"]
             continue
         stripped = value.strip()
         if stripped.startswith(("{", "[")) or (":" in stripped.split("=", 1)[0] and "=" not in stripped):

@@ -14,15 +14,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sparkfleet import __version__, report, reportdir, selection, variables
+from sparkfleet import __version__, inventory_copy, report, reportdir, selection, variables
 from sparkfleet.ansible_options import AnsibleOptions, private_files
 from sparkfleet.arguments import REPORT_ROOT
 from sparkfleet.collection_home import PROJECT_DIR, collection_module
 from sparkfleet.command_table import CONFIGURED, Command, extra_vars
 from sparkfleet.events import Fleet
+from sparkfleet.inventory_copy import InventoryCopy
 from sparkfleet.outcome import EXIT_BAD_INPUT, EXIT_BUSY, EXIT_OK
 from sparkfleet.run_lock import InventoryBusy, run_lock
-from sparkfleet.runner import Run, ansible_config, temporary_directory_problem
+from sparkfleet.runner import Run, ansible_config, temporary_base, temporary_directory_problem
 from sparkfleet.terminal import make_console, print_summary
 
 
@@ -73,45 +74,19 @@ def resolve_inventory(record: Command, args: argparse.Namespace, config) -> str 
     return record.inventory_default
 
 
-def inventory_folders_problems(inventory: str) -> list[str]:
-    """The inventory's folder, and its group_vars/ and host_vars/ folders, each trusted as every folder sparkfleet
-    writes into (module_utils/common/_trusted.py): Ansible loads any group_vars file and any inventory source
-    another user could put there, and sparkfleet keeps the run lock and the hosts' records beside them. As Ansible
-    itself ignores an ansible.cfg in a folder every user can write to."""
-    if selection.is_host_list(inventory):
-        return []
-    trusted = collection_module("common._trusted")
-    # The folder as typed and the one a link to the inventory names (the run gives Ansible the resolved path, and
-    # Ansible reads the group_vars beside it): each with its group_vars and host_vars.
-    judged: dict[Path, str] = {}
-    for base in (Path(inventory).absolute(), Path(inventory).resolve()):
-        base = base if base.is_dir() else base.parent
-        judged.setdefault(base, "the inventory's folder")
-        for name in ("group_vars", "host_vars"):
-            if (base / name).is_dir():
-                for folder in [base / name, *sorted(q for q in (base / name).rglob("*") if q.is_dir())]:
-                    judged.setdefault(folder, "the inventory folder")
-    found = []
-    for folder, what in judged.items():
-        try:
-            # an owner's link (group_vars/all -> ../common) is judged by the folder it names
-            trusted.check_dir(str(folder.resolve()), what)
-        except trusted.Untrusted as exc:
-            found.append(str(exc))
-    return found
-
-
-def problems_before_run(record: Command, args: argparse.Namespace, inventory: str, config,
+def problems_before_run(record: Command, args: argparse.Namespace, inventory: InventoryCopy, config,
                         notes: list[str] | None = None) -> list[tuple[str, list]]:
     """What makes the run bad input, found before anything runs, as (heading, one line each) groups: variables
     named or typed wrong, a broken image lock, a --limit or a tag that matches nothing. What is not bad input but
-    should change (a variable set under its old name) is added to `notes`."""
-    unusable = temporary_directory_problem()
-    if unusable:
-        return [("the temporary directory cannot be used (nothing was run)", [unusable])]
-    unsafe = inventory_folders_problems(inventory)
-    if unsafe:  # before ansible-inventory reads a group_vars file another user put there
-        return [("the inventory is in a folder other users can write to (nothing was run)", unsafe)]
+    should change (a variable set under its old name) is added to `notes`. Everything is read from the inventory's
+    copy; what is said names the inventory as typed."""
+    found = _problems(args, inventory.source, config, notes)
+    if notes:
+        notes[:] = [inventory.shown(note) for note in notes]
+    return [(heading, [inventory.shown(line) for line in lines]) for heading, lines in found]
+
+
+def _problems(args: argparse.Namespace, inventory: str, config, notes: list[str] | None) -> list[tuple[str, list]]:
     listing = selection.list_inventory(inventory, config.env)
     inventoried = variables.inventory_values(inventory, config.env, listing)
     values = {**inventoried, **variables.extra_values(args.extra_vars)}
@@ -172,9 +147,7 @@ def refused(record: Command, args: argparse.Namespace, console: Console, invento
 
 def run_command(record: Command, args: argparse.Namespace, console: Console) -> int:
     """The record's playbook, run (command_table.py says what each command adds)."""
-    command, playbook, tags = record.name, record.playbook, record.tags
-    as_json = getattr(args, "json", False)
-    if as_json:
+    if getattr(args, "json", False):
         console = make_console(stderr=True, no_color=args.no_color)
     try:
         config = ansible_config()
@@ -191,8 +164,36 @@ def run_command(record: Command, args: argparse.Namespace, console: Console) -> 
         return refused(record, args, console, inventory, config, [(
             f"inventory {inventory} not found; expected a directory such as inventory/example (copy it to "
             "inventory/<yours> and list your Sparks there).", [])])
+    unusable = temporary_directory_problem()
+    if unusable:
+        return refused(record, args, console, inventory, config, [
+            ("the temporary directory cannot be used (nothing was run)", [unusable])])
+    trusted = collection_module("common._trusted")
+    try:
+        # The files Ansible reads or runs by the options' say (a vault password script runs as this user).
+        for what, path in AnsibleOptions.from_args(args).files():
+            trusted.check_path(path, what, "file")
+    except trusted.Untrusted as exc:
+        return refused(record, args, console, inventory, config, [
+            ("a file the options name is missing, or another user can change it (nothing was run)", [str(exc)])])
+    try:
+        # Judged once and copied: Ansible reads the copy alone, never the user's files by name again.
+        judged = inventory_copy.copy(inventory, temporary_base())
+    except trusted.Untrusted as exc:
+        return refused(record, args, console, inventory, config, [
+            ("the inventory, or a folder on its way, can be changed by another user (nothing was run)", [str(exc)])])
+    try:
+        return _run_judged(record, args, console, config, judged)
+    finally:
+        judged.remove()
+
+
+def _run_judged(record: Command, args: argparse.Namespace, console: Console, config,
+                judged: InventoryCopy) -> int:
+    command, playbook, tags, inventory = record.name, record.playbook, record.tags, judged.typed
+    as_json = getattr(args, "json", False)
     notes: list[str] = []
-    found = problems_before_run(record, args, inventory, config, notes)
+    found = problems_before_run(record, args, judged, config, notes)
     if found:
         return refused(record, args, console, inventory, config, found)
     if record.prepare:
@@ -202,7 +203,7 @@ def run_command(record: Command, args: argparse.Namespace, console: Console) -> 
     run = Run(playbook=playbook, inventory=inventory, report_dir=Path("."), options=options,
               extra_vars=args.extra_vars, passwords=ask_passwords(options),
               live=False if args.plain or as_json else None, console=console, fast=getattr(args, "fast", False),
-              config=config)
+              config=config, judged=judged)
     fleet = Fleet()
     fleet.warnings += notes  # in the summary and the report, with Ansible's own warnings
     try:
@@ -217,7 +218,7 @@ def run_command(record: Command, args: argparse.Namespace, console: Console) -> 
             run.report_dir = directory.resolve()
             outcome, meta = run.execute(fleet)
             if outcome.exit_code() == EXIT_OK and fleet.targeted_nothing():
-                groups = selection.list_inventory(inventory, config.env).populated_groups()
+                groups = selection.list_inventory(judged.source, config.env).populated_groups()
                 outcome.errors = [f"nothing to do: no host of inventory {inventory} matches "
                                   f"{', '.join(repr(p) for p in dict.fromkeys(fleet.unmatched))}"
                                   + (f" (with --limit {options.limit})" if options.limit else "")

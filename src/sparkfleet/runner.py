@@ -30,9 +30,10 @@ from sparkfleet import ansible_config as _config
 from sparkfleet.ansible_config import AnsibleConfig
 from sparkfleet.ansible_options import AnsibleOptions, extra_vars_files
 from sparkfleet.artifacts import scrub_artifacts
-from sparkfleet.collection_home import ANSIBLE_CFG, COLLECTIONS_DIR, PROJECT_DIR
+from sparkfleet.collection_home import ANSIBLE_CFG, COLLECTIONS_DIR, PROJECT_DIR, collection_module
 from sparkfleet.events import Fleet
 from sparkfleet.input_errors import ansible_errors
+from sparkfleet.inventory_copy import InventoryCopy
 from sparkfleet.mitogen import mitogen_env
 from sparkfleet.outcome import EXIT_CANCELLED, RunOutcome, outcome_from_stats
 from sparkfleet.processes import end_run
@@ -60,10 +61,42 @@ def socket_fits_below(folder: str | Path) -> bool:
     return len(str(folder)) + SOCKET_BELOW_TMPDIR <= SOCKET_PATH_MAX
 
 
-def temporary_directory_problem() -> str | None:
-    """Why no run can start with this temporary directory, or None: ansible-core's manager would find no socket
-    path below it, and every run stop with 'Local RPC server did not start' and no other word."""
+# Where root's runs keep their temporary folders when the user's TMPDIR fails the trust rule: a folder of root's
+# alone, under /run (a tmpfs of root's, emptied at boot like /tmp but never writable by another user).
+ROOT_TEMPORARY_BASE = Path("/run/sparkfleet")
+
+
+def temporary_base() -> Path:
+    """The folder the run's temporary folders are made in (its private data, its TMPDIR, the inventory's copy):
+    the user's TMPDIR where the trust rule takes it (module_utils/common/_trusted.py; /tmp's sticky bit is
+    enough, each folder is made exclusively, 0700), else for root ROOT_TEMPORARY_BASE. Untrusted (its text names
+    the folder and what to do) where neither can be used: another user must never be able to swap the folder that
+    holds Ansible's module payloads for their own."""
+    trusted = collection_module("common._trusted")
     tmp = tempfile.gettempdir()
+    try:
+        trusted.check_dir(tmp, "the temporary directory (TMPDIR)", sticky_ok=True)
+        return Path(tmp)
+    except trusted.Untrusted as exc:
+        if os.geteuid() != 0:
+            raise
+        refused = str(exc)
+    try:
+        trusted.make_dir(str(ROOT_TEMPORARY_BASE), 0o700, "root's temporary folder")
+    except (trusted.Untrusted, OSError) as exc:
+        raise trusted.Untrusted(f"{refused}; and root's own {ROOT_TEMPORARY_BASE} cannot be used either ({exc}). "
+                                "Set TMPDIR to a folder of root's, then run again") from None
+    return ROOT_TEMPORARY_BASE
+
+
+def temporary_directory_problem() -> str | None:
+    """Why no run can start with this temporary directory, or None: no trusted folder for the run's temporary
+    folders (temporary_base), or ansible-core's manager would find no socket path below it, and every run stop with
+    'Local RPC server did not start' and no other word."""
+    try:
+        tmp = str(temporary_base())
+    except collection_module("common._trusted").Untrusted as exc:
+        return str(exc)
     if socket_fits_below(tmp):
         return None
     return (f"the temporary directory {tmp} (TMPDIR) is {len(tmp)} characters long: ansible-core listens on a Unix "
@@ -72,13 +105,18 @@ def temporary_directory_problem() -> str | None:
             f"at most {SOCKET_PATH_MAX - SOCKET_BELOW_TMPDIR} characters (TMPDIR=/tmp), then run again")
 
 
+def private_folder(prefix: str) -> Path:
+    """A folder of the run's own (0700, made exclusively) in temporary_base()."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=temporary_base()))
+
+
 def run_tmpdir() -> Path | None:
     """The run's own temporary directory (TMPDIR of ansible-playbook and the modules run on the controller), made in
-    the user's and removed with the run, whatever ended it: a module's payload folder (Ansible's wrapper makes it
-    there) cannot outlive a cancel that cut the module's own cleanup short, as a busy machine did to a second
-    SIGINT (its worker passes one on too). Its name is short, and None (the user's own, as before) where the user's
+    temporary_base() and removed with the run, whatever ended it: a module's payload folder (Ansible's wrapper makes
+    it there) cannot outlive a cancel that cut the module's own cleanup short, as a busy machine did to a second
+    SIGINT (its worker passes one on too). Its name is short, and None (the base itself, as before) where the base
     is so long that a socket below it would pass SOCKET_PATH_MAX: ansible-core's manager listens there."""
-    scratch = Path(tempfile.mkdtemp(prefix="sf-"))
+    scratch = private_folder("sf-")
     if not socket_fits_below(scratch):
         scratch.rmdir()
         return None
@@ -98,6 +136,11 @@ class Run:
     console: object = None  # rich Console for the progress; default a new one
     fast: bool = False  # Mitogen's strategy (mitogen_env)
     config: AnsibleConfig | None = None  # default: the one for the current directory (ansible_config())
+    judged: InventoryCopy | None = None  # the inventory's copy Ansible reads (inventory_copy.py); None: as typed
+
+    @property
+    def source(self) -> str:
+        return self.judged.source if self.judged else self.inventory
 
     def cmdline(self, private: Path) -> list[str]:
         # A host list (-i a,b,) goes to ansible-playbook as typed: given to ansible-runner, it becomes a file in
@@ -119,8 +162,7 @@ class Run:
             fleet.warnings.append(f"left out of the run's environment: {left_out}")
         started = datetime.datetime.now(datetime.UTC)
         clock = time.monotonic()
-        private = Path(tempfile.mkdtemp(prefix="sparkfleet-run-"))
-        private.chmod(0o700)
+        private = private_folder("sparkfleet-run-")
         scratch = run_tmpdir()
         # The report directory was claimed (reportdir.py): sparkfleet's own, never a link, the earlier run's
         # events gone. ansible-runner rotates nothing there: the folder holds this run alone.
@@ -152,8 +194,9 @@ class Run:
             "ANSIBLE_FORCE_COLOR": "0",
             "ANSIBLE_NOCOLOR": "1",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-            **({"TMPDIR": str(scratch)} if scratch else {}),
+            "TMPDIR": str(scratch or temporary_base()),
             **fast_env,
+            **(self.judged.env() if self.judged else {}),
         }
         for sig in CANCEL_SIGNALS:
             signal.signal(sig, on_signal)
@@ -163,7 +206,7 @@ class Run:
                     private_data_dir=str(private),
                     project_dir=str(PROJECT_DIR),
                     playbook=str(PROJECT_DIR / self.playbook),
-                    inventory=None if is_host_list(self.inventory) else str(Path(self.inventory).resolve()),
+                    inventory=None if is_host_list(self.inventory) else str(Path(self.source).resolve()),
                     cmdline=shlex.join(self.cmdline(private)),
                     envvars=env,
                     artifact_dir=str(artifacts),
@@ -179,7 +222,8 @@ class Run:
             # A host the connection never reached though Ansible counted a failure (a container not there).
             outcome.unreachable |= {name for name, host in fleet.hosts.items() if host.unreachable}
             if outcome.bad_input:
-                outcome.errors = ansible_errors(artifacts / "run" / "stdout", self.inventory)
+                outcome.errors = [self.judged.shown(e, as_typed=False) if self.judged else e
+                                  for e in ansible_errors(artifacts / "run" / "stdout", self.inventory)]
         except KeyboardInterrupt:
             end_run(os.getpid(), grace=1.0)
             outcome = RunOutcome(status="canceled", rc=EXIT_CANCELLED)

@@ -177,13 +177,21 @@ def test_inline_extra_vars_go_to_a_private_file_never_argv(tmp_path):
     given = f"@{tmp_path / 'vars.yml'}"
     args = extra_vars_files(["password=s3cret user=me", '{"refresh_batches": [1, 2]}', given], tmp_path)
     assert "s3cret" not in " ".join(args)
-    assert args[-2:] == ["--extra-vars", given]
+    # An @file is judged and copied once (issue 70): Ansible reads the copy, never the user's file again by name.
+    assert args[-2:] == ["--extra-vars", f"@{tmp_path / 'extra-vars-2-vars.yml'}"]
+    assert (tmp_path / "extra-vars-2-vars.yml").read_text() == "a: 1\n"
     first = json.loads((tmp_path / "extra-vars-0.json").read_text())
     assert first == {"password": "s3cret", "user": "me"}
     assert (tmp_path / "extra-vars-0.json").stat().st_mode & 0o777 == 0o600
     assert json.loads((tmp_path / "extra-vars-1.json").read_text()) == {"refresh_batches": [1, 2]}
     with pytest.raises(ValueError, match="is not key=value"):
         extra_vars_files(["novalue"], tmp_path)
+    (tmp_path / "vars.yml").chmod(0o666)  # another user could change what root's run is given
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(ValueError, match=r"the extra-variables file .*vars.yml \(root \(uid 0\), mode 0666\) can be "
+                                         "written by other users"):
+        extra_vars_files([given], tmp_path / "elsewhere")
+    assert list((tmp_path / "elsewhere").iterdir()) == [], "nothing copied"
 
 
 @pytest.mark.parametrize(("value", "message"), [

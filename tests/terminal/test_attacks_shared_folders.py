@@ -100,8 +100,14 @@ def test_finding_1_group_vars_another_user_put_beside_the_inventory_are_never_lo
         planted(path)
     proc = piped(["verify", "-i", str(shared / "inv.yml"), "--plain"], tmp_path)
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "the inventory is in a folder other users can write to (nothing was run)" in proc.stderr
-    assert f"{shared}/group_vars" in " ".join(proc.stderr.split())
+    assert "the inventory, or a folder on its way, can be changed by another user (nothing was run)" in proc.stderr
+    assert f"the inventory's folder {shared} (root (uid 0), mode 1777)" in " ".join(proc.stderr.split())
+    assert not marker.exists()
+    # In a folder of root's own, their group_vars beside it (a folder root once let them make): refused by name.
+    shared.chmod(0o755)
+    proc = piped(["verify", "-i", str(shared / "inv.yml"), "--plain"], tmp_path)
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"the inventory's folder {shared}/group_vars belongs to uid {OTHER_UID}" in " ".join(proc.stderr.split())
     assert not marker.exists()
 
 
@@ -361,7 +367,7 @@ def test_suspicion_5i_an_inventory_folder_whose_name_holds_a_comma_is_no_host_li
     inventory_file(shared, "hosts.yml")
     proc = piped(["verify", "-i", str(shared), "--plain"], tmp_path)
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "the inventory is in a folder other users can write to (nothing was run)" in proc.stderr
+    assert "the inventory, or a folder on its way, can be changed by another user (nothing was run)" in proc.stderr
     assert f"{shared}" in " ".join(proc.stderr.split())
 
 
@@ -394,7 +400,7 @@ def test_issue_56_the_shells_pythonpath_and_an_untrusted_ca_never_reach_ansible_
     left_out = [w for w in data["warnings"] if w.startswith("left out of the run's environment: ")]
     assert [w.split(": ", 1)[1].split(" (")[0] for w in left_out] == [
         "PYTHONPATH", f"REQUESTS_CA_BUNDLE={theirs / 'ca.pem'}"], left_out
-    assert f"{theirs / 'ca.pem'} belongs to uid {OTHER_UID}" in left_out[1]
+    assert f"{theirs / 'ca.pem'} is inside {theirs}, which belongs to uid {OTHER_UID}" in left_out[1]
     assert "warning: left out of the run's environment: PYTHONPATH" in proc.stdout
 
 
@@ -407,12 +413,18 @@ def test_issue_56_a_trust_file_is_passed_on_only_where_root_or_the_user_alone_ma
     assert untrusted(str(mine / "ca.pem")) is None
     (mine / "open.pem").write_text("x")
     (mine / "open.pem").chmod(0o666)
-    assert untrusted(str(mine / "open.pem")) == f"{mine / 'open.pem'} is writable by others (mode 666)"
+    assert f"the file {mine / 'open.pem'} (root (uid 0), mode 0666) can be written by other users" in untrusted(
+        str(mine / "open.pem"))
     (mine / "link.pem").symlink_to(mine / "ca.pem")
-    assert untrusted(str(mine / "link.pem")) == f"{mine / 'link.pem'} is a symbolic link"
+    assert untrusted(str(mine / "link.pem")) is None, "root's link to root's file, each judged (issue 70)"
+    (mine / "their-link.pem").symlink_to(mine / "ca.pem")
+    planted(mine / "their-link.pem")
+    assert f"through the link {mine / 'their-link.pem'}" in untrusted(str(mine / "their-link.pem"))
     shared = shared_folder(tmp_path)
     (shared / "ca.pem").write_text("x")
-    assert untrusted(str(shared / "ca.pem")) == f"{shared} is writable by others (mode 1777)"
+    planted(shared / "ca.pem")
+    assert f"the file {shared / 'ca.pem'} belongs to uid {OTHER_UID}" in untrusted(str(shared / "ca.pem"))
+    assert "can be written by other users" in untrusted(str(shared)), "a CA folder others can add to"
     environ = {"NETRC": str(shared / "ca.pem"), "SSL_CERT_FILE": str(mine / "ca.pem"), "PYTHONWARNINGS": "error",
                "PATH": "/usr/bin"}
     said = for_run(environ)

@@ -6,12 +6,18 @@ records and the run lock (.sparkfleet/) - and where a derived
 image's relative files are read from. One function, for the roles' defaults (the filter spark_inventory_dir) and
 for the CLI's run lock, so the lock, the records and the run lock can never be kept in different places.
 
-Controller only: it reads the controller's file system.
+Controller only: it reads the controller's file system. A run of the sparkfleet CLI gives Ansible a copy of the
+inventory (src/sparkfleet/inventory_copy.py) and names, in the environment, the copy's folder and the inventory's
+own: what is kept with the inventory is kept there, never in the copy, which goes with the run.
 """
 
 from __future__ import annotations
 
 import os
+
+# Set by the sparkfleet CLI for the run's ansible-playbook (src/sparkfleet/inventory_copy.py): the folder of the
+# inventory's copy Ansible reads, and the inventory's own folder it stands for.
+COPY_ENV, ORIGIN_ENV = "SPARKFLEET_INVENTORY_COPY", "SPARKFLEET_INVENTORY_ORIGIN"
 
 
 class NoInventoryDirectory(ValueError):
@@ -33,9 +39,12 @@ def directory(sources: list | tuple | None) -> str:
                                    "the lock belongs to; run with -i INVENTORY or set spark_images_lock_file")
     found: dict[str, list[str]] = {}  # each directory as the first of its sources names it -> its sources
     seen: dict[str, str] = {}  # the same directory however it is spelled
+    copy, origin = os.environ.get(COPY_ENV), os.environ.get(ORIGIN_ENV)
     for source in sources:
         if os.path.exists(source):  # what is not a path is a host list (Ansible's rule: a ',' and no such file)
             place = source if os.path.isdir(source) else os.path.dirname(os.path.abspath(source))
+            if copy and origin and os.path.realpath(place) == os.path.realpath(copy):
+                place = origin
             place = seen.setdefault(os.path.realpath(place), place)
             found.setdefault(place, []).append(source)
     if not found:
