@@ -143,7 +143,13 @@ def _health(health, labels, read, temperature, reason, total, available, oom_gua
 
 
 def text(data: dict) -> str:
-    return generate_latest(registry(data)).decode()
+    """The metrics of one report; MetricsError where the report is not one sparkfleet wrote (a value of the wrong
+    type or past what a float holds, a field of the wrong shape): data, checked on its way back in."""
+    try:
+        return generate_latest(registry(data)).decode()
+    except (TypeError, ValueError, OverflowError, AttributeError, KeyError) as exc:
+        raise MetricsError(f"the report is not one sparkfleet wrote ({type(exc).__name__}: {exc}); nothing was "
+                           "written: give the report.json of a sparkfleet run") from None
 
 
 def write(data: dict, path: Path) -> int:
@@ -162,7 +168,16 @@ def write(data: dict, path: Path) -> int:
 
 
 def summary(text: str) -> list[str]:
-    """What a metrics file says, a line each: the run that wrote it, then each host (reached, verdict, drift)."""
+    """What a metrics file says, a line each: the run that wrote it, then each host (reached, verdict, drift);
+    MetricsError where the file is not one sparkfleet wrote (it is data: never trusted beyond what it parses to)."""
+    try:
+        return _summary(text)
+    except (TypeError, ValueError, OverflowError, AttributeError, KeyError, StopIteration) as exc:
+        raise MetricsError(f"the metrics file is not one sparkfleet wrote ({type(exc).__name__}: {exc}): run "
+                           "`sparkfleet watch run` (or `report --metrics`) to write it anew") from None
+
+
+def _summary(text: str) -> list[str]:
     from prometheus_client.parser import text_string_to_metric_families
 
     samples = [sample for family in text_string_to_metric_families(text) for sample in family.samples]

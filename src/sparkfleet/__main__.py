@@ -1,0 +1,8 @@
+"""`python -m sparkfleet`: what the watch's unit runs (a root-owned interpreter and this package, never a script
+path another user could replace)."""
+
+import sys
+
+from sparkfleet.cli import main
+
+sys.exit(main())
