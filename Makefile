@@ -15,13 +15,15 @@ export PY_COLORS ?= 0
 # nothing to it).
 TIMED := testbed/timed.sh
 
-.PHONY: help venv collection testbed registry aptrepo pyindex lab lab-down test test-quick docs lint unit pytest molecule clean \
+.PHONY: help venv collection testbed registry aptrepo pyindex lab lab-down test test-cold test-quick docs lint unit pytest \
+	molecule clean \
 	timings-reset
 
 help:
 	@echo "make lab        start LAB_HOSTS (default 2) virtual Sparks, provision them through sparkfleet, report"
 	@echo "make lab-down   remove the lab"
 	@echo "make test       lint + unit + integration + Molecule"
+	@echo "make test-cold  make test with an empty test store (what a new machine meets)"
 	@echo "make collection dist/sparkfleet-spark.tar.gz, the collection for ansible-galaxy and ansible-builder"
 	@echo "make test-quick lint, unit, module and terminal tests: the inner loop, no test bed"
 	@echo "make lint | unit | pytest | molecule   one part of the tests"
@@ -71,8 +73,9 @@ XDIST := -n auto --dist loadfile --no-loadscope-reorder
 unit: venv
 	pytest $(XDIST) -m "not testbed and not network" tests
 
+# No test may skip but the GPU suite on a machine without a GPU (tests/conftest.py MAY_SKIP): a skip fails the run.
 pytest: testbed registry aptrepo
-	$(TIMED) "pytest" pytest $(XDIST) tests
+	SPARKFLEET_NO_SKIP=1 $(TIMED) "pytest" pytest $(XDIST) tests
 
 molecule: testbed aptrepo registry pyindex
 	@testbed/standins.sh
@@ -86,6 +89,12 @@ timings-reset:
 
 test: timings-reset lint pytest molecule
 	@python bench/suite_timings.py "$(SPARKFLEET_TIMINGS)"
+
+# make test with an empty test store (testbed/store.py: the venvs, sites and tool venvs the tests build, kept
+# outside the clone in ~/.cache/sparkfleet/test-store for every clone of this machine): what CI's first run on a
+# new machine meets. The test bed's images stay in Docker's engine (docker rmi them too for a machine's first run).
+test-cold:
+	@cold=$$(mktemp -d); SPARKFLEET_TEST_CACHE=$$cold $(MAKE) test; rc=$$?; rm -rf "$$cold"; exit $$rc
 
 # The inner loop: lint, the pure tests, the modules natively and the CLI at a pty; no test bed, no network.
 test-quick: lint

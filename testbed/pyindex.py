@@ -55,10 +55,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import store
+
 HERE = Path(__file__).resolve().parent
 TORCH_DOUBLE = HERE / "doubles" / "torch" / "torch" / "__init__.py"
 REPO = HERE.parent
-REAL_WHEELS = REPO / ".cache" / "testbed-wheels"
+REAL_WHEELS = store.ROOT / "testbed-wheels"  # store.py: kept outside the clone, reused by every clone of this machine
 # pip --platform matches manylinux tags exactly: the tags uv's wheels carry on PyPI, for each architecture.
 INSTALLER_PLATFORMS = {"x86_64": ["manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_28_x86_64"],
                        "aarch64": ["manylinux_2_17_aarch64", "manylinux2014_aarch64", "manylinux_2_28_aarch64"]}
@@ -81,15 +83,16 @@ def installer_wheels() -> list[Path]:
     pin = installer_pin()
     version = pin.split("==")[1]
     wheels = []
-    for arch, platforms in INSTALLER_PLATFORMS.items():
-        found = sorted(REAL_WHEELS.glob(f"uv-{version}-*{arch}*.whl"))
-        if not found:
-            python = REPO / ".venv" / "bin" / "python"
-            subprocess.run([str(python if python.exists() else sys.executable), "-m", "pip", "download", "-q",
-                            "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
-                            *[f"--platform={p}" for p in platforms], "-d", str(REAL_WHEELS), pin], check=True)
+    with store.locked("testbed-wheels"):  # the test bed's index and a test may both fetch them at once
+        for arch, platforms in INSTALLER_PLATFORMS.items():
             found = sorted(REAL_WHEELS.glob(f"uv-{version}-*{arch}*.whl"))
-        wheels += found[:1]
+            if not found:
+                python = REPO / ".venv" / "bin" / "python"
+                subprocess.run([str(python if python.exists() else sys.executable), "-m", "pip", "download", "-q",
+                                "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
+                                *[f"--platform={p}" for p in platforms], "-d", str(REAL_WHEELS), pin], check=True)
+                found = sorted(REAL_WHEELS.glob(f"uv-{version}-*{arch}*.whl"))
+            wheels += found[:1]
     return wheels
 
 

@@ -9,13 +9,13 @@ One stand-in: ansible-test bootstraps pip in those venvs with a get-pip script
 from ci-files.testing.ansible.com, which this machine cannot reach. Its own
 error message names the cache file to put in its place; that file here runs
 pip itself from the real pip wheel, downloaded from PyPI, with the same
-arguments get-pip takes. HOME points into .cache/, so nothing is written to
-the user's home.
+arguments get-pip takes. HOME is a folder of the test store's (testbed/store.py), so nothing is written
+into the user's own ~/.ansible, and every clone of this machine reuses ansible-test's tool venvs.
 
 Each ansible-core the collection admits (meta/runtime.yml: 2.19 to 2.21) runs
 both, each on the oldest Python it supports: the test venv's own core (2.21 on
 Python 3.12, what `pip install ansible` brings today) from the test venv, the
-others from venvs of their own under .cache/, made with the first python3.NN
+others from venvs of their own in the test store, made with the first python3.NN
 under pyenv or on PATH. Each core has its ignore file
 (tests/sanity/ignore-2.NN.txt).
 """
@@ -32,6 +32,7 @@ from pathlib import Path
 
 import ansible_test
 import pytest
+import store
 from ansible.release import __version__ as ansible_version
 from ansible_cores import CORES, TEST_VENV_CORE, core_bin
 
@@ -82,15 +83,17 @@ def tree(request, tmp_path_factory):
         shutil.copytree(REPO / "tests" / part, root / "tests" / part, ignore=ignore)
     for helper in ("conftest.py", "fake_http.py"):  # what tests/unit imports from tests/
         shutil.copy2(REPO / "tests" / helper, root / "tests" / helper)
-    home = REPO / ".cache" / ("ansible-test-home" if bin_dir == BIN else f"ansible-test-home-{core}")
-    cache = home / ".ansible" / "test" / "cache"
-    cache.mkdir(parents=True, exist_ok=True)
-    pip = _pip_version(bin_dir)
-    if not (cache / f"pip-{pip}-py3-none-any.whl").is_file():
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d",
-                        str(cache), f"pip=={pip}"], check=True)
-    (cache / f"get_pip_{pip.replace('.', '_')}.py").write_text(_get_pip(pip))
-    return root, home, bin_dir, CORES[core]
+    # ansible-test's HOME, with the tool venvs it makes there, kept in the test store (testbed/store.py) for every
+    # clone of this machine; held while this core's tests use it.
+    with store.locked("ansible-test-home" if bin_dir == BIN else f"ansible-test-home-{core}") as home:
+        cache = home / ".ansible" / "test" / "cache"
+        cache.mkdir(parents=True, exist_ok=True)
+        pip = _pip_version(bin_dir)
+        if not (cache / f"pip-{pip}-py3-none-any.whl").is_file():
+            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d",
+                            str(cache), f"pip=={pip}"], check=True)
+        (cache / f"get_pip_{pip.replace('.', '_')}.py").write_text(_get_pip(pip))
+        yield root, home, bin_dir, CORES[core]
 
 
 def _ansible_test(root, home, bin_dir, python, *args: str) -> subprocess.CompletedProcess:

@@ -7,7 +7,7 @@ and each plugin's `version_added` is the release whose changelog lists it as
 new. CHANGELOG.md is what antsibull-changelog generates from changelog.yaml.
 
 The tools are the real ones, at the versions pinned in RELEASE_TOOLS, in a venv
-of their own under .cache/ (galaxy-importer pins an ansible-core and
+of their own in the test store (galaxy-importer pins an ansible-core and
 ansible-lint of its own): galaxy-importer on the tarball `ansible-galaxy
 collection build` makes, with no warning; antsibull-docs lint-collection-docs
 on that tarball unpacked; antsibull-changelog lint on the fragments.
@@ -25,6 +25,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import store
 import yaml
 from packaging.version import Version
 
@@ -95,15 +96,19 @@ def test_each_plugin_was_added_in_the_release_that_lists_it_as_new():
 
 @pytest.fixture(scope="module")
 def tools() -> Path:
-    """The bin/ of a venv with RELEASE_TOOLS, made once under .cache/."""
-    venv = REPO / ".cache" / "release-tools"
-    stamp = venv / ".release-tools"
-    if not stamp.is_file() or stamp.read_text() != " ".join(RELEASE_TOOLS):
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
-        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *RELEASE_TOOLS],
-                       check=True, capture_output=True)
-        stamp.write_text(" ".join(RELEASE_TOOLS))
+    return release_tools()
+
+
+def release_tools() -> Path:
+    """The bin/ of a venv with RELEASE_TOOLS, made once in the test store (testbed/store.py)."""
+    want = store.stamp(*RELEASE_TOOLS, store.interpreter(sys.executable), code=release_tools)
+    with store.locked("release-tools") as venv:
+        if not store.current(venv, want):
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+            subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *RELEASE_TOOLS],
+                           check=True, capture_output=True)
+            store.done(venv, want)
     return venv / "bin"
 
 

@@ -12,10 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+import store
 from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _nccl as cluster_nccl
 from ansible_collections.sparkfleet.spark.plugins.module_utils.cluster import _tools as cluster_tools
 
-from conftest import REPO, python_of
+from conftest import python_of
 
 pytestmark = pytest.mark.network
 
@@ -28,16 +29,20 @@ def torch_python() -> str:
     interpreter = python_of("3.11")
     if not wheels or interpreter is None:
         pytest.skip(f"needs the CPU torch wheel for Python 3.11 in {WHEEL_STORE} and a python3.11")
-    venv = REPO / ".cache" / "tests" / "torch-cpu-py311"
-    stamp = venv / ".sparkfleet-installed"
-    if not stamp.is_file() or stamp.read_text() != wheels[-1].name:
-        subprocess.run([interpreter, "-m", "venv", "--clear", str(venv)], check=True, capture_output=True)
-        # torch's own requirements (filelock, sympy, networkx, jinja2, fsspec, ...) come from PyPI.
-        proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--isolated",
-                               str(wheels[-1])], capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            pytest.skip(f"pip could not install {wheels[-1].name}: {proc.stderr.strip()[-400:]}")
-        stamp.write_text(wheels[-1].name)
+    return torch_cpu_venv(interpreter, wheels[-1])
+
+
+def torch_cpu_venv(interpreter: str, wheel: Path) -> str:
+    """The CPU torch wheel in a venv of `interpreter`'s, made once in the test store (testbed/store.py)."""
+    want = store.stamp(wheel.name, store.interpreter(interpreter), code=torch_cpu_venv)
+    with store.locked("tests/torch-cpu-py311") as venv:
+        if not store.current(venv, want):
+            subprocess.run([interpreter, "-m", "venv", "--clear", str(venv)], check=True, capture_output=True)
+            # torch's own requirements (filelock, sympy, networkx, jinja2, fsspec, ...) come from PyPI.
+            proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--isolated",
+                                   str(wheel)], capture_output=True, text=True, check=False)
+            assert proc.returncode == 0, f"pip could not install {wheel.name}: {proc.stderr.strip()[-400:]}"
+            store.done(venv, want)
     return str(venv / "bin" / "python")
 
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+import store
 import yaml
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _closure as closure
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv import _pip_dry_run as resolve
@@ -21,7 +22,7 @@ from ansible_collections.sparkfleet.spark.plugins.modules.spark_matrix_check imp
 from conftest import REPO, run_module
 
 MATRIX = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())
-CACHE = REPO / ".cache" / "tests" / "resolver"
+CACHE = store.ROOT / "tests" / "resolver"  # testbed/store.py: kept outside the clone
 # What a CUDA 12 or x86_64-only dependency of torch is called: none may reach a Spark's resolution.
 X86_ONLY = ("nvidia-", "cuda-bindings", "cuda-pathfinder", "triton")
 
@@ -105,15 +106,16 @@ def shipped_for_the_spark() -> tuple[dict, dict]:
 
 
 def _pip_wheel() -> str:
-    """pip's own wheel (the version this venv runs), fetched once into .cache/tests: run from the wheel on the lab
+    """pip's own wheel (the version this venv runs), fetched once into the test store: run from the wheel on the lab
     host (`python3 pip.whl/pip`), as Debian's python3 has no pip."""
     import pip  # pylint: disable=import-outside-toplevel
 
-    CACHE.mkdir(parents=True, exist_ok=True)
-    wheel = CACHE / f"pip-{pip.__version__}-py3-none-any.whl"
-    if not wheel.exists():
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                        "--dest", str(CACHE), f"pip=={pip.__version__}"], check=True, capture_output=True)
+    with store.locked("tests/resolver"):
+        CACHE.mkdir(parents=True, exist_ok=True)
+        wheel = CACHE / f"pip-{pip.__version__}-py3-none-any.whl"
+        if not wheel.exists():  # pip download writes the wheel whole under its name only once it is complete
+            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                            "--dest", str(CACHE), f"pip=={pip.__version__}"], check=True, capture_output=True)
     return wheel.name
 
 

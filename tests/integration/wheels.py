@@ -1,7 +1,9 @@
-"""Real wheels for the ABI tests and the scan benchmark, fetched once and kept under .cache/.
+"""Real wheels for the ABI tests and the scan benchmark, fetched once and kept in the test store (testbed/store.py:
+outside the clone, reused by every clone of this machine, each entry built under a lock and stamped with what it
+was built from).
 
 - `pypi_site(spec, platform)`: the wheel from real PyPI (cached under
-  .cache/tests/wheels), installed by pip for that platform into its own
+  the store's tests/wheels), installed by pip for that platform into its own
   site-packages directory (`pip install --target`), as pip lays it out on a
   Spark (aarch64) or on x86_64: real files, real dist-info RECORD.
 - `cuda13_venv()`: a venv holding the real torch 2.14.1 (a CUDA 13 build)
@@ -13,16 +15,18 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
+import store
 import yaml
 from ansible_collections.sparkfleet.spark.plugins.module_utils.venv._pip_commands import platform_tags
 
 REPO = Path(__file__).resolve().parents[2]
-CACHE = REPO / ".cache" / "tests"
+CACHE = store.ROOT / "tests"
 WHEELS = CACHE / "wheels"
 # The matrix's target (a Spark: cp312, aarch64, DGX OS's glibc) and the same Python on x86_64.
 SPARK = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())["target"]
@@ -55,37 +59,38 @@ def pypi_site(spec: str, target: dict) -> Path:
     """`spec` (one or more requirements, space-separated) from real PyPI installed for `target` into a
     site-packages dir of its own (cached); no dependencies but those named."""
     name = re.sub(r"[^A-Za-z0-9.]+", "_", spec)
-    site = CACHE / "sites" / f"{name}-{target['arch']}"
-    stamp = site / ".sparkfleet-installed"
-    if stamp.exists():
+    want = store.stamp(spec, target, code=__file__)
+    with store.locked(f"tests/sites/{name}-{target['arch']}") as site:
+        if store.current(site, want):
+            return site
+        shutil.rmtree(site, ignore_errors=True)
+        with store.locked("tests/wheels"):
+            WHEELS.mkdir(parents=True, exist_ok=True)
+            # --isolated: real PyPI only, whatever this machine's pip configuration adds.
+            _pip("download", "--isolated", "--no-deps", *_platform_args(target), "-d", str(WHEELS), *spec.split())
+            _pip("install", "--isolated", "--no-deps", "--no-index", "--find-links", str(WHEELS),
+                 "--ignore-requires-python", *_platform_args(target), "--target", str(site), *spec.split())
+        store.done(site, want)
         return site
-    WHEELS.mkdir(parents=True, exist_ok=True)
-    # --isolated: real PyPI only, whatever this machine's pip configuration adds.
-    _pip("download", "--isolated", "--no-deps", *_platform_args(target), "-d", str(WHEELS), *spec.split())
-    _pip("install", "--isolated", "--no-deps", "--no-index", "--find-links", str(WHEELS), "--ignore-requires-python",
-         *_platform_args(target),
-         "--target", str(site), *spec.split())
-    stamp.write_text(spec)
-    return site
 
 
 def cuda13_venv() -> Path:
     """The real CUDA 13 torch and its CUDA 13 wheels (wheel store), and the real bitsandbytes 0.49.2 (PyPI)."""
-    env = CACHE / "cuda13-venv"
-    want = repr([*CUDA13_VENV, "bitsandbytes==0.49.2"])
-    stamp = env / ".sparkfleet-installed"
-    if stamp.exists() and stamp.read_text() == want:
+    want = store.stamp(*CUDA13_VENV, "bitsandbytes==0.49.2", store.interpreter(sys.executable), code=__file__)
+    with store.locked("tests/cuda13-venv") as env:
+        if store.current(env, want):
+            return env
+        venv.create(env, with_pip=True, clear=True)
+        python = str(env / "bin" / "python")
+        _pip("install", "-q", "--no-deps", *CUDA13_VENV, python=python)
+        with store.locked("tests/wheels"):
+            WHEELS.mkdir(parents=True, exist_ok=True)
+            _pip("download", "--isolated", "--no-deps", "--only-binary=:all:", "-d", str(WHEELS),
+                 "bitsandbytes==0.49.2", python=python)
+        _pip("install", "-q", "--isolated", "--no-deps", "--no-index", "--find-links", str(WHEELS),
+             "bitsandbytes==0.49.2", python=python)
+        store.done(env, want)
         return env
-    venv.create(env, with_pip=True, clear=True)
-    python = str(env / "bin" / "python")
-    _pip("install", "-q", "--no-deps", *CUDA13_VENV, python=python)
-    WHEELS.mkdir(parents=True, exist_ok=True)
-    _pip("download", "--isolated", "--no-deps", "--only-binary=:all:", "-d", str(WHEELS), "bitsandbytes==0.49.2",
-         python=python)
-    _pip("install", "-q", "--isolated", "--no-deps", "--no-index", "--find-links", str(WHEELS),
-         "bitsandbytes==0.49.2", python=python)
-    stamp.write_text(want)
-    return env
 
 
 def readelf_cuda(root: Path) -> dict[str, dict[str, list[str] | str | None]]:
@@ -145,21 +150,20 @@ SMOKE_STACK = ["torch==2.13.0", "transformers==5.13.1", "peft==0.19.1", "torchao
 
 
 def _py311_venv(name: str, *installs: list[str]) -> Path:
-    """A venv of Debian's Python 3.11 under .cache/tests/<name>, each list of `installs` one pip install (a list
+    """A venv of Debian's Python 3.11 in the store's tests/<name>, each list of `installs` one pip install (a list
     starting with --no-deps installs without dependencies), built once and kept while the lists stay the same."""
-    env = CACHE / name
-    want = repr(list(installs))
-    stamp = env / ".sparkfleet-installed"
-    if stamp.exists() and stamp.read_text() == want:
-        return env
     python3_11 = Path("/usr/bin/python3.11")
     if not python3_11.exists():
         raise Unavailable("Debian's /usr/bin/python3.11 is not here (the torch CPU wheel in store is for cp311)")
-    subprocess.run([str(python3_11), "-m", "venv", "--clear", str(env)], check=True, capture_output=True)
-    for requirements in installs:
-        _pip("install", "-q", *requirements, python=str(env / "bin" / "python"))
-    stamp.write_text(want)
-    return env
+    want = store.stamp(list(installs), store.interpreter(str(python3_11)), code=__file__)
+    with store.locked(f"tests/{name}") as env:
+        if store.current(env, want):
+            return env
+        subprocess.run([str(python3_11), "-m", "venv", "--clear", str(env)], check=True, capture_output=True)
+        for requirements in installs:
+            _pip("install", "-q", *requirements, python=str(env / "bin" / "python"))
+        store.done(env, want)
+        return env
 
 
 def smoke_venv() -> Path:
@@ -207,32 +211,29 @@ def smoke_index() -> Path:
     """SMOKE_INDEX and SMOKE_INDEX_NO_DEPS with every dependency (pip download: the machine's store, then PyPI)
     and the matrix's installer (uv),
     laid out as the test bed's index lays out its stand-ins (testbed/pyindex.py: PEP 503 pages, PEP 658 metadata,
-    PEP 691 JSON for the PyPI tree); built once and kept under .cache/tests/smoke-index."""
-    import shutil
-
+    PEP 691 JSON for the PyPI tree); built once and kept in the store's tests/smoke-index."""
     from pyindex import installer_pin, installer_wheels, simple_pages
 
-    root = CACHE / "smoke-index"
-    want = repr([SMOKE_INDEX, SMOKE_INDEX_NO_DEPS, installer_pin()])
-    stamp = root / ".sparkfleet-built"
-    if stamp.exists() and stamp.read_text() == want:
-        return root
-    shutil.rmtree(root, ignore_errors=True)
-    flat = CACHE / "smoke-index-wheels"
     python = str(smoke_venv() / "bin" / "python")
-    _pip("download", "-q", "-d", str(flat), *SMOKE_INDEX, python=python)
-    _pip("download", "-q", "--no-deps", "-d", str(flat), *SMOKE_INDEX_NO_DEPS, python=python)
-    for wheel in sorted(flat.glob("*.whl")):
-        project = re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower()
-        for tree in ("pypi", "cpu") if project != "torchao" else ("pypi",):
-            (root / tree / project).mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(wheel, root / tree / project / wheel.name)
-    for wheel in installer_wheels():  # the matrix's installer (uv), as the test bed's index has it
-        (root / "pypi" / "uv").mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(wheel, root / "pypi" / "uv" / wheel.name)
-    simple_pages(root)
-    stamp.write_text(want)
-    return root
+    want = store.stamp(SMOKE_INDEX, SMOKE_INDEX_NO_DEPS, installer_pin(), code=__file__)
+    with store.locked("tests/smoke-index") as root:
+        if store.current(root, want):
+            return root
+        shutil.rmtree(root, ignore_errors=True)
+        flat = CACHE / "smoke-index-wheels"
+        _pip("download", "-q", "-d", str(flat), *SMOKE_INDEX, python=python)
+        _pip("download", "-q", "--no-deps", "-d", str(flat), *SMOKE_INDEX_NO_DEPS, python=python)
+        for wheel in sorted(flat.glob("*.whl")):
+            project = re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower()
+            for tree in ("pypi", "cpu") if project != "torchao" else ("pypi",):
+                (root / tree / project).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(wheel, root / tree / project / wheel.name)
+        for wheel in installer_wheels():  # the matrix's installer (uv), as the test bed's index has it
+            (root / "pypi" / "uv").mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(wheel, root / "pypi" / "uv" / wheel.name)
+        simple_pages(root)
+        store.done(root, want)
+        return root
 
 
 def cpu_builds_venv() -> Path:
@@ -251,14 +252,7 @@ UNSLOTH = ["unsloth==2026.10.9", "unsloth_zoo==2026.10.9"]
 
 def unsloth_site() -> Path:
     """UNSLOTH installed --no-deps into a folder of its own (cached), given to a venv through PYTHONPATH."""
-    site = CACHE / "sites" / "unsloth-2026.10.9-no-deps"
-    stamp = site / ".sparkfleet-installed"
-    if stamp.exists() and stamp.read_text() == repr(UNSLOTH):
-        return site
-    _pip("install", "-q", "--no-deps", "--upgrade", "--target", str(site), *UNSLOTH,
-         python=str(smoke_venv() / "bin" / "python"))
-    stamp.write_text(repr(UNSLOTH))
-    return site
+    return _target_site("unsloth-2026.10.9-no-deps", UNSLOTH)
 
 
 # What Unsloth 2026.10.9 imports that the smoke venv lacks (its no-deps step leaves them out): with them it imports
@@ -268,24 +262,23 @@ UNSLOTH_IMPORTS = ["requests==2.34.2", "urllib3==2.8.0"]
 
 def unsloth_imports_site() -> Path:
     """UNSLOTH_IMPORTS --target'ed into a folder of its own (cached), beside unsloth_site() on PYTHONPATH."""
-    site = CACHE / "sites" / "unsloth-imports"
-    stamp = site / ".sparkfleet-installed"
-    if stamp.exists() and stamp.read_text() == repr(UNSLOTH_IMPORTS):
-        return site
-    _pip("install", "-q", "--no-deps", "--upgrade", "--target", str(site), *UNSLOTH_IMPORTS,
-         python=str(smoke_venv() / "bin" / "python"))
-    stamp.write_text(repr(UNSLOTH_IMPORTS))
-    return site
+    return _target_site("unsloth-imports", UNSLOTH_IMPORTS)
 
 
 def triton_site() -> Path:
     """Triton 3.8.0 (this machine's wheel store, cp311) --target'ed into a folder of its own, for the smoke venv
     through PYTHONPATH (the smoke venv's torch is the CPU build, which does not bring it)."""
-    site = CACHE / "sites" / "triton-3.8.0-cp311"
-    stamp = site / ".sparkfleet-installed"
-    if stamp.exists():
+    return _target_site("triton-3.8.0-cp311", ["triton==3.8.0"])
+
+
+def _target_site(name: str, requirements: list[str]) -> Path:
+    """`requirements` installed --no-deps by the smoke venv's pip into the store's tests/sites/<name>."""
+    python = str(smoke_venv() / "bin" / "python")
+    want = store.stamp(requirements, store.interpreter(python), code=__file__)
+    with store.locked(f"tests/sites/{name}") as site:
+        if store.current(site, want):
+            return site
+        shutil.rmtree(site, ignore_errors=True)
+        _pip("install", "-q", "--no-deps", "--target", str(site), *requirements, python=python)
+        store.done(site, want)
         return site
-    _pip("install", "-q", "--no-deps", "--target", str(site), "triton==3.8.0",
-         python=str(smoke_venv() / "bin" / "python"))
-    stamp.write_text("triton==3.8.0")
-    return site
