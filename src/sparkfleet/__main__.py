@@ -5,4 +5,5 @@ import sys
 
 from sparkfleet.cli import main
 
+sys.argv[0] = "sparkfleet"  # the command as reports record it (typed_argv), not __main__.py
 sys.exit(main())
