@@ -14,7 +14,6 @@ import inspect
 import json
 import os
 import shutil
-import stat
 import subprocess
 import time
 import urllib.parse
