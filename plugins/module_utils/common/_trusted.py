@@ -14,7 +14,7 @@ own in its place between sparkfleet's check and its read. A folder sparkfleet wr
 created with O_EXCL or opened with O_NOFOLLOW, and must be a regular file of root's or the user's (open_file).
 Every refusal is Untrusted, whose text names the path, the entry that failed, what was found (owner, mode) and
 what to do; nothing is touched before it. SECURITY.md says the same; tests/unit/.../test_trusted.py holds each
-case, and tests/unit/.../test_one_trust_rule.py fails on a place that judges a path another way.
+case, and tests/modules/test_one_trust_rule.py fails on a place that judges a path another way.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[5]
+REPO = Path(__file__).resolve().parents[2]
 RULE = "plugins/module_utils/common/_trusted.py"
 DECISION = re.compile(r"\bst_uid\b|\bS_IWOTH\b|\bS_IWGRP\b|\bS_ISVTX\b|st_mode\)?\s*&\s*0o0[0-7]{2}\b|"
                       r"\btrusted_owners\(|\bwritable_by_others\(")
