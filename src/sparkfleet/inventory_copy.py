@@ -57,8 +57,8 @@ class InventoryCopy:
 
 
 def _copy_file(path: str, dest: Path) -> None:
-    data = collection_module("common._trusted").read_file(path, "the inventory's file")
-    executable = os.stat(path).st_mode & stat.S_IXUSR  # a script source stays one (its owner's say)
+    data, mode = collection_module("common._trusted").read_file_and_mode(path, "the inventory's file")
+    executable = mode & stat.S_IXUSR  # a script source stays one (its owner's say)
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o700 if executable else 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)

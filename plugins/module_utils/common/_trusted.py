@@ -166,6 +166,12 @@ def check_dir(path: str, what: str = "the folder", sticky_ok: bool = False) -> N
 def read_file(path: str, what: str = "the file") -> bytes:
     """What a file says, read once through the descriptor of the file check_path judged (O_NOFOLLOW at its end,
     a regular file of a trusted owner's that nobody else may write): never opened again by name."""
+    return read_file_and_mode(path, what)[0]
+
+
+def read_file_and_mode(path: str, what: str = "the file") -> tuple[bytes, int]:
+    """read_file(), and the file's mode as its descriptor had it (a copy keeps an owner's executable bit without
+    asking the path again)."""
     real = check_path(path, what, "file")
     fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
@@ -176,7 +182,7 @@ def read_file(path: str, what: str = "the file") -> bytes:
         while True:
             chunk = os.read(fd, 1 << 20)
             if not chunk:
-                return b"".join(chunks)
+                return b"".join(chunks), info.st_mode
             chunks.append(chunk)
     finally:
         os.close(fd)
