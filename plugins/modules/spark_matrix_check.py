@@ -14,7 +14,8 @@ description:
     override) with C(pip install --dry-run --no-deps --report) for a wheel of that exact
     version for the matrix's target (Python version, linux architecture, every
     manylinux glibc level up to the target's). Installs nothing; pip reads
-    metadata, not whole wheels.
+    metadata, not whole wheels. A step's pins are asked in one pip run; where
+    it fails, each pin alone, so that each row says which and why.
   - Each package is C(available) (with the wheel's file name), C(missing)
     (with the versions the index offers) or C(unreachable) (the index could
     not be asked). pip runs isolated from the host's pip configuration.
@@ -215,6 +216,13 @@ CLOSURE_HEADING = ("the declared closure, what each package the steps install de
                    "--no-deps or not:")
 
 
+def available(item: dict) -> dict:
+    """A pin's row from pip's report of it: its wheel, and what it declares."""
+    return {"status": "available", "wheel": item["download_info"]["url"].rsplit("/", 1)[-1],
+            "declared": {"name": item["metadata"]["name"], "version": item["metadata"]["version"],
+                         "requires_dist": list(item["metadata"].get("requires_dist") or [])}}
+
+
 def ask(pip: list[str], spec: str, index: str, target: dict, timeout: int) -> dict:
     """One pin, alone: is there a wheel of exactly this version for the target?"""
     proc, report = dry_run(pip, ["--no-deps", spec], target, [index], timeout)
@@ -222,10 +230,20 @@ def ask(pip: list[str], spec: str, index: str, target: dict, timeout: int) -> di
         answer = failure(proc.stdout, proc.stderr)
         answer["detail"] = answer["detail"].split(": ", 1)[-1] if answer["status"] == "missing" else answer["detail"]
         return answer
-    item = report["install"][0]
-    return {"status": "available", "wheel": item["download_info"]["url"].rsplit("/", 1)[-1],
-            "declared": {"name": item["metadata"]["name"], "version": item["metadata"]["version"],
-                         "requires_dist": list(item["metadata"].get("requires_dist") or [])}}
+    return available(report["install"][0])
+
+
+def ask_together(pip: list[str], specs: list[str], index: str, target: dict, timeout: int) -> list[dict]:
+    """The pins of one step, each of them on the step's index: one pip run for all of them (--no-deps, so each is
+    read as it would be alone), and where that run fails (a pin missing, the index not answering), each pin asked
+    alone, so that the row says which and why."""
+    if len(specs) > 1:
+        _proc, report = dry_run(pip, ["--no-deps", *specs], target, [index], timeout)
+        items = {normalize(i["metadata"]["name"]): i for i in (report or {}).get("install", [])}
+        found = [items.get(normalize(parse_pin(spec)[0])) for spec in specs]
+        if report is not None and all(found):
+            return [available(item) for item in found]
+    return [ask(pip, spec, index, target, timeout) for spec in specs]
 
 
 def resolve_step(pip: list[str], step: dict, constraints: list[str], indexes: list[str],
@@ -400,10 +418,15 @@ def main() -> None:
         jobs = [j for j in jobs if j["step"] == p["step"]]
     pip = [sys.executable, "-m", "pip"]
     todo = [j for j in jobs if j["step"] not in p["skip_steps"]]
+    # Each step's pins in one pip run (ask_together), the steps side by side.
+    groups = [[j for j in todo if j["step"] == step_id] for step_id in ids]
+    groups = [g for g in groups if g]
     with ThreadPoolExecutor(max_workers=4) as pool:
-        answers = list(pool.map(lambda j: ask(pip, j["spec"], j["index"], matrix["target"], p["timeout"]), todo))
-    for job, answer in zip(todo, answers, strict=True):
-        job.update(answer)
+        answers = list(pool.map(lambda g: ask_together(pip, [j["spec"] for j in g], g[0]["index"], matrix["target"],
+                                                       p["timeout"]), groups))
+    for group, said in zip(groups, answers, strict=True):
+        for job, answer in zip(group, said, strict=True):
+            job.update(answer)
     for job in jobs:
         job.setdefault("status", "skipped")
         job.pop("spec")
