@@ -4,6 +4,7 @@
 #   lab.sh up [N]   start N hosts (default $LAB_HOSTS or 2), write
 #                   inventory/lab/hosts.yml, install the hardware doubles
 #   lab.sh down     remove every lab host, its Docker volume and the hosts file
+#   lab.sh doubles HOST   install the hardware doubles on a running container
 # A second lab beside the user's (the fleet tests): LAB_PREFIX names its hosts
 # (default sparkfleet-lab), LAB_INVENTORY its inventory directory (default
 # inventory/lab), LAB_VENV_HOST the host number that builds the venv (default
@@ -24,7 +25,6 @@ esac
 INVENTORY_DIR="${LAB_INVENTORY:-$REPO_DIR/inventory/lab}"
 HOSTS_FILE="$INVENTORY_DIR/hosts.yml"
 VENV_HOST="${LAB_VENV_HOST:-1}"
-VENV_BIN="$REPO_DIR/.venv/bin"
 # No --privileged on our machines (it needs CAP_SYS_RESOURCE): an explicit list.
 CAPS=(SYS_ADMIN NET_ADMIN SYS_PTRACE IPC_LOCK SYS_NICE MKNOD AUDIT_WRITE SYS_CHROOT)
 
@@ -76,8 +76,55 @@ write_inventory() {
     say "wrote $HOSTS_FILE ($(lab_names | wc -l) hosts)"
 }
 
+# The hardware doubles a simulated Spark gets (testbed/doubles): each file's path here and on the host. Installed
+# from outside, in one tar stream through `docker exec` (no module run under emulation: a copy task per file took
+# some 50 s a host), by `up` and by testbed/lab/prepare.yml (Molecule's prepare step), both through
+# `lab.sh doubles HOST`. A host whose files read the same (sha256 and modes) is left as it is.
+doubles() {
+    local file
+    echo "nvidia-smi/nvidia-smi usr/bin/nvidia-smi"
+    echo "dgx-release etc/dgx-release"
+    (cd "$TESTBED_DIR/doubles/nvidia-smi/recordings" && find . -type f | LC_ALL=C sort) | while read -r file; do
+        echo "nvidia-smi/recordings/${file#./} usr/share/sparkfleet-lab/nvidia-smi/${file#./}"
+    done
+}
+
+doubles_sums() {  # the sums and modes of the doubles: here (no argument) or on host $1
+    local here=() there=() mine theirs
+    while read -r mine theirs; do here+=("$TESTBED_DIR/doubles/$mine"); there+=("/$theirs"); done < <(doubles)
+    if [ -z "${1:-}" ]; then
+        sha256sum "${here[@]}" | cut -d' ' -f1; stat -c %a "${here[@]}"
+    else
+        docker exec "$1" sh -c 'sha256sum "$@" | cut -d" " -f1; stat -c %a "$@"' sh "${there[@]}" 2>/dev/null || true
+    fi
+}
+
+# install_doubles HOST: prints "installed" or "unchanged" (prepare.yml's changed_when reads it).
+install_doubles() {
+    local host="$1" stage mine theirs
+    [[ "$host" =~ ^[a-z][a-z0-9-]*$ ]] || die "the host is '$host'; expected a container's name (lower-case letters, digits and '-')."
+    if [ "$(doubles_sums "$host")" = "$(doubles_sums)" ]; then
+        echo "unchanged"
+        return 0
+    fi
+    stage="$(mktemp -d)"
+    # shellcheck disable=SC2064
+    trap "rm -rf '$stage'" RETURN
+    while read -r mine theirs; do
+        mkdir -p "$stage/$(dirname "$theirs")"
+        cp "$TESTBED_DIR/doubles/$mine" "$stage/$theirs"
+    done < <(doubles)
+    chmod -R u=rwX,go=rX "$stage"
+    chmod 0755 "$stage/usr/bin/nvidia-smi"
+    # --no-overwrite-dir: /usr, /etc and the rest keep their own owner and mode; the files are root's.
+    tar -C "$stage" --owner=0 --group=0 -c usr etc | docker exec -i "$host" tar -x --no-overwrite-dir -C / \
+        || die "could not install the hardware doubles on $host (docker exec tar failed)."
+    [ "$(doubles_sums "$host")" = "$(doubles_sums)" ] || die "the hardware doubles on $host do not read as installed."
+    echo "installed"
+}
+
 up() {
-    local count="${1:-${LAB_HOSTS:-2}}" i extra
+    local count="${1:-${LAB_HOSTS:-2}}" i extra said installed=()
     [[ "$count" =~ ^[1-9][0-9]*$ ]] || die "LAB_HOSTS is '$count'; expected a whole number of hosts, 1 or more (e.g. LAB_HOSTS=3)."
     "$TESTBED_DIR/images.sh" "$RECIPE"
     for i in $(seq 1 "$count"); do start_host "$PREFIX-$i"; done
@@ -91,9 +138,15 @@ up() {
     done
     for i in $(seq 1 "$count"); do wait_booted "$PREFIX-$i"; done
     write_inventory
-    say "installing the hardware doubles (testbed/lab/prepare.yml)"
-    (cd "$REPO_DIR" && "$VENV_BIN/ansible-playbook" -i "$INVENTORY_DIR" testbed/lab/prepare.yml) \
-        || die "the lab's prepare step failed (output above)."
+    for i in $(seq 1 "$count"); do
+        said="$(install_doubles "$PREFIX-$i")" || exit 1
+        if [ "$said" = "installed" ]; then installed+=("$PREFIX-$i"); fi
+    done
+    if [ "${#installed[@]}" -eq 0 ]; then
+        say "every host had the hardware doubles: none installed again"
+    else
+        say "installed the hardware doubles on ${installed[*]}"
+    fi
 }
 
 down() {
@@ -115,5 +168,6 @@ down() {
 case "${1:-}" in
     up) shift; up "$@" ;;
     down) down ;;
-    *) die "usage: $0 up [N] | down" ;;
+    doubles) [ $# -eq 2 ] || die "usage: $0 doubles HOST"; install_doubles "$2" ;;
+    *) die "usage: $0 up [N] | down | doubles HOST" ;;
 esac
