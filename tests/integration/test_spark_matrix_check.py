@@ -28,15 +28,24 @@ def shipped_on_pypi():
     return run_module("spark_matrix_check", {"matrix": MATRIX, "skip_steps": ["torch"], "timeout": 60})
 
 
-def test_every_pin_of_the_matrix_is_on_the_test_beds_index(pyindex):
+@pytest.fixture(scope="module")
+def on_the_test_bed(pyindex):
+    """The shipped matrix checked once against the test bed's index, for the tests that read its rows and its
+    sequence: the result, and what the index was asked for it."""
+    before = len(pyindex.requests)
     result = run_module("spark_matrix_check", {"matrix": MATRIX, "index_mirrors": pyindex.overrides,
                                                "today": "2026-08-01"})
+    return result, pyindex.requests[before:]
+
+
+def test_every_pin_of_the_matrix_is_on_the_test_beds_index(on_the_test_bed):
+    result, requests = on_the_test_bed
     assert not result["failed"], result.get("msg")
     assert [(r["package"], r["status"]) for r in result["rows"]][:3] == [
         ("torch", "available"), ("torchvision", "available"), ("transformers", "available")]
     assert result["missing"] == [] and result["unasked_indexes"] == []
     assert result["staleness"]["stale"] is False
-    assert not any(r.endswith(".whl") for r in pyindex.requests), "metadata only: no wheel is downloaded"
+    assert requests and not any(r.endswith(".whl") for r in requests), "metadata only: no wheel is downloaded"
 
 
 def test_an_index_token_is_in_no_row_and_no_unasked_index(pyindex):
@@ -49,8 +58,8 @@ def test_an_index_token_is_in_no_row_and_no_unasked_index(pyindex):
     assert token not in str({k: v for k, v in result.items() if not k.startswith("_")})
 
 
-def test_the_sequence_resolves_step_by_step_on_the_test_beds_index(pyindex):
-    result = run_module("spark_matrix_check", {"matrix": MATRIX, "index_mirrors": pyindex.overrides})
+def test_the_sequence_resolves_step_by_step_on_the_test_beds_index(on_the_test_bed):
+    result = on_the_test_bed[0]
     steps = {s["step"]: s for s in result["sequence"]}
     assert [s["status"] for s in result["sequence"]] == ["resolves"] * 6, result["table"]
     assert result["conflicts"] == []

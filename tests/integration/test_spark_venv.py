@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import stat
 import sys
 import threading
@@ -24,15 +25,46 @@ from conftest import BIN, REPO, SHOW_INVOCATION, run_module
 MATRIX = yaml.safe_load((REPO / "matrix" / "spark-stack.yml").read_text())
 
 
+def arguments(home: Path, pyindex):
+    """Arguments shared by every call: where the venvs live (home/venvs), the link (home/venv), the index."""
+    def args(matrix=None, **extra):
+        return {"matrix": matrix or MATRIX, "root": str(home / "venvs"), "link": str(home / "venv"),
+                "python": sys.executable, "index_mirrors": pyindex.overrides, **extra}
+    return args
 
 
 @pytest.fixture
 def place(tmp_path, pyindex):
-    """Arguments shared by every call: where the venvs live, the link, the index."""
-    def args(matrix=None, **extra):
-        return {"matrix": matrix or MATRIX, "root": str(tmp_path / "venvs"), "link": str(tmp_path / "venv"),
-                "python": sys.executable, "index_mirrors": pyindex.overrides, **extra}
-    return args
+    """A fresh place of the test's own: nothing built, nothing active."""
+    return arguments(tmp_path, pyindex)
+
+
+@pytest.fixture(scope="module")
+def first_build(tmp_path_factory, pyindex):
+    """The shipped matrix built once, on a fresh place, from an index that had served nothing: the result, the
+    wheels the index served for it, and the venvs' folder as the build left it (the venv built, not active; pip's
+    and uv's caches; the installer) kept aside for `built`."""
+    home = tmp_path_factory.mktemp("first-build")
+    pyindex.requests.clear()
+    result = run_module("spark_venv", arguments(home, pyindex)())
+    fetched = pyindex.wheels_fetched()
+    kept = tmp_path_factory.mktemp("first-build-kept") / "venvs"
+    if (home / "venvs").exists():
+        shutil.copytree(home / "venvs", kept, symlinks=True)
+    return {"home": home, "result": result, "fetched": fetched, "kept": kept}
+
+
+@pytest.fixture
+def built(first_build, pyindex):
+    """The place just after the first build, for a test that starts from a built venv: its folder put back as the
+    build left it (a venv cannot move, so in the same place; what an earlier test changed there is gone), the link
+    removed. Returns (the arguments on that place, the build's result, the place)."""
+    home = first_build["home"]
+    assert not first_build["result"]["failed"], first_build["result"].get("msg")
+    shutil.rmtree(home / "venvs", ignore_errors=True)
+    (home / "venv").unlink(missing_ok=True)
+    shutil.copytree(first_build["kept"], home / "venvs", symlinks=True)
+    return arguments(home, pyindex), first_build["result"], home
 
 
 def changed_matrix(**step_packages) -> dict:
@@ -49,9 +81,8 @@ def probe(python: str) -> dict:
     return run_module("spark_gpu_verify", {"python": python, "timeout": 60, "frameworks": False})
 
 
-def test_the_sequence_builds_a_venv_that_imports_and_reports_cuda_13(place, pyindex, tmp_path):
-    pyindex.requests.clear()
-    built = run_module("spark_venv", place())
+def test_the_sequence_builds_a_venv_that_imports_and_reports_cuda_13(first_build, pyindex):
+    built, tmp_path = first_build["result"], first_build["home"]
     assert not built["failed"], built.get("msg")
     assert built["changed"] is True and built["action"] == "build"
     assert [s["id"] for s in built["steps"]] == ["torch", "stack", "unsloth", "torchao", "unsloth_deps", "uv"]
@@ -81,7 +112,7 @@ def test_the_sequence_builds_a_venv_that_imports_and_reports_cuda_13(place, pyin
         "unsloth 2026.7.2 transformers", "unsloth 2026.7.2 trl", "unsloth-zoo 2026.7.2 transformers",
         "unsloth-zoo 2026.7.2 trl"], built["dependencies"]
     # torch came from the cu130 pyindex, the rest from the PyPI stand-in; no wheel was fetched twice.
-    fetched = pyindex.wheels_fetched()
+    fetched = first_build["fetched"]
     assert "torch-2.10.0+cu130-py3-none-any.whl" in [f.replace("%2B", "+") for f in fetched]
     assert len(fetched) == len(set(fetched))
     activate = (path / "bin" / "activate").read_text()
@@ -145,8 +176,8 @@ def test_torchao_must_come_last(place, tmp_path):
     assert "no venv was active" in built["msg"]
 
 
-def test_rerun_runs_no_pip_change_builds_beside_and_switches_after_verification(place, pyindex, tmp_path):
-    first = run_module("spark_venv", place())
+def test_rerun_runs_no_pip_change_builds_beside_and_switches_after_verification(built, pyindex):
+    place, first, tmp_path = built
     switched = run_module("spark_venv", place(state="active", path=first["path"],
                                               verification={"line": "True 13.0"}))
     assert switched["changed"] is True and switched["action"] == "switch"
@@ -183,8 +214,8 @@ def test_rerun_runs_no_pip_change_builds_beside_and_switches_after_verification(
     assert not Path(first["path"]).exists() and Path(second["path"]).exists()
 
 
-def test_a_failing_step_leaves_the_active_venv_and_says_which_step_with_pips_error(place, tmp_path):
-    first = run_module("spark_venv", place())
+def test_a_failing_step_leaves_the_active_venv_and_says_which_step_with_pips_error(built):
+    place, first, tmp_path = built
     run_module("spark_venv", place(state="active", path=first["path"]))
     broken = changed_matrix(stack=["transformers==5.13.1", "trl==9.9.9"])
     result = run_module("spark_venv", place(broken))
@@ -321,12 +352,12 @@ def site_files(venv: Path) -> set[str]:
                 ("pip", "_virtualenv", "_distutils_hack", "distutils-precedence"))}
 
 
-def test_uv_and_pip_build_the_same_venv_and_the_installer_is_made_once_beside_the_venvs(place, pyindex, tmp_path):
+def test_uv_and_pip_build_the_same_venv_and_the_installer_is_made_once_beside_the_venvs(built, pyindex):
     """Issue 38: uv is used because it builds the same venv (bench/pip_vs_uv.py measures it faster). The matrix
     without its installer step is the same sequence by pip."""
+    place, uv_built, tmp_path = built
     by_pip = {**MATRIX, "name": "by-pip", "steps": [s for s in MATRIX["steps"] if not s.get("installer")]}
     pip_built = run_module("spark_venv", place(by_pip))
-    uv_built = run_module("spark_venv", place())
     assert not pip_built["failed"] and not uv_built["failed"], (pip_built.get("msg"), uv_built.get("msg"))
     assert {s["command"].split(" install")[0] for s in pip_built["steps"]} == {"pip"}
     assert pip_built["packages"] == uv_built["packages"]
@@ -341,8 +372,8 @@ def test_uv_and_pip_build_the_same_venv_and_the_installer_is_made_once_beside_th
     assert sorted(p.name for p in (tmp_path / "venvs" / ".installer").iterdir()) == ["uv-0.13.9"]
 
 
-def test_an_installer_that_cannot_be_installed_fails_its_step_and_leaves_nothing_half_made(place, tmp_path):
-    first = run_module("spark_venv", place())
+def test_an_installer_that_cannot_be_installed_fails_its_step_and_leaves_nothing_half_made(built):
+    place, first, tmp_path = built
     run_module("spark_venv", place(state="active", path=first["path"]))
     broken = changed_matrix(uv=["uv==9.9.9"])
     result = run_module("spark_venv", place(broken))
@@ -413,12 +444,13 @@ def _lock(pyindex, matrix: dict = MATRIX) -> dict:
 HERE = here(MATRIX)
 
 
-def test_require_hashes_installs_the_locked_set_and_refuses_a_wheel_swapped_on_the_index(place, pyindex, tmp_path):
+def test_require_hashes_installs_the_locked_set_and_refuses_a_wheel_swapped_on_the_index(own_index, tmp_path):
     """The attack: after the lock was reviewed, the index serves other bytes under the same name and version,
     with a link hash that matches them (a compromised mirror). Without the lock pip takes them; with it the
-    build fails on the hash and the active venv stays."""
+    build fails on the hash and the active venv stays. The index is the test's own: it swaps a wheel."""
     from pyindex import build_wheel, simple_pages
 
+    pyindex, place = own_index, arguments(tmp_path, own_index)
     lock = _lock(pyindex, HERE)
     built = run_module("spark_venv", place(HERE, lock=lock))
     assert not built["failed"], built.get("msg")
@@ -451,8 +483,8 @@ def test_a_lock_for_another_matrix_is_refused_before_anything_is_built(place, py
 
 @pytest.fixture
 def own_index(tmp_path):
-    """An index of this test's own: the module's (pyindex) has a wheel swapped by the test above, and pip's cache
-    of its pages would give the lock the old bytes' hash."""
+    """An index of the test's own, for a test that changes what it serves (a wheel swapped) or counts every wheel
+    it serves from the first request on."""
     from indexes import Index
 
     served = Index(tmp_path / "own-index")
@@ -564,11 +596,11 @@ def test_a_matrix_that_cannot_be_built_is_refused_before_any_wheel_is_fetched(ow
     assert not (tmp_path / "host-1" / "venv").exists()
 
 
-def test_a_changed_venv_is_drift_named_per_package_and_a_provision_builds_it_anew_beside_it(place, pyindex, tmp_path):
+def test_a_changed_venv_is_drift_named_per_package_and_a_provision_builds_it_anew_beside_it(built, pyindex):
     """Issue 58, item 1: `pip uninstall -y peft` in the active venv left provision `converged` and verify
     `successful`: only the venv's marker and link were compared. What is installed is compared now, with the
     matrix's pins and with what the build installed: a package removed, one upgraded, one added."""
-    first = run_module("spark_venv", place())
+    place, first, tmp_path = built
     run_module("spark_venv", place(state="active", path=first["path"], verification={"line": "True 13.0"}))
     pip = [first["path"] + "/bin/python", "-m", "pip", "--disable-pip-version-check", "-q"]
     import subprocess
