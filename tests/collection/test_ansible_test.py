@@ -67,16 +67,23 @@ def test_the_range_the_collection_admits_is_the_range_tested():
     assert TEST_VENV_CORE in CORES, f"the test venv's ansible-core {ansible_version} is not one the collection admits"
 
 
+@pytest.fixture(scope="module")
+def tarball(tmp_path_factory) -> Path:
+    """The collection as `ansible-galaxy collection build` makes it, built once for every core's tree."""
+    work = tmp_path_factory.mktemp("built")
+    subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(work), str(REPO)],
+                   check=True, capture_output=True, env=ansible_env())
+    return next(work.glob("sparkfleet-spark-*.tar.gz"))
+
+
 @pytest.fixture(scope="module", params=list(CORES), ids=lambda core: f"ansible-core-{core}")
-def tree(request, tmp_path_factory):
+def tree(request, tmp_path_factory, tarball):
     core = request.param
     bin_dir = core_bin(core)
     work = tmp_path_factory.mktemp(f"ansible-test-{core}")
-    subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(work), str(REPO)],
-                   check=True, capture_output=True, env=ansible_env())
     root = work / "ansible_collections" / "sparkfleet" / "spark"
     root.mkdir(parents=True)
-    with tarfile.open(next(work.glob("sparkfleet-spark-*.tar.gz"))) as tar:
+    with tarfile.open(tarball) as tar:
         tar.extractall(root, filter="data")
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for part in ("unit", "sanity"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import json
 import re
@@ -57,24 +58,39 @@ def _argument_spec_keys(module: str) -> set[str]:
     pytest.fail(f"{module}: no argument_spec= found")
 
 
+@functools.cache
+def ansible_doc(kind: str, *flags: str) -> subprocess.CompletedProcess:
+    """ansible-doc asked once for every plugin of a kind (module, filter) of the collection, as a user asks for
+    several at once: each plugin's page is its part of the one answer (rendered()); with --json, one document."""
+    names = [fqcn(m) for m in MODULES] if kind == "module" else [f"{COLLECTION}.{n}" for n in _filters()]
+    return subprocess.run([str(BIN / "ansible-doc"), *flags, "-t", kind, *names], cwd=REPO, env=ansible_env(),
+                          capture_output=True, text=True, check=False)
+
+
+def rendered(kind: str, name: str) -> str:
+    """The page ansible-doc rendered for one plugin: from its `> KIND name (path)` line to the next plugin's."""
+    proc = ansible_doc(kind)
+    assert proc.returncode == 0, proc.stderr
+    pages = re.split(r"^(?=> [A-Z]+ )", proc.stdout, flags=re.M)
+    [page] = [p for p in pages if p.startswith(f"> {kind.upper()} {name} ")] or [""]
+    assert page, f"ansible-doc rendered no page for {name}: {proc.stdout[:300]}"
+    return page
+
+
 @pytest.mark.parametrize("module", MODULES)
 def test_ansible_doc_renders(module):
-    proc = subprocess.run([str(BIN / "ansible-doc"), "-t", "module", fqcn(module)], cwd=REPO,
-                          env=ansible_env(), capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr
-    assert "OPTIONS" in proc.stdout
-    assert "RETURN VALUES" in proc.stdout
-    assert "EXAMPLES" in proc.stdout
+    page = rendered("module", fqcn(module))
+    assert "OPTIONS" in page
+    assert "RETURN VALUES" in page
+    assert "EXAMPLES" in page
 
 
 @pytest.mark.parametrize("module", MODULES)
 def test_each_module_says_its_attributes_through_the_one_fragment(module):
     """check_mode, diff_mode and idempotent: what each means comes from sparkfleet_attributes (no module pastes it),
     each module says its own support."""
-    import json
-
-    proc = subprocess.run([str(BIN / "ansible-doc"), "--json", "-t", "module", fqcn(module)], cwd=REPO,
-                          env=ansible_env(), capture_output=True, text=True, check=True)
+    proc = ansible_doc("module", "--json")
+    assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)[fqcn(module)]["doc"]
     attributes = doc.get("attributes") or {}
     assert sorted(attributes) == ["check_mode", "diff_mode", "idempotent"], sorted(attributes)
@@ -113,10 +129,9 @@ def test_every_filter_has_documentation_that_matches_its_arguments(name):
     assert docs["DOCUMENTATION"]["name"] == name
     assert list(docs["DOCUMENTATION"]["options"]) == ["_input", *params[1:]]
     assert "_value" in docs["RETURN"]
-    proc = subprocess.run([str(BIN / "ansible-doc"), "-t", "filter", f"{COLLECTION}.{name}"], cwd=REPO,
-                          env=ansible_env(), capture_output=True, text=True, check=False)
-    assert proc.returncode == 0 and not proc.stderr, proc.stderr
-    assert "OPTIONS" in proc.stdout and "RETURN VALUES" in proc.stdout
+    assert not ansible_doc("filter").stderr, ansible_doc("filter").stderr
+    page = rendered("filter", f"{COLLECTION}.{name}")
+    assert "OPTIONS" in page and "RETURN VALUES" in page
 
 
 def test_no_documentation_file_without_its_filter():
