@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -88,6 +89,26 @@ _NO_SKIP = os.environ.pop("SPARKFLEET_NO_SKIP", "") == "1"
 _SKIPPED: list[str] = []
 
 
+def _cpu_seconds() -> float:
+    """This process's CPU time and that of the children it waited for (every subprocess.run: ansible, pip, uv,
+    docker's client), user and system. Not the emulated hosts' (qemu under Docker's daemon, no child of a test)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+_CPU_MARK = [_cpu_seconds()]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's CPU-seconds (setup, with a module's fixtures; the call; teardown) carried in its report to
+    where the reports meet, for each file's sum (bench/suite_timings.py holds it to the file's budget)."""
+    outcome = yield
+    now = _cpu_seconds()
+    outcome.get_result().user_properties.append(("cpu_s", round(now - _CPU_MARK[0], 2)))
+    _CPU_MARK[0] = now
+
+
 def pytest_runtest_logreport(report):
     if report.skipped and not report.nodeid.startswith(MAY_SKIP):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
@@ -98,6 +119,7 @@ def pytest_runtest_logreport(report):
     span = _FILE_SPANS.setdefault(report.nodeid.split("::")[0], {
         "worker": getattr(gateway, "id", "main"), "start": report.start, "stop": report.stop})
     span["start"], span["stop"] = min(span["start"], report.start), max(span["stop"], report.stop)
+    span["cpu_s"] = round(span.get("cpu_s", 0) + sum(v for k, v in report.user_properties if k == "cpu_s"), 2)
 
 
 def pytest_sessionfinish(session):

@@ -80,3 +80,59 @@ def test_the_content_key_follows_the_roles_and_plugins_bytes(tmp_path):
     assert content_key(tmp_path) == first, "only roles/ and plugins/ count"
     (tmp_path / "roles" / "main.yml").write_text("a: 2\n")
     assert content_key(tmp_path) != first
+
+
+def test_a_file_more_than_a_third_over_its_cpu_budget_fails_the_run_and_is_named(tmp_path):
+    """Issue 71: each test file's CPU-seconds (tests/conftest.py) against the budget bench/cpu_budgets.json states
+    for it, or its default: within a third over passes, beyond fails the table's run (exit 1) naming the file and
+    both figures; the table shows each file's CPU beside its budget."""
+    import json
+
+    suite_timings = _suite_timings()
+    budgets = {"default": 30, "files": {"tests/fleet/test_fleet.py": 900}}
+    files = {"tests/fleet/test_fleet.py": {"worker": "gw0", "start": 0, "stop": 1000, "seconds": 1000, "cpu_s": 1190},
+             "tests/cli/test_cli.py": {"worker": "gw1", "start": 0, "stop": 12, "seconds": 12, "cpu_s": 41},
+             "tests/cli/test_old.py": {"worker": "gw1", "start": 12, "stop": 14, "seconds": 2}}
+    [over] = suite_timings.over_budget(files, budgets)
+    assert over.startswith("tests/cli/test_cli.py: 41 CPU-s, more than a third over its budget of 30 "
+                           "(bench/cpu_budgets.json)"), over
+    files["tests/fleet/test_fleet.py"]["cpu_s"] = 1201
+    assert [line.split(":")[0] for line in suite_timings.over_budget(files, budgets)] == [
+        "tests/cli/test_cli.py", "tests/fleet/test_fleet.py"]
+    (tmp_path / "pytest.json").write_text(json.dumps({"files": files, "tests": {}}))
+    (tmp_path / "stages.tsv").write_text("pytest\t1000.0\t0\t90\n")
+    rows = suite_timings.table(tmp_path, budgets)
+    assert "| &nbsp;&nbsp;gw0: tests/fleet/test_fleet.py (CPU 1201 s of 900) | 1000 | | |" in rows, rows
+    assert "| &nbsp;&nbsp;gw1: tests/cli/test_cli.py (CPU 41 s of 30) | 12 | | |" in rows, rows
+
+
+def test_every_budget_names_a_test_file_that_is_there():
+    import json
+
+    budgets = json.loads((REPO / "bench" / "cpu_budgets.json").read_text())
+    assert budgets["default"] > 0
+    assert [path for path in budgets["files"] if not (REPO / path).is_file()] == []
+
+
+def test_a_tests_cpu_seconds_reach_the_timings_with_its_childrens(tmp_path):
+    """What tests/conftest.py adds up for a file: a test that spins a child process for a second is counted a
+    second or more, whichever worker ran it (the reports carry it to where they meet)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "test_spin.py").write_text(
+        "import subprocess, sys\n"
+        "def test_spin():\n"
+        "    subprocess.run([sys.executable, '-c', 'import time\\nt = time.process_time()\\n"
+        "while time.process_time() - t < 1: pass'], check=True)\n")
+    # tests/conftest.py loaded as a plugin, as pytest loads it for the files beside it
+    # (its own session: not one of this run's xdist workers, which leave the writing to their controller)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+           "SPARKFLEET_TIMINGS": str(tmp_path / "timings"), "PYTHONPATH": str(REPO / "tests")}
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest", "-n", "1",
+                    "-c", os.devnull, "--rootdir", str(tmp_path), "test_spin.py"],
+                   cwd=tmp_path, env=env, check=True, capture_output=True)
+    [span] = json.loads((tmp_path / "timings" / "pytest.json").read_text())["files"].values()
+    assert 1.0 <= span["cpu_s"] < 10, span
