@@ -15,7 +15,7 @@ description:
     version for the matrix's target (Python version, linux architecture, every
     manylinux glibc level up to the target's). Installs nothing; pip reads
     metadata, not whole wheels. A step's pins are asked in one pip run; where
-    it fails, each pin alone, so that each row says which and why.
+    a pin is missing, each pin alone, so that each row says which and why.
   - Each package is C(available) (with the wheel's file name), C(missing)
     (with the versions the index offers) or C(unreachable) (the index could
     not be asked). pip runs isolated from the host's pip configuration.
@@ -235,14 +235,17 @@ def ask(pip: list[str], spec: str, index: str, target: dict, timeout: int) -> di
 
 def ask_together(pip: list[str], specs: list[str], index: str, target: dict, timeout: int) -> list[dict]:
     """The pins of one step, each of them on the step's index: one pip run for all of them (--no-deps, so each is
-    read as it would be alone), and where that run fails (a pin missing, the index not answering), each pin asked
-    alone, so that the row says which and why."""
+    read as it would be alone). Where the index did not answer, that is every pin's row (asking each again would
+    wait out the timeout once a pin); where the run failed otherwise (a pin missing), each pin is asked alone, so
+    that the row says which and why."""
     if len(specs) > 1:
-        _proc, report = dry_run(pip, ["--no-deps", *specs], target, [index], timeout)
+        proc, report = dry_run(pip, ["--no-deps", *specs], target, [index], timeout)
         items = {normalize(i["metadata"]["name"]): i for i in (report or {}).get("install", [])}
         found = [items.get(normalize(parse_pin(spec)[0])) for spec in specs]
         if report is not None and all(found):
             return [available(item) for item in found]
+        if report is None and (answer := failure(proc.stdout, proc.stderr))["status"] == "unreachable":
+            return [dict(answer) for _spec in specs]
     return [ask(pip, spec, index, target, timeout) for spec in specs]
 
 

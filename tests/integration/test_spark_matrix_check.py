@@ -120,7 +120,9 @@ def test_a_missing_pin_and_an_unreachable_index_are_told_apart(pyindex):
     rows = {r["package"]: r for r in result["rows"]}
     assert rows["trl"]["status"] == "missing"
     assert rows["trl"]["detail"] == "no wheel for this target; the index offers 1.8.0, 1.8.1, 1.9.0, 1.10.0"
-    assert rows["torch"]["status"] == "unreachable"
+    # the index that does not answer: each of its step's pins says so (asked once for the step, not once a pin)
+    assert rows["torch"]["status"] == rows["torchvision"]["status"] == "unreachable"
+    assert "Connection refused" in rows["torch"]["detail"] and rows["torchvision"]["detail"] == rows["torch"]["detail"]
     assert result["missing"] == ["trl==9.9.9 (stack)"]
     assert result["unasked_indexes"] == ["http://127.0.0.1:9/cu130"]
     assert result["staleness"]["stale"] is True  # today, 2026-11-30 or later
